@@ -1,0 +1,42 @@
+// Tuning knobs of the protocol. Defaults suit a LAN or RDMA fabric; every bound
+// here is what keeps memory finite, so none of them can be "unlimited".
+#pragma once
+
+#include <cstdint>
+
+namespace hmcast {
+
+struct ProtocolConfig {
+  /// ACK-tree radix (2 = binomial). Higher radix: shallower tree, more ACKs per parent.
+  std::uint32_t radix = 2;
+  /// Largest datagram the transport carries, header included (the UD path MTU).
+  std::uint32_t mtu = 4096;
+  /// Sender window: at most this many of a sender's messages are not yet all-acked.
+  std::uint32_t window_messages = 64;
+  /// The window opens at this many messages and grows by one per completion (slow
+  /// start), so a group's first burst does not flood receivers before any delay
+  /// has been measured.
+  std::uint32_t initial_window_messages = 8;
+  /// Sender window in bytes of payload not yet all-acked.
+  std::uint64_t window_bytes = 16U << 20;
+  /// Largest message the small (datagram) path carries; larger ones are refused.
+  std::uint32_t max_small_message = 1U << 20;
+  /// First ACK after a quiet period goes at once; later ones are merged for this long.
+  std::int64_t ack_interval_ns = 1'000;
+  /// Round trip of one hop assumed until measured (scaled by tree level for timeouts).
+  std::int64_t initial_hop_rtt_ns = 10'000;
+  /// Repair timeouts are clamped to [min_timeout_ns, max_timeout_ns].
+  std::int64_t min_timeout_ns = 2'000;
+  std::int64_t max_timeout_ns = 200'000'000;
+  /// Unanswered repair attempts to a member before it is suspected and removed.
+  std::uint32_t repair_budget = 8;
+  /// At most this many messages go in one round of repairs to one member.
+  std::uint32_t repair_batch = 64;
+  /// Packets of a view not yet installed are held (not dropped) up to this many.
+  std::uint32_t future_packet_limit = 4096;
+  /// A sender announces its all-acked prefix this long after the last advance
+  /// when no data packet carried it (lets receivers free retained messages).
+  std::int64_t stable_announce_ns = 20'000;
+};
+
+}  // namespace hmcast

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Installs everything hmcast needs on Debian 12, from Debian's packages only.
+# Safe to run again; uses sudo when not root. What each package is for: README, "Dependencies".
+set -euo pipefail
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+PACKAGES=(
+  cmake ninja-build g++ pkg-config python3
+  catch2
+  libbenchmark-dev
+  nlohmann-json3-dev
+  libcli11-dev
+  clang libclang-rt-14-dev
+)
+missing=()
+for p in "${PACKAGES[@]}"; do
+  case "$p" in \#*) continue;; esac
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+  echo "installing: ${missing[*]}"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Runs the figures the issues ask to show, and fails if any is not met.
+# Each line printed is the command and the JSON it produced.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+HM=build/bin/hmcast
+
+run() {  # run <python condition on d> <hmcast args...>
+  local cond="$1"; shift
+  local out
+  out=$("$HM" "$@" | tail -n 1)
+  echo "\$ hmcast $*"
+  echo "$out"
+  python3 -c '
+import json, sys
+d = json.loads(sys.argv[1])
+cond = sys.argv[2]
+if not eval(cond, {}, {"d": d}):
+    print("NOT MET: " + cond); sys.exit(1)
+print("met: " + cond)' "$out" "$cond"
+  LAST="$out"
+}
+
+BASE=(sim small --nodes 64 --senders 4 --messages 2000 --size 1500 --seed 11 --json)
+run 'd["delivered_ok"] and d["completed"] == 8000 and d["duplicates_delivered"] == 0 and d["fifo_violations"] == 0 and d["missing"] == 0' \
+  "${BASE[@]}" --loss 0.05 --dup 0.01 --reorder 0.05
+run 'd["delivered_ok"] and d["views_installed"] >= 2' \
+  "${BASE[@]}" --loss 0.05 --dup 0.01 --reorder 0.05 --crash 3
+run 'd["delivered_ok"] and d["repairs"] == 0 and d["p2p_messages_sent"] < 63 * d["messages_sent"]' \
+  "${BASE[@]}" --loss 0 --dup 0 --reorder 0
+CLEAN_P99=$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["completion_p99_us"])' "$LAST")
+run "d[\"delivered_ok\"] and d[\"completion_p99_us\"] <= 4 * $CLEAN_P99" \
+  "${BASE[@]}" --loss 0.01 --dup 0 --reorder 0
+run 'd["delivered_ok"]' sim small --nodes 512 --senders 2 --messages 500 --size 1500 --loss 0.02 --seed 11 --json

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Quick start 2: install, build and run every test: the default build, the
+# ASan+UBSan and TSan builds (with fewer random seeds), and the fuzz targets.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+start=$(date +%s)
+scripts/install-deps.sh
+jobs=$(nproc)
+
+for preset in default asan tsan; do
+  echo "=== $preset: build"
+  cmake --preset "$preset" >/dev/null
+  cmake --build --preset "$preset" -j "$jobs"
+  echo "=== $preset: test"
+  ctest --preset "$preset" -j "$jobs"
+done
+
+echo "=== fuzz: build and run each target briefly"
+cmake --preset fuzz >/dev/null
+cmake --build --preset fuzz -j "$jobs"
+for f in build-fuzz/bin/*_fuzz; do
+  [ -x "$f" ] || continue
+  log=$(mktemp)
+  if ! "$f" -max_total_time="${HMCAST_FUZZ_SECONDS:-20}" -print_final_stats=1 >"$log" 2>&1; then
+    cat "$log"; echo "FAILED: fuzz target $f"; exit 1
+  fi
+  echo "$(basename "$f"): $(grep -E 'stat::number_of_executed_units' "$log" | awk '{print $2}') inputs, no crash"
+  rm -f "$log"
+done
+
+echo "=== the issue's must-show runs"
+scripts/must-show.sh
+
+echo "all tests passed in $(( $(date +%s) - start )) s"

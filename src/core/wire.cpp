@@ -1,0 +1,247 @@
+#include "core/wire.hpp"
+
+#include <algorithm>
+#include <type_traits>
+
+#include "core/byte_io.hpp"
+
+namespace hmcast::wire {
+
+std::string_view to_string(DecodeError e) {
+  switch (e) {
+    case DecodeError::none: return "none";
+    case DecodeError::too_short: return "too_short";
+    case DecodeError::oversized: return "oversized";
+    case DecodeError::bad_magic: return "bad_magic";
+    case DecodeError::bad_version: return "bad_version";
+    case DecodeError::unknown_type: return "unknown_type";
+    case DecodeError::truncated: return "truncated";
+    case DecodeError::trailing_bytes: return "trailing_bytes";
+    case DecodeError::inconsistent: return "inconsistent";
+  }
+  return "unknown";
+}
+
+namespace {
+
+template <class T>
+constexpr Type type_of() {
+  if constexpr (std::is_same_v<T, Data>) return Type::data;
+  else if constexpr (std::is_same_v<T, Repair>) return Type::repair;
+  else if constexpr (std::is_same_v<T, Ack>) return Type::ack;
+  else if constexpr (std::is_same_v<T, Pull>) return Type::pull;
+  else if constexpr (std::is_same_v<T, Stable>) return Type::stable;
+  else if constexpr (std::is_same_v<T, Suspect>) return Type::suspect;
+  else if constexpr (std::is_same_v<T, NewView>) return Type::new_view;
+  else return Type::probe;
+}
+
+void encode_body(Writer& w, const Data& d) {
+  w.u32(d.sender);
+  w.u64(d.seq);
+  w.u64(d.stable);
+  w.u32(d.msg_len);
+  w.u32(d.offset);
+  w.u16(d.frag_index);
+  w.u16(d.frag_count);
+  w.bytes(d.payload);
+}
+void encode_body(Writer& w, const Repair& r) {
+  w.u32(r.sender);
+  w.u64(r.seq);
+  w.u32(static_cast<std::uint32_t>(r.payload.size()));
+  w.bytes(r.payload);
+}
+void encode_body(Writer& w, const Ack& a) {
+  w.u32(static_cast<std::uint32_t>(a.entries.size()));
+  for (const auto& e : a.entries) {
+    w.u32(e.sender);
+    w.u64(e.stable);
+    w.u64(e.have);
+    w.u64(e.mask);
+  }
+}
+void encode_body(Writer& w, const Pull& p) {
+  w.u32(p.sender);
+  w.u64(p.from);
+  w.u64(p.to);
+}
+void encode_body(Writer& w, const Stable& s) {
+  w.u32(s.sender);
+  w.u64(s.stable);
+  w.u64(s.highest);
+}
+void encode_body(Writer& w, const Suspect& s) { w.u32(s.suspect); }
+void encode_body(Writer& w, const Probe& p) { w.u32(p.sender); }
+void encode_body(Writer& w, const NewView& v) {
+  w.u32(static_cast<std::uint32_t>(v.members.size()));
+  for (auto m : v.members) w.u32(m);
+}
+
+DecodeError decode_data(Reader& r, Body& out) {
+  Data d;
+  d.sender = r.u32();
+  d.seq = r.u64();
+  d.stable = r.u64();
+  d.msg_len = r.u32();
+  d.offset = r.u32();
+  d.frag_index = r.u16();
+  d.frag_count = r.u16();
+  if (!r.ok()) return DecodeError::truncated;
+  d.payload = r.bytes(r.remaining());
+  if (d.seq == 0 || d.frag_count == 0 || d.frag_index >= d.frag_count || d.stable >= d.seq ||
+      std::uint64_t{d.offset} + d.payload.size() > d.msg_len ||
+      (d.frag_count == 1 && (d.offset != 0 || d.payload.size() != d.msg_len)))
+    return DecodeError::inconsistent;
+  out = d;
+  return DecodeError::none;
+}
+
+DecodeError decode_repair(Reader& r, Body& out) {
+  Repair p;
+  p.sender = r.u32();
+  p.seq = r.u64();
+  const auto len = r.u32();
+  if (!r.ok()) return DecodeError::truncated;
+  if (len > r.remaining()) return DecodeError::truncated;
+  p.payload = r.bytes(len);
+  if (p.seq == 0) return DecodeError::inconsistent;
+  out = p;
+  return DecodeError::none;
+}
+
+DecodeError decode_ack(Reader& r, Body& out) {
+  Ack a;
+  const auto count = r.u32();
+  if (!r.ok()) return DecodeError::truncated;
+  if (count > kMaxListLength) return DecodeError::inconsistent;
+  if (std::uint64_t{count} * 28 > r.remaining()) return DecodeError::truncated;
+  a.entries.reserve(count);
+  for (std::uint32_t i = 0; i < count; ++i) {
+    AckEntry e;
+    e.sender = r.u32();
+    e.stable = r.u64();
+    e.have = r.u64();
+    e.mask = r.u64();
+    if (e.stable > e.have || (e.mask & 1U) != 0) return DecodeError::inconsistent;
+    a.entries.push_back(e);
+  }
+  if (!r.ok()) return DecodeError::truncated;
+  out = std::move(a);
+  return DecodeError::none;
+}
+
+DecodeError decode_pull(Reader& r, Body& out) {
+  Pull p;
+  p.sender = r.u32();
+  p.from = r.u64();
+  p.to = r.u64();
+  if (!r.ok()) return DecodeError::truncated;
+  if (p.from == 0 || p.from > p.to) return DecodeError::inconsistent;
+  out = p;
+  return DecodeError::none;
+}
+
+DecodeError decode_stable(Reader& r, Body& out) {
+  Stable s;
+  s.sender = r.u32();
+  s.stable = r.u64();
+  s.highest = r.u64();
+  if (!r.ok()) return DecodeError::truncated;
+  if (s.stable > s.highest) return DecodeError::inconsistent;
+  out = s;
+  return DecodeError::none;
+}
+
+DecodeError decode_suspect(Reader& r, Body& out) {
+  Suspect s;
+  s.suspect = r.u32();
+  if (!r.ok()) return DecodeError::truncated;
+  out = s;
+  return DecodeError::none;
+}
+
+DecodeError decode_probe(Reader& r, Body& out) {
+  Probe p;
+  p.sender = r.u32();
+  if (!r.ok()) return DecodeError::truncated;
+  out = p;
+  return DecodeError::none;
+}
+
+DecodeError decode_new_view(Reader& r, Body& out) {
+  NewView v;
+  const auto count = r.u32();
+  if (!r.ok()) return DecodeError::truncated;
+  if (count == 0 || count > kMaxListLength) return DecodeError::inconsistent;
+  if (std::uint64_t{count} * 4 > r.remaining()) return DecodeError::truncated;
+  v.members.reserve(count);
+  for (std::uint32_t i = 0; i < count; ++i) v.members.push_back(r.u32());
+  if (!r.ok()) return DecodeError::truncated;
+  // Sorted and unique, so every member computes the same ranks.
+  if (std::adjacent_find(v.members.begin(), v.members.end(),
+                         [](MemberId a, MemberId b) { return a >= b; }) != v.members.end())
+    return DecodeError::inconsistent;
+  out = std::move(v);
+  return DecodeError::none;
+}
+
+}  // namespace
+
+std::vector<std::byte> encode(const Header& header, const Body& body) {
+  std::vector<std::byte> out;
+  out.reserve(kHeaderSize + 64);
+  Writer w(out);
+  w.u16(kMagic);
+  w.u8(kVersion);
+  const Type t = std::visit([](const auto& b) { return type_of<std::decay_t<decltype(b)>>(); }, body);
+  w.u8(static_cast<std::uint8_t>(t));
+  w.u64(header.group);
+  w.u64(header.view);
+  w.u32(header.src);
+  std::visit([&](const auto& b) { encode_body(w, b); }, body);
+  return out;
+}
+
+DecodeResult decode(std::span<const std::byte> bytes) {
+  DecodeResult res;
+  if (bytes.size() < kHeaderSize) {
+    res.error = DecodeError::too_short;
+    return res;
+  }
+  if (bytes.size() > kMaxPacket) {
+    res.error = DecodeError::oversized;
+    return res;
+  }
+  Reader r(bytes);
+  if (r.u16() != kMagic) {
+    res.error = DecodeError::bad_magic;
+    return res;
+  }
+  if (r.u8() != kVersion) {
+    res.error = DecodeError::bad_version;
+    return res;
+  }
+  const auto type = r.u8();
+  res.packet.header.group = r.u64();
+  res.packet.header.view = r.u64();
+  res.packet.header.src = r.u32();
+  DecodeError err = DecodeError::none;
+  switch (type) {
+    case static_cast<std::uint8_t>(Type::data): err = decode_data(r, res.packet.body); break;
+    case static_cast<std::uint8_t>(Type::repair): err = decode_repair(r, res.packet.body); break;
+    case static_cast<std::uint8_t>(Type::ack): err = decode_ack(r, res.packet.body); break;
+    case static_cast<std::uint8_t>(Type::pull): err = decode_pull(r, res.packet.body); break;
+    case static_cast<std::uint8_t>(Type::stable): err = decode_stable(r, res.packet.body); break;
+    case static_cast<std::uint8_t>(Type::suspect): err = decode_suspect(r, res.packet.body); break;
+    case static_cast<std::uint8_t>(Type::new_view): err = decode_new_view(r, res.packet.body); break;
+    case static_cast<std::uint8_t>(Type::probe): err = decode_probe(r, res.packet.body); break;
+    default: err = DecodeError::unknown_type; break;
+  }
+  if (err == DecodeError::none && r.remaining() != 0) err = DecodeError::trailing_bytes;
+  res.packet.header.type = static_cast<Type>(type);
+  res.error = err;
+  return res;
+}
+
+}  // namespace hmcast::wire

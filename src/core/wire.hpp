@@ -1,0 +1,136 @@
+// The hmcast wire format, version 1.
+//
+// Every packet starts with a 24-byte header:
+//   magic u16 ("HM") | version u8 | type u8 | group u64 | view u64 | src u32
+// followed by a type-specific body. Integers are little-endian. Decoding never
+// trusts a length field: every field is bounds-checked, trailing bytes are an
+// error, and payload spans point into the caller's buffer (no copy).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "hmcast/types.hpp"
+
+namespace hmcast::wire {
+
+inline constexpr std::uint16_t kMagic = 0x4d48;  // "HM" little-endian
+inline constexpr std::uint8_t kVersion = 1;
+inline constexpr std::size_t kHeaderSize = 24;
+/// Larger packets are refused before any field is read: no frame of ours is this big.
+inline constexpr std::size_t kMaxPacket = 64U << 20;
+/// Bound on list lengths inside a packet (view members, ACK entries).
+inline constexpr std::uint32_t kMaxListLength = 1U << 20;
+
+enum class Type : std::uint8_t {
+  data = 1,     // one fragment of a small message, sent by datagram multicast
+  repair = 2,   // a whole small message, point-to-point (repair or pull answer)
+  ack = 3,      // cumulative ACKs for one or more senders, child -> parent
+  pull = 4,     // parent asks a child for messages the child has and it lacks
+  stable = 5,   // a sender announces its all-acked prefix (datagram; garbage collection)
+  suspect = 6,  // member -> manager: this member stopped answering
+  new_view = 7, // manager -> members: install this view (header.view is the new id)
+  probe = 8,    // parent -> child: your subtree is late, tell me where you stand
+};
+
+struct Header {
+  Type type{};
+  GroupId group = 0;
+  ViewId view = 0;
+  MemberId src = 0;
+  friend bool operator==(const Header&, const Header&) = default;
+};
+
+struct Data {
+  MemberId sender = 0;
+  Seq seq = 0;
+  Seq stable = 0;  // sender's all-acked prefix, piggybacked for garbage collection
+  std::uint32_t msg_len = 0;
+  std::uint32_t offset = 0;
+  std::uint16_t frag_index = 0;
+  std::uint16_t frag_count = 1;
+  std::span<const std::byte> payload;
+};
+
+struct Repair {
+  MemberId sender = 0;
+  Seq seq = 0;
+  std::span<const std::byte> payload;  // the whole message
+};
+
+struct AckEntry {
+  MemberId sender = 0;  // whose messages this acknowledges (the tree's root)
+  Seq stable = 0;       // every member of the subtree holds [1, stable]
+  Seq have = 0;         // the acking member itself holds [1, have]
+  std::uint64_t mask = 0;  // bit i: it also holds have+1+i (bit 0 is always clear)
+  friend bool operator==(const AckEntry&, const AckEntry&) = default;
+};
+
+struct Ack {
+  std::vector<AckEntry> entries;
+};
+
+struct Pull {
+  MemberId sender = 0;
+  Seq from = 0;  // inclusive
+  Seq to = 0;    // inclusive
+};
+
+struct Stable {
+  MemberId sender = 0;
+  Seq stable = 0;
+  Seq highest = 0;  // highest seq the sender has sent
+};
+
+struct Suspect {
+  MemberId suspect = 0;
+};
+
+struct NewView {
+  std::vector<MemberId> members;  // sorted, unique
+};
+
+struct Probe {
+  MemberId sender = 0;  // the stream whose ACK is late
+};
+
+using Body = std::variant<Data, Repair, Ack, Pull, Stable, Suspect, NewView, Probe>;
+
+struct Packet {
+  Header header;
+  Body body;
+};
+
+enum class DecodeError : std::uint8_t {
+  none = 0,
+  too_short,
+  oversized,
+  bad_magic,
+  bad_version,
+  unknown_type,
+  truncated,
+  trailing_bytes,
+  inconsistent,  // fields that cannot all be true (e.g. a fragment past the message end)
+};
+std::string_view to_string(DecodeError e);
+
+struct DecodeResult {
+  DecodeError error = DecodeError::none;
+  Packet packet;
+  [[nodiscard]] bool ok() const { return error == DecodeError::none; }
+};
+
+/// Decode one packet. The returned spans point into `bytes`, which must outlive their use.
+DecodeResult decode(std::span<const std::byte> bytes);
+
+/// Encode a packet; header.type is taken from the body's alternative.
+std::vector<std::byte> encode(const Header& header, const Body& body);
+
+/// Bytes of header and fixed fields in front of a Data fragment's payload.
+inline constexpr std::size_t kDataOverhead = kHeaderSize + 4 + 8 + 8 + 4 + 4 + 2 + 2;
+
+}  // namespace hmcast::wire

@@ -1,0 +1,105 @@
+// A deterministic in-process network: virtual time, full-duplex NICs with a
+// bandwidth, per-hop latency, datagram multicast with per-receiver loss,
+// duplication, reordering and delay, reliable FIFO point-to-point links, and
+// crash-stop nodes. Everything random comes from one seed, and every event is
+// folded into a trace hash, so two runs with one seed can be compared bit for bit.
+//
+// The fabric only moves bytes; what a node does with them is the Host's business
+// (in hmcast, a protocol engine per node).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <queue>
+#include <span>
+#include <vector>
+
+#include "hmcast/types.hpp"
+#include "transport/sim/sim_rng.hpp"
+
+namespace hmcast::sim {
+
+struct NetworkModel {
+  TimeNs latency_ns = 2'000;        // one hop, sender NIC to receiver NIC
+  double link_gbps = 100.0;         // per-node NIC bandwidth, each direction
+  double loss = 0.0;                // datagram loss, per receiver
+  double duplicate = 0.0;           // datagram duplication, per receiver
+  double reorder = 0.0;             // chance a datagram is held back (reordered)
+  TimeNs reorder_delay_ns = 6'000;  // how far back at most
+  TimeNs jitter_ns = 200;           // extra uniform delay on every packet
+};
+
+/// What the fabric calls when something arrives or a node's timer is due.
+class Host {
+ public:
+  virtual ~Host() = default;
+  virtual void on_datagram(std::uint32_t node, std::span<const std::byte> bytes, TimeNs now) = 0;
+  virtual void on_p2p(std::uint32_t node, std::uint32_t from, std::span<const std::byte> bytes, TimeNs now) = 0;
+  virtual void on_timer(std::uint32_t node, TimeNs now) = 0;
+};
+
+struct FabricStats {
+  std::uint64_t datagrams_sent = 0;      // multicasts (one per send, not per receiver)
+  std::uint64_t datagram_copies_lost = 0;
+  std::uint64_t p2p_sent = 0;
+  std::uint64_t bytes_on_wire = 0;       // bytes leaving NICs
+  std::uint64_t events = 0;
+};
+
+class Fabric {
+ public:
+  Fabric(std::uint32_t nodes, NetworkModel model, std::uint64_t seed);
+
+  void multicast(std::uint32_t from, std::vector<std::byte> bytes);
+  void unicast(std::uint32_t from, std::uint32_t to, std::vector<std::byte> bytes);
+  /// Ask for host.on_timer(node) at `at` (extra or stale requests are harmless).
+  void wake(std::uint32_t node, TimeNs at);
+  /// Crash-stop: from now on the node neither sends nor receives.
+  void crash(std::uint32_t node);
+  [[nodiscard]] bool crashed(std::uint32_t node) const { return crashed_[node]; }
+
+  /// Process events in time order until `until`, no events remain, or stop() is called.
+  void run(Host& host, TimeNs until);
+  void stop() { stopped_ = true; }
+  [[nodiscard]] TimeNs now() const { return now_; }
+  [[nodiscard]] std::uint64_t trace_hash() const { return trace_; }
+  [[nodiscard]] const FabricStats& stats() const { return stats_; }
+  Rng& rng() { return rng_; }
+
+ private:
+  enum class Kind : std::uint8_t { datagram, p2p, timer };
+  struct Event {
+    TimeNs at;
+    std::uint64_t serial;  // ties broken by scheduling order: deterministic
+    Kind kind;
+    std::uint32_t node;
+    std::uint32_t from;
+    std::shared_ptr<const std::vector<std::byte>> bytes;
+  };
+  struct Later {
+    bool operator()(const Event& a, const Event& b) const {
+      return a.at != b.at ? a.at > b.at : a.serial > b.serial;
+    }
+  };
+  TimeNs serialize_ns(std::size_t bytes) const;
+  TimeNs depart(std::uint32_t from, std::size_t bytes);
+  TimeNs arrive(std::uint32_t to, TimeNs at_nic, std::size_t bytes);
+  void push(TimeNs at, Kind kind, std::uint32_t node, std::uint32_t from,
+            std::shared_ptr<const std::vector<std::byte>> bytes);
+
+  NetworkModel model_;
+  Rng rng_;
+  TimeNs now_ = 0;
+  bool stopped_ = false;
+  std::uint64_t serial_ = 0;
+  std::uint64_t trace_ = 0;
+  std::vector<bool> crashed_;
+  std::vector<TimeNs> tx_free_;  // when each NIC's send side is idle again
+  std::vector<TimeNs> rx_free_;  // when each NIC's receive side is idle again
+  std::vector<std::vector<TimeNs>> fifo_;  // last arrival per (from, to) link, for FIFO order
+  std::priority_queue<Event, std::vector<Event>, Later> events_;
+  FabricStats stats_;
+};
+
+}  // namespace hmcast::sim

@@ -1,0 +1,29 @@
+#include "ud_mcast/fragmenter.hpp"
+
+namespace hmcast::ud_mcast {
+
+std::vector<std::vector<std::byte>> fragment(const wire::Header& header, MemberId sender, Seq seq, Seq stable,
+                                             std::span<const std::byte> message, std::uint32_t mtu) {
+  const std::uint32_t per = fragment_payload(mtu);
+  const std::uint32_t count = fragment_count(message.size(), mtu);
+  if (count > 0xffffU) throw std::invalid_argument("message needs more than 65535 datagrams: use the large path");
+  std::vector<std::vector<std::byte>> out;
+  out.reserve(count);
+  for (std::uint32_t i = 0; i < count; ++i) {
+    const std::size_t offset = std::size_t{i} * per;
+    const std::size_t len = std::min<std::size_t>(per, message.size() - offset);
+    wire::Data d;
+    d.sender = sender;
+    d.seq = seq;
+    d.stable = stable;
+    d.msg_len = static_cast<std::uint32_t>(message.size());
+    d.offset = static_cast<std::uint32_t>(offset);
+    d.frag_index = static_cast<std::uint16_t>(i);
+    d.frag_count = static_cast<std::uint16_t>(count);
+    d.payload = message.subspan(offset, len);
+    out.push_back(wire::encode(header, d));
+  }
+  return out;
+}
+
+}  // namespace hmcast::ud_mcast

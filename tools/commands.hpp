@@ -1,0 +1,11 @@
+// Subcommands of the `hmcast` tool; each registers its options and its action.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace hmcast::tools {
+
+void add_sim_commands(CLI::App& app);
+void add_demo_command(CLI::App& app);
+
+}  // namespace hmcast::tools

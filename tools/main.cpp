@@ -1,0 +1,20 @@
+// hmcast: demo, simulation and benchmark front end.
+#include <iostream>
+
+#include "commands.hpp"
+
+int main(int argc, char** argv) {
+  CLI::App app{"hmcast: reliable broadcast for RDMA clusters (demo, sim, bench)"};
+  app.require_subcommand(1);
+  hmcast::tools::add_demo_command(app);
+  hmcast::tools::add_sim_commands(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const std::exception& e) {
+    std::cerr << "hmcast: " << e.what() << "\n";
+    return 1;
+  }
+  return 0;
+}
