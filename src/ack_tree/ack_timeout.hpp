@@ -32,9 +32,6 @@ class AckTimeout {
   /// A measured delay from holding a message to the child's ACK covering it.
   void sample(TimeNs delay) {
     if (delay < 0) return;
-    // A subtree that was repairing below us answers late once; let such an outlier
-    // move the estimate only a little, or one stall would inflate every later wait.
-    if (measured_) delay = std::min(delay, 2 * srtt_ + hop_rtt_);
     if (!measured_) {
       srtt_ = delay;
       rttvar_ = delay / 2;

@@ -563,6 +563,13 @@ void Engine::maybe_pull(Stream& s, TimeNs now, Outbox& out) {
     s.pull_deadline = kNever;
     return;
   }
+  if (s.pull_deadline == kNever) {
+    // The datagram is probably just queued at our NIC: give it one timeout first.
+    s.pull_deadline = now + best->timeout.timeout(0);
+    s.pull_gen = ++timer_serial_;
+    timers_.arm(s.pull_deadline, s.pull_gen, TimerKey{TimerKind::pull, s.sender, 0});
+    return;
+  }
   // A child ACKed messages we never got (Mansoor & Meehan 3.3.4): fetch them from it.
   // Only the hole itself: what we already hold past it need not come again.
   const Seq from = s.delivered + 1;
@@ -626,10 +633,7 @@ void Engine::on_timer(TimeNs now, Outbox& out) {
           fire_child(s, k.child, now, out);
         break;
       case TimerKind::pull:
-        if (s.pull_gen == e.generation) {
-          s.pull_deadline = kNever;
-          maybe_pull(s, now, out);
-        }
+        if (s.pull_gen == e.generation) maybe_pull(s, now, out);
         break;
       case TimerKind::announce:
         s.announce_armed = false;

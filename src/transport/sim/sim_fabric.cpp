@@ -14,14 +14,21 @@ TimeNs Fabric::serialize_ns(std::size_t bytes) const {
   return static_cast<TimeNs>(std::ceil(static_cast<double>(bytes) * 8.0 / model_.link_gbps));
 }
 
+// A NIC arbitrates between its queue pairs packet by packet, so a small control
+// packet on one QP waits for at most the packet on the wire, not for a burst
+// queued on another QP. Control packets therefore slip past the data backlog
+// (their bandwidth is negligible); data packets queue in order.
 TimeNs Fabric::depart(std::uint32_t from, std::size_t bytes) {
+  stats_.bytes_on_wire += bytes;
+  if (bytes <= model_.control_bytes) return std::min(std::max(now_, tx_free_[from]), now_ + serialize_ns(model_.control_bytes * 16)) + serialize_ns(bytes);
   const TimeNs start = std::max(now_, tx_free_[from]);
   tx_free_[from] = start + serialize_ns(bytes);
-  stats_.bytes_on_wire += bytes;
   return tx_free_[from];
 }
 
 TimeNs Fabric::arrive(std::uint32_t to, TimeNs at_nic, std::size_t bytes) {
+  if (bytes <= model_.control_bytes)
+    return std::min(std::max(at_nic, rx_free_[to]), at_nic + serialize_ns(model_.control_bytes * 16)) + serialize_ns(bytes);
   const TimeNs start = std::max(at_nic, rx_free_[to]);
   rx_free_[to] = start + serialize_ns(bytes);
   return rx_free_[to];

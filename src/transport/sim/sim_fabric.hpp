@@ -28,6 +28,7 @@ struct NetworkModel {
   double reorder = 0.0;             // chance a datagram is held back (reordered)
   TimeNs reorder_delay_ns = 6'000;  // how far back at most
   TimeNs jitter_ns = 200;           // extra uniform delay on every packet
+  std::size_t control_bytes = 256;  // packets this small are scheduled past queued data (QP arbitration)
 };
 
 /// What the fabric calls when something arrives or a node's timer is due.

@@ -1,0 +1,341 @@
+// Micro-benchmarks of the protocol's hot paths beyond the wire format:
+//   - ACK aggregation: Engine::on_p2p with cumulative ACKs from tree children (64 members),
+//     at the root (ACKs complete messages) and at an interior node (ACKs go up the tree);
+//   - fragmenting and reassembling a 64 KiB message at MTU 4096;
+//   - RC pipeline schedule queries (binomial pipeline, n = 512, B = 256);
+//   - ACK-tree children() for n = 1024;
+//   - a progress loop: one broadcast through 4 engines wired in-process until the
+//     sender sees Completed (per-message cost of the whole protocol, no I/O).
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <optional>
+#include <span>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "ack_tree/tree.hpp"
+#include "core/actions.hpp"
+#include "core/timer_queue.hpp"
+#include "core/wire.hpp"
+#include "hmcast/config.hpp"
+#include "hmcast/types.hpp"
+#include "rc_pipeline/schedule.hpp"
+#include "ud_mcast/engine.hpp"
+#include "ud_mcast/fragmenter.hpp"
+#include "ud_mcast/reassembly.hpp"
+
+namespace {
+
+using hmcast::GroupId;
+using hmcast::MemberId;
+using hmcast::MessageBuffer;
+using hmcast::Outbox;
+using hmcast::ProtocolConfig;
+using hmcast::Seq;
+using hmcast::TimeNs;
+using hmcast::View;
+using hmcast::ud_mcast::Engine;
+namespace action = hmcast::action;
+namespace wire = hmcast::wire;
+using Bytes = std::vector<std::byte>;
+
+constexpr GroupId kGroup = 0xbe7cULL;
+
+View numbered_view(std::uint32_t n) {
+  View v{1, {}};
+  for (MemberId m = 1; m <= n; ++m) v.members.push_back(m);
+  return v;
+}
+
+MessageBuffer filled(std::size_t n) {
+  auto m = std::make_shared<std::vector<std::byte>>(n);
+  for (std::size_t i = 0; i < n; ++i) (*m)[i] = static_cast<std::byte>(i & 0xffU);
+  return m;
+}
+
+// ---------------------------------------------------------------------------
+// ACK aggregation
+
+// Arg 0: this engine is the sender, the root of the tree (member 1 of 64; 6 children).
+// Arg 1: this engine is member 33, an interior node of sender 1's tree (5 children).
+// Each batch: the engine holds K messages of sender 1; every child ACKs 1, 2, ..., K in
+// turn (cumulative: stable = have = k). Time is per ACK frame handled.
+void BM_AckAggregation(benchmark::State& state) {
+  constexpr std::uint32_t kN = 64;
+  constexpr std::uint32_t kK = 256;
+  const bool at_root = state.range(0) == 0;
+  ProtocolConfig cfg;
+  cfg.window_messages = kK;
+  cfg.initial_window_messages = kK;
+  const View view = numbered_view(kN);
+  const MemberId sender = 1;
+  const MemberId self = at_root ? 1 : 33;
+
+  const hmcast::ack_tree::Tree tree(kN, *view.rank_of(sender), cfg.radix);
+  std::vector<MemberId> children;
+  for (auto r : tree.children(*view.rank_of(self))) children.push_back(view.members[r]);
+
+  // The ACK frames, in the order they are fed, built once.
+  std::vector<std::pair<MemberId, Bytes>> acks;
+  for (Seq k = 1; k <= kK; ++k)
+    for (MemberId c : children)
+      acks.emplace_back(c, wire::encode(wire::Header{wire::Type::ack, kGroup, view.id, c},
+                                        wire::Ack{{wire::AckEntry{sender, k, k, 0}}}));
+  // The sender's datagrams, for the interior node to hold the messages first.
+  const auto msg = filled(64);
+  std::vector<Bytes> datagrams;
+  for (Seq k = 1; k <= kK; ++k) {
+    wire::Data d;
+    d.sender = sender;
+    d.seq = k;
+    d.msg_len = static_cast<std::uint32_t>(msg->size());
+    d.payload = *msg;
+    datagrams.push_back(wire::encode(wire::Header{wire::Type::data, kGroup, view.id, sender}, d));
+  }
+
+  std::optional<Engine> e;
+  Outbox out;
+  auto setup = [&] {
+    e.emplace(kGroup, self, view, cfg, 0);
+    out.clear();
+    for (Seq k = 1; k <= kK; ++k) {
+      if (at_root) (void)e->broadcast(msg, 0, out);
+      else e->on_datagram(datagrams[k - 1], 0, out);
+      out.clear();
+    }
+  };
+
+  setup();
+  std::uint64_t frames = 0;
+  for (auto _ : state) {
+    state.PauseTiming();
+    setup();
+    state.ResumeTiming();
+    TimeNs now = 1'000;
+    for (const auto& [from, bytes] : acks) {
+      now += 50;
+      e->on_p2p(from, bytes, now, out);
+      out.clear();
+    }
+    frames += acks.size();
+  }
+  // Sanity: the ACKs did what they should (complete everything / travel up).
+  if (at_root ? e->stats().completed != kK : e->stats().acks_sent == 0)
+    state.SkipWithError("ACKs had no effect: the benchmark is not measuring aggregation");
+  state.SetItemsProcessed(static_cast<std::int64_t>(frames));
+  state.counters["children"] = static_cast<double>(children.size());
+}
+BENCHMARK(BM_AckAggregation)->ArgName("interior")->Arg(0)->Arg(1);
+
+// ---------------------------------------------------------------------------
+// Fragmentation and reassembly of a 64 KiB message at MTU 4096
+
+constexpr std::size_t k64K = 64 * 1024;
+constexpr std::uint32_t kMtu4K = 4096;
+
+void BM_Fragment64K(benchmark::State& state) {
+  const auto msg = filled(k64K);
+  const wire::Header h{wire::Type::data, kGroup, 1, 2};
+  for (auto _ : state) benchmark::DoNotOptimize(hmcast::ud_mcast::fragment(h, 2, 7, 6, *msg, kMtu4K));
+  state.SetBytesProcessed(state.iterations() * static_cast<std::int64_t>(k64K));
+}
+BENCHMARK(BM_Fragment64K);
+
+// Decode every fragment and reassemble (reverse order, as after a reordering network).
+void BM_Reassemble64K(benchmark::State& state) {
+  const auto msg = filled(k64K);
+  const wire::Header h{wire::Type::data, kGroup, 1, 2};
+  auto frags = hmcast::ud_mcast::fragment(h, 2, 7, 6, *msg, kMtu4K);
+  std::reverse(frags.begin(), frags.end());
+  std::size_t bad = 0;
+  for (auto _ : state) {
+    std::optional<hmcast::ud_mcast::Reassembly> r;
+    MessageBuffer done;
+    for (const auto& f : frags) {
+      const auto res = wire::decode(f);
+      const auto& d = std::get<wire::Data>(res.packet.body);
+      if (!r) r.emplace(d);
+      if (r->add(d) == hmcast::ud_mcast::Reassembly::Result::complete) done = r->take();
+    }
+    if (!done || done->size() != k64K) ++bad;
+    benchmark::DoNotOptimize(done);
+  }
+  if (bad != 0) state.SkipWithError("reassembly did not complete");
+  state.SetBytesProcessed(state.iterations() * static_cast<std::int64_t>(k64K));
+  state.counters["fragments"] = static_cast<double>(frags.size());
+}
+BENCHMARK(BM_Reassemble64K);
+
+void BM_FragmentReassemble64K(benchmark::State& state) {
+  const auto msg = filled(k64K);
+  const wire::Header h{wire::Type::data, kGroup, 1, 2};
+  for (auto _ : state) {
+    const auto frags = hmcast::ud_mcast::fragment(h, 2, 7, 6, *msg, kMtu4K);
+    std::optional<hmcast::ud_mcast::Reassembly> r;
+    MessageBuffer done;
+    for (const auto& f : frags) {
+      const auto res = wire::decode(f);
+      const auto& d = std::get<wire::Data>(res.packet.body);
+      if (!r) r.emplace(d);
+      if (r->add(d) == hmcast::ud_mcast::Reassembly::Result::complete) done = r->take();
+    }
+    benchmark::DoNotOptimize(done);
+  }
+  state.SetBytesProcessed(state.iterations() * static_cast<std::int64_t>(k64K));
+}
+BENCHMARK(BM_FragmentReassemble64K);
+
+// ---------------------------------------------------------------------------
+// Schedule step queries: binomial pipeline, n = 512, B = 256
+
+// (rank, step) pairs in a scrambled order, so the queries are not a predictable sweep.
+std::vector<std::pair<std::uint32_t, std::uint32_t>> query_points(std::uint32_t n, std::uint32_t steps) {
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> pts;
+  std::uint64_t x = 0x9e3779b97f4a7c15ULL;
+  for (int i = 0; i < 4096; ++i) {
+    x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+    pts.emplace_back(static_cast<std::uint32_t>((x >> 33) % n), static_cast<std::uint32_t>((x >> 17) % steps));
+  }
+  return pts;
+}
+
+template <bool kSends>
+void BM_BinomialPipelineQuery(benchmark::State& state) {
+  const auto s = hmcast::rc_pipeline::make_schedule(hmcast::rc_pipeline::Algorithm::binomial_pipeline, 512, 0, 256);
+  const auto pts = query_points(s->members(), s->steps());
+  std::size_t i = 0;
+  for (auto _ : state) {
+    const auto& [rank, step] = pts[i++ & 4095U];
+    if constexpr (kSends) benchmark::DoNotOptimize(s->sends(rank, step));
+    else benchmark::DoNotOptimize(s->receives(rank, step));
+  }
+  state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations()));
+}
+BENCHMARK(BM_BinomialPipelineQuery<true>)->Name("BM_BinomialPipelineSends/n:512/B:256");
+BENCHMARK(BM_BinomialPipelineQuery<false>)->Name("BM_BinomialPipelineReceives/n:512/B:256");
+
+// ---------------------------------------------------------------------------
+// ACK tree: children() for n = 1024
+
+void BM_TreeChildren(benchmark::State& state) {
+  const auto radix = static_cast<std::uint32_t>(state.range(0));
+  const hmcast::ack_tree::Tree tree(1024, 0, radix);
+  std::uint32_t rank = 0;
+  std::size_t total = 0;
+  for (auto _ : state) {
+    const auto c = tree.children(rank);
+    total += c.size();
+    benchmark::DoNotOptimize(c);
+    rank = (rank + 389) & 1023U;  // 389 is odd: visits every rank
+  }
+  benchmark::DoNotOptimize(total);
+  state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations()));
+}
+BENCHMARK(BM_TreeChildren)->ArgName("radix")->Arg(2)->Arg(4);
+
+// ---------------------------------------------------------------------------
+// Progress loop: 4 engines in one process, one broadcast at a time
+
+class Group {
+ public:
+  Group(std::uint32_t n, const ProtocolConfig& cfg) : view_(numbered_view(n)) {
+    for (MemberId m : view_.members) engines_.push_back(std::make_unique<Engine>(kGroup, m, view_, cfg, 0));
+  }
+
+  // Broadcast from member 1 and move packets (and fire timers when nothing is in
+  // flight) until member 1 sees the message completed. False if that never happens.
+  bool one_message(const MessageBuffer& msg) {
+    Outbox out;
+    const auto r = engines_[0]->broadcast(msg, now_, out);
+    if (r.error != hmcast::ud_mcast::BroadcastError::none) return false;
+    target_ = r.seq;
+    done_ = false;
+    take(0, out);
+    for (int rounds = 0; !done_; ++rounds) {
+      if (rounds > 100'000) return false;
+      if (queue_.empty()) {
+        TimeNs next = hmcast::kNever;
+        for (const auto& e : engines_) next = std::min(next, e->next_wakeup());
+        if (next == hmcast::kNever) return false;  // nothing left that could complete it
+        now_ = std::max(now_, next);
+        for (std::size_t i = 0; i < engines_.size(); ++i) {
+          if (engines_[i]->next_wakeup() > now_) continue;
+          out.clear();
+          engines_[i]->on_timer(now_, out);
+          take(i, out);
+        }
+        continue;
+      }
+      Packet p = std::move(queue_.front());
+      queue_.pop_front();
+      now_ += 200;  // one hop
+      out.clear();
+      if (p.datagram) engines_[p.to]->on_datagram(p.bytes, now_, out);
+      else engines_[p.to]->on_p2p(view_.members[p.from], p.bytes, now_, out);
+      take(p.to, out);
+    }
+    return true;
+  }
+  [[nodiscard]] std::uint64_t packets() const { return packets_; }
+  [[nodiscard]] std::uint64_t deliveries() const { return deliveries_; }
+
+ private:
+  struct Packet {
+    bool datagram = false;
+    std::size_t from = 0;
+    std::size_t to = 0;
+    Bytes bytes;
+  };
+
+  void take(std::size_t from, Outbox& out) {
+    for (auto& a : out) {
+      if (auto* d = std::get_if<action::SendDatagram>(&a)) {
+        for (std::size_t i = 0; i < engines_.size(); ++i)
+          if (i != from) queue_.push_back(Packet{true, from, i, d->bytes});
+        ++packets_;
+      } else if (auto* p = std::get_if<action::SendP2P>(&a)) {
+        queue_.push_back(Packet{false, from, *view_.rank_of(p->to), std::move(p->bytes)});
+        ++packets_;
+      } else if (std::holds_alternative<action::Deliver>(a)) {
+        ++deliveries_;
+      } else if (const auto* c = std::get_if<action::Completed>(&a)) {
+        if (from == 0 && c->seq == target_) done_ = true;
+      }
+    }
+  }
+
+  View view_;
+  std::vector<std::unique_ptr<Engine>> engines_;
+  std::deque<Packet> queue_;
+  TimeNs now_ = 0;
+  Seq target_ = 0;
+  bool done_ = false;
+  std::uint64_t packets_ = 0;
+  std::uint64_t deliveries_ = 0;
+};
+
+void BM_ProgressLoop(benchmark::State& state) {
+  constexpr std::uint32_t kN = 4;
+  const auto msg = filled(static_cast<std::size_t>(state.range(0)));
+  Group g(kN, ProtocolConfig{});
+  for (auto _ : state) {
+    if (!g.one_message(msg)) {
+      state.SkipWithError("a broadcast did not complete");
+      break;
+    }
+  }
+  const auto n = static_cast<double>(state.iterations());
+  state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations()));
+  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations()) * state.range(0));
+  state.counters["pkts/msg"] = static_cast<double>(g.packets()) / n;
+  state.counters["deliv/msg"] = static_cast<double>(g.deliveries()) / n;
+}
+BENCHMARK(BM_ProgressLoop)->ArgName("bytes")->Arg(64)->Arg(1024)->Arg(8192);
+
+}  // namespace

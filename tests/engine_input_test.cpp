@@ -1,0 +1,424 @@
+// The small-message engine (src/ud_mcast/engine.*) driven directly, without the
+// simulator: what it does with valid, duplicate, reordered, fragmented and bad input,
+// and how broadcast() refuses. Every action is inspected in the Outbox.
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <random>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+#include "ack_tree/tree.hpp"
+#include "core/actions.hpp"
+#include "core/wire.hpp"
+#include "hmcast/config.hpp"
+#include "hmcast/types.hpp"
+#include "ud_mcast/engine.hpp"
+
+using hmcast::GroupId;
+using hmcast::MemberId;
+using hmcast::MessageBuffer;
+using hmcast::Outbox;
+using hmcast::ProtocolConfig;
+using hmcast::Seq;
+using hmcast::TimeNs;
+using hmcast::View;
+using hmcast::ViewId;
+using hmcast::ud_mcast::BroadcastError;
+using hmcast::ud_mcast::Engine;
+using hmcast::ud_mcast::EngineStats;
+namespace action = hmcast::action;
+namespace wire = hmcast::wire;
+using Bytes = std::vector<std::byte>;
+
+namespace {
+
+constexpr GroupId kGroup = 0x6863617374ULL;
+constexpr ViewId kView = 5;
+
+View view3() { return View{kView, {1, 2, 3}}; }
+
+MessageBuffer message(std::size_t n, std::uint32_t salt) {
+  auto m = std::make_shared<std::vector<std::byte>>(n);
+  for (std::size_t i = 0; i < n; ++i) (*m)[i] = static_cast<std::byte>((i * 29U + salt * 101U + 1U) & 0xffU);
+  return m;
+}
+
+// "" if equal, else where they differ (short failure messages instead of dumps of bytes).
+std::string diff(const std::vector<std::byte>& got, const std::vector<std::byte>& want) {
+  if (got == want) return {};
+  std::size_t i = 0;
+  while (i < got.size() && i < want.size() && got[i] == want[i]) ++i;
+  return "got " + std::to_string(got.size()) + " bytes, want " + std::to_string(want.size()) +
+         "; first difference at byte " + std::to_string(i);
+}
+
+wire::Header header(wire::Type t, MemberId src, GroupId group = kGroup, ViewId view = kView) {
+  return wire::Header{t, group, view, src};
+}
+
+// A single-fragment Data datagram of `sender`'s message `seq`, sent by `src`.
+Bytes data_datagram(MemberId src, Seq seq, const MessageBuffer& msg, GroupId group = kGroup, ViewId view = kView,
+                    std::optional<MemberId> sender = std::nullopt) {
+  wire::Data d;
+  d.sender = sender.value_or(src);
+  d.seq = seq;
+  d.stable = 0;
+  d.msg_len = static_cast<std::uint32_t>(msg->size());
+  d.payload = *msg;
+  return wire::encode(header(wire::Type::data, src, group, view), d);
+}
+
+Bytes repair_frame(MemberId src, MemberId sender, Seq seq, const MessageBuffer& msg) {
+  return wire::encode(header(wire::Type::repair, src), wire::Repair{sender, seq, *msg});
+}
+
+template <class A>
+std::vector<A> actions(const Outbox& out) {
+  std::vector<A> v;
+  for (const auto& a : out)
+    if (const auto* x = std::get_if<A>(&a)) v.push_back(*x);
+  return v;
+}
+
+std::vector<action::Deliver> delivers(const Outbox& out) { return actions<action::Deliver>(out); }
+
+// The members that ACK to `self` in `sender`'s tree.
+std::vector<MemberId> children_of(const View& v, MemberId sender, MemberId self, std::uint32_t radix) {
+  const hmcast::ack_tree::Tree tree(v.size(), *v.rank_of(sender), radix);
+  std::vector<MemberId> ids;
+  for (auto r : tree.children(*v.rank_of(self))) ids.push_back(v.members[r]);
+  return ids;
+}
+
+}  // namespace
+
+TEST_CASE("engine: a valid Data datagram is delivered exactly once", "[engine]") {
+  Engine e(kGroup, 1, view3(), ProtocolConfig{}, 0);
+  const auto msg = message(100, 1);
+  const Bytes dgram = data_datagram(2, 1, msg);
+  Outbox out;
+  e.on_datagram(dgram, 10, out);
+
+  const auto got = delivers(out);
+  REQUIRE(got.size() == 1);
+  CHECK(got[0].sender == 2);
+  CHECK(got[0].seq == 1);
+  CHECK(diff(*got[0].message, *msg) == "");
+  CHECK(e.stats().delivered == 1);
+  CHECK(e.stats().bad_packets() == 0);
+  // Member 1 is a leaf of sender 2's tree over {1,2,3}: it ACKs [1,1] to 2 at once.
+  const auto acks = actions<action::SendP2P>(out);
+  REQUIRE(acks.size() == 1);
+  CHECK(acks[0].to == 2);
+  const auto ack = wire::decode(acks[0].bytes);
+  REQUIRE(ack.ok());
+  CHECK(ack.packet.header == header(wire::Type::ack, 1));
+  const auto& entries = std::get<wire::Ack>(ack.packet.body).entries;
+  REQUIRE(entries.size() == 1);
+  CHECK(entries[0] == wire::AckEntry{2, 1, 1, 0});
+
+  // The same datagram again, and the same message as a repair: dropped and counted.
+  out.clear();
+  e.on_datagram(dgram, 20, out);
+  CHECK(delivers(out).empty());
+  CHECK(e.stats().duplicates_dropped == 1);
+  e.on_p2p(3, repair_frame(3, 2, 1, msg), 30, out);
+  CHECK(delivers(out).empty());
+  CHECK(e.stats().duplicates_dropped == 2);
+  CHECK(e.stats().delivered == 1);
+  CHECK(e.stats().bad_packets() == 0);
+}
+
+TEST_CASE("engine: bad datagrams are counted and produce no action", "[engine]") {
+  Engine e(kGroup, 1, view3(), ProtocolConfig{}, 0);
+  const auto msg = message(64, 2);
+  const Bytes valid = data_datagram(2, 1, msg);
+  TimeNs now = 0;
+
+  struct Case {
+    std::string name;
+    Bytes bytes;
+    std::uint64_t EngineStats::*counter;
+  };
+  std::vector<Case> cases = {
+      {"another group", data_datagram(2, 1, msg, kGroup + 1), &EngineStats::wrong_group_dropped},
+      {"stale view id", data_datagram(2, 1, msg, kGroup, kView - 1), &EngineStats::stale_view_dropped},
+      {"view id 0", data_datagram(2, 1, msg, kGroup, 0), &EngineStats::stale_view_dropped},
+      {"future view id", data_datagram(2, 1, msg, kGroup, kView + 1), &EngineStats::future_view_dropped},
+      {"non-member src 9", data_datagram(9, 1, msg), &EngineStats::non_member_dropped},
+      {"Data whose sender is not header.src", data_datagram(2, 1, msg, kGroup, kView, 3),
+       &EngineStats::invalid_dropped},
+      {"Data of a non-member sender relayed by a member", data_datagram(2, 1, msg, kGroup, kView, 9),
+       &EngineStats::invalid_dropped},
+      {"control traffic (Ack) by datagram",
+       wire::encode(header(wire::Type::ack, 2), wire::Ack{{wire::AckEntry{2, 1, 1, 0}}}),
+       &EngineStats::invalid_dropped},
+      {"garbage", Bytes(100, std::byte{0x5a}), &EngineStats::decode_errors},
+      {"empty", Bytes{}, &EngineStats::decode_errors},
+  };
+  // Every truncation of the valid datagram (a single fragment: msg_len pins the payload).
+  for (std::size_t len = 0; len < valid.size(); ++len)
+    cases.push_back({"truncated to " + std::to_string(len), Bytes(valid.begin(), valid.begin() + static_cast<std::ptrdiff_t>(len)),
+                     &EngineStats::decode_errors});
+  // Random garbage from a fixed seed, some of it behind a valid magic and version.
+  std::mt19937_64 rng(42);
+  for (int i = 0; i < 500; ++i) {
+    Bytes b(rng() % 120);
+    for (auto& x : b) x = static_cast<std::byte>(rng() & 0xffU);
+    if (i % 2 == 0 && b.size() >= 4) {
+      b[0] = std::byte{'H'};
+      b[1] = std::byte{'M'};
+      b[2] = std::byte{wire::kVersion};
+    }
+    if (wire::decode(b).ok()) continue;  // astronomically unlikely; keep the expectation exact
+    cases.push_back({"random garbage " + std::to_string(i), std::move(b), &EngineStats::decode_errors});
+  }
+
+  for (const auto& c : cases) {
+    INFO(c.name);
+    const EngineStats before = e.stats();
+    Outbox out;
+    e.on_datagram(c.bytes, now += 100, out);
+    CHECK(out.empty());  // in particular no Deliver, and no ACK or repair either
+    CHECK(e.stats().*c.counter == before.*c.counter + 1);
+    CHECK(e.stats().bad_packets() == before.bad_packets() + 1);
+    CHECK(e.held_messages() == 0);
+    CHECK(e.stats().delivered == 0);
+  }
+  // Our own multicast looping back is ignored silently (not an error, not a delivery).
+  {
+    Engine self2(kGroup, 2, view3(), ProtocolConfig{}, 0);
+    Outbox out;
+    self2.on_datagram(valid, 1, out);
+    CHECK(out.empty());
+    CHECK(self2.stats().bad_packets() == 0);
+  }
+  // None of it disturbed the engine: the valid datagram still goes through, once.
+  Outbox out;
+  e.on_datagram(valid, now += 100, out);
+  REQUIRE(delivers(out).size() == 1);
+  CHECK(diff(*delivers(out)[0].message, *msg) == "");
+}
+
+TEST_CASE("engine: a p2p frame must come from the member its header names", "[engine]") {
+  Engine e(kGroup, 1, view3(), ProtocolConfig{}, 0);
+  const auto msg = message(40, 3);
+  Outbox out;
+  // header.src 3, but the transport says it came from 2 (and the other way round).
+  e.on_p2p(2, repair_frame(3, 2, 1, msg), 10, out);
+  e.on_p2p(3, repair_frame(2, 2, 1, msg), 20, out);
+  CHECK(out.empty());
+  CHECK(e.stats().invalid_dropped == 2);
+  // Data never travels point-to-point, even from the right member.
+  e.on_p2p(2, data_datagram(2, 1, msg), 30, out);
+  CHECK(out.empty());
+  CHECK(e.stats().invalid_dropped == 3);
+  // A non-member that names itself honestly is still not a member.
+  e.on_p2p(9, repair_frame(9, 2, 1, msg), 40, out);
+  CHECK(out.empty());
+  CHECK(e.stats().non_member_dropped == 1);
+  // Garbage and truncations by p2p are decode errors.
+  const Bytes good = repair_frame(3, 2, 1, msg);
+  for (std::size_t len = 0; len < good.size(); ++len)
+    e.on_p2p(3, std::span<const std::byte>(good).first(len), 50, out);
+  CHECK(out.empty());
+  CHECK(e.stats().decode_errors == good.size());
+  CHECK(e.held_messages() == 0);
+  // The same frame from the member it names is accepted.
+  e.on_p2p(3, good, 60, out);
+  REQUIRE(delivers(out).size() == 1);
+  CHECK(delivers(out)[0].sender == 2);
+  CHECK(diff(*delivers(out)[0].message, *msg) == "");
+}
+
+TEST_CASE("engine: out-of-order messages are delivered in sequence order", "[engine]") {
+  Engine e(kGroup, 1, view3(), ProtocolConfig{}, 0);
+  const auto m1 = message(10, 11);
+  const auto m2 = message(20, 12);
+  Outbox out;
+  e.on_datagram(data_datagram(2, 2, m2), 10, out);
+  CHECK(delivers(out).empty());
+  CHECK(e.held_messages() == 1);
+  out.clear();
+  e.on_datagram(data_datagram(2, 1, m1), 20, out);
+  const auto got = delivers(out);
+  REQUIRE(got.size() == 2);
+  CHECK(got[0].seq == 1);
+  CHECK(diff(*got[0].message, *m1) == "");
+  CHECK(got[1].seq == 2);
+  CHECK(diff(*got[1].message, *m2) == "");
+  CHECK(e.stats().delivered == 2);
+  CHECK(e.stats().duplicates_dropped == 0);
+}
+
+TEST_CASE("engine: a multi-fragment message fed in reverse order is delivered intact once", "[engine]") {
+  ProtocolConfig cfg;
+  cfg.mtu = 300;
+  Engine sender(kGroup, 2, view3(), cfg, 0);
+  Engine receiver(kGroup, 1, view3(), cfg, 0);
+  const auto msg = message(2000, 4);
+  Outbox out;
+  const auto res = sender.broadcast(msg, 0, out);
+  REQUIRE(res.error == BroadcastError::none);
+  CHECK(res.seq == 1);
+  auto frags = actions<action::SendDatagram>(out);
+  REQUIRE(frags.size() == 9);  // 300 - 56 = 244 payload bytes per datagram
+  for (const auto& f : frags) CHECK(f.bytes.size() <= cfg.mtu);
+
+  std::reverse(frags.begin(), frags.end());
+  TimeNs now = 100;
+  for (std::size_t i = 0; i < frags.size(); ++i) {
+    INFO("fragment " << i << " of the reversed order");
+    Outbox rx;
+    receiver.on_datagram(frags[i].bytes, now += 10, rx);
+    const auto got = delivers(rx);
+    if (i + 1 < frags.size()) {
+      CHECK(got.empty());
+      CHECK(receiver.held_messages() == 1);  // one partial message
+    } else {
+      REQUIRE(got.size() == 1);
+      CHECK(got[0].sender == 2);
+      CHECK(got[0].seq == 1);
+      CHECK(diff(*got[0].message, *msg) == "");
+    }
+  }
+  // All of them again: every fragment is a duplicate now.
+  for (const auto& f : frags) {
+    Outbox rx;
+    receiver.on_datagram(f.bytes, now += 10, rx);
+    CHECK(delivers(rx).empty());
+  }
+  CHECK(receiver.stats().delivered == 1);
+  CHECK(receiver.stats().duplicates_dropped == frags.size());
+  CHECK(receiver.stats().bad_packets() == 0);
+}
+
+TEST_CASE("engine: broadcast refuses a full window and an oversized message", "[engine]") {
+  ProtocolConfig cfg;
+  cfg.initial_window_messages = 4;
+  cfg.max_small_message = 1000;
+  Engine e(kGroup, 1, view3(), cfg, 0);
+  Outbox out;
+
+  auto too_big = e.broadcast(message(1001, 0), 0, out);
+  CHECK(too_big.error == BroadcastError::too_large);
+  CHECK(too_big.seq == 0);
+  CHECK(out.empty());
+  CHECK(e.in_flight() == 0);
+
+  for (Seq s = 1; s <= 4; ++s) {
+    const auto r = e.broadcast(message(s == 1 ? 1000 : 10, static_cast<std::uint32_t>(s)), 0, out);
+    CHECK(r.error == BroadcastError::none);
+    CHECK(r.seq == s);
+  }
+  CHECK(e.in_flight() == 4);
+  const auto before = out.size();
+  const auto full = e.broadcast(message(10, 5), 0, out);
+  CHECK(full.error == BroadcastError::window_full);
+  CHECK(full.seq == 0);
+  CHECK(out.size() == before);  // no side effects
+  CHECK(e.in_flight() == 4);
+  CHECK(e.broadcast(message(1001, 0), 0, out).error == BroadcastError::too_large);
+
+  // Both children ACK everything: 1..4 complete in order and the window opens again.
+  const auto kids = children_of(e.view(), 1, 1, cfg.radix);
+  REQUIRE(kids.size() == 2);
+  out.clear();
+  TimeNs now = 1000;
+  for (MemberId c : kids) {
+    CHECK(actions<action::Completed>(out).empty());  // not before the last child
+    e.on_p2p(c, wire::encode(header(wire::Type::ack, c), wire::Ack{{wire::AckEntry{1, 4, 4, 0}}}), now += 100,
+             out);
+  }
+  const auto done = actions<action::Completed>(out);
+  REQUIRE(done.size() == 4);
+  for (std::size_t i = 0; i < done.size(); ++i) CHECK(done[i].seq == i + 1);
+  CHECK(e.in_flight() == 0);
+  const auto again = e.broadcast(message(10, 6), now, out);
+  CHECK(again.error == BroadcastError::none);
+  CHECK(again.seq == 5);
+}
+
+TEST_CASE("engine: a member alone in its view completes its broadcasts at once", "[engine]") {
+  Engine e(kGroup, 1, View{1, {1}}, ProtocolConfig{}, 0);
+  // Far more than the initial window: each completes before the next is sent.
+  for (Seq s = 1; s <= 100; ++s) {
+    Outbox out;
+    const auto msg = message(50, static_cast<std::uint32_t>(s));
+    const auto r = e.broadcast(msg, static_cast<TimeNs>(s), out);
+    REQUIRE(r.error == BroadcastError::none);
+    CHECK(r.seq == s);
+    const auto done = actions<action::Completed>(out);
+    REQUIRE(done.size() == 1);
+    CHECK(done[0].seq == s);
+    const auto got = delivers(out);
+    REQUIRE(got.size() == 1);
+    CHECK(got[0].sender == 1);
+    CHECK(got[0].seq == s);
+    CHECK(diff(*got[0].message, *msg) == "");
+    CHECK(e.in_flight() == 0);
+  }
+  CHECK(e.stats().completed == 100);
+}
+
+// ---------------------------------------------------------------------------
+// Known bugs, hidden (run with: hmcast_tests "[known_bug]"). Each asserts the correct
+// behaviour and fails today; see the report that came with these tests.
+
+TEST_CASE("engine: a Repair naming our own stream is not our message", "[.][known_bug]") {
+  // Member 2 (or anything that can send p2p as 2) sends member 1 a "repair" of member 1's
+  // own message 1 before member 1 has broadcast anything.
+  Engine e(kGroup, 1, view3(), ProtocolConfig{}, 0);
+  const auto forged = message(8, 99);
+  Outbox out;
+  e.on_p2p(2, repair_frame(2, 1, 1, forged), 10, out);
+  CHECK(delivers(out).empty());  // FAILS: delivered as member 1's message 1
+
+  // Member 1 now broadcasts its real message 1...
+  out.clear();
+  const auto real = message(8, 1);
+  REQUIRE(e.broadcast(real, 20, out).error == BroadcastError::none);
+  const auto got = delivers(out);
+  CHECK(got.size() == 1);  // FAILS: the real message is never delivered locally
+  for (const auto& d : got) CHECK(diff(*d.message, *real) == "");
+
+  // ...and when the children stay silent it re-sends message 1: the forged bytes go out.
+  out.clear();
+  e.on_timer(1'000'000'000, out);
+  for (const auto& d : actions<action::SendDatagram>(out)) {
+    const auto res = wire::decode(d.bytes);
+    REQUIRE(res.ok());
+    if (const auto* data = std::get_if<wire::Data>(&res.packet.body)) {
+      CHECK(diff(Bytes(data->payload.begin(), data->payload.end()), *real) == "");  // FAILS: forged payload
+    }
+  }
+}
+
+TEST_CASE("engine: a cut or padded fragment is not reassembled into a corrupt message", "[.][known_bug]") {
+  ProtocolConfig cfg;
+  cfg.mtu = 300;
+  Engine sender(kGroup, 2, view3(), cfg, 0);
+  Engine receiver(kGroup, 1, view3(), cfg, 0);
+  const auto msg = message(2000, 4);
+  Outbox out;
+  REQUIRE(sender.broadcast(msg, 0, out).error == BroadcastError::none);
+  auto frags = actions<action::SendDatagram>(out);
+  REQUIRE(frags.size() == 9);
+
+  SECTION("fragment 0 loses its last 10 bytes") {
+    REQUIRE(frags[0].bytes.size() > 10);
+    frags[0].bytes.erase(frags[0].bytes.end() - 10, frags[0].bytes.end());
+  }
+  SECTION("fragment 0 gains one byte, arriving after fragment 1") {
+    frags[0].bytes.push_back(std::byte{0xee});
+    std::swap(frags[0], frags[1]);
+  }
+  Outbox rx;
+  for (const auto& f : frags) receiver.on_datagram(f.bytes, 100, rx);
+  for (const auto& d : delivers(rx)) CHECK(diff(*d.message, *msg) == "");  // FAILS: a corrupt message is delivered
+}
