@@ -5,11 +5,8 @@
 //     datagrams fit the MTU, and no frame is addressed to itself;
 //   - each sender's messages are delivered in order, each exactly once;
 //   - its own completions come in order.
-// Known bug: a p2p Repair naming this engine's own stream is accepted as its own message
-// (see tests/engine_input_test.cpp "[known_bug]"); it then completes messages it never
-// sent, wedges its window and emits a Stable datagram with stable > highest. So that the
-// fuzzer keeps looking for other bugs, such frames are not fed unless HMCAST_FUZZ_STRICT=1,
-// which also checks that it never delivers or completes an own message it did not send.
+//   - it never delivers or completes an own message it did not send (a forged Repair of
+//     our own stream once made it do so: "[engine][regression]" in tests/engine_input_test.cpp).
 //
 // Input: byte 0 picks which member this engine is. Then events, each a control byte
 // c (op = c & 7, who = (c >> 3) & 7 picks members 1..4 or non-members 0, 5, 9, ~0):
@@ -78,7 +75,6 @@ class Input {
 struct Checker {
   MemberId self = 0;
   ProtocolConfig cfg;
-  bool strict = false;
   Seq broadcasts = 0;
   Seq completed = 0;
   std::map<MemberId, Seq> delivered;
@@ -99,11 +95,11 @@ struct Checker {
         Seq& last = delivered[dl->sender];
         if (dl->seq != last + 1) fail("delivery out of order or duplicated");
         last = dl->seq;
-        if (strict && dl->sender == self && dl->seq > broadcasts) fail("delivered an own message never sent");
+        if (dl->sender == self && dl->seq > broadcasts) fail("delivered an own message never sent");
       } else if (const auto* c = std::get_if<action::Completed>(&a)) {
         if (c->seq != completed + 1) fail("completions out of order");
         completed = c->seq;
-        if (strict && completed > broadcasts) fail("completed an own message never sent");
+        if (completed > broadcasts) fail("completed an own message never sent");
       } else if (const auto* v = std::get_if<action::ViewInstalled>(&a)) {
         if (v->view.id <= view) fail("view id did not increase");
         if (!v->view.contains(self)) fail("installed a view without ourselves");
@@ -140,20 +136,9 @@ std::vector<std::byte> framed(std::uint8_t type, GroupId group, ViewId view, Mem
   return b;
 }
 
-// A frame that would only re-find the known own-stream Repair bug.
-bool known_bug_frame(std::span<const std::byte> bytes, MemberId self) {
-  const auto res = w::decode(bytes);
-  const auto* r = res.ok() ? std::get_if<w::Repair>(&res.packet.body) : nullptr;
-  return r != nullptr && r->sender == self;
-}
-
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
-  static const bool strict = [] {
-    const char* s = std::getenv("HMCAST_FUZZ_STRICT");
-    return s != nullptr && s[0] == '1';
-  }();
   Input in(std::span<const std::uint8_t>(data, size));
 
   ProtocolConfig cfg;
@@ -169,8 +154,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   Checker check;
   check.self = self;
   check.cfg = cfg;
-  check.strict = strict;
-  check.view = initial.id;
+    check.view = initial.id;
 
   TimeNs now = 0;
   Outbox out;
@@ -183,7 +167,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       case 0: engine.on_datagram(in.bytes(in.u16()), now, out); break;
       case 1: {
         const auto bytes = in.bytes(in.u16());
-        if (strict || !known_bug_frame(bytes, self)) engine.on_p2p(who, bytes, now, out);
+        engine.on_p2p(who, bytes, now, out);
         break;
       }
       case 2:
@@ -201,7 +185,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         }
         const auto bytes = framed(type, group, view, who, body);
         if ((c & 7U) == 2) engine.on_datagram(bytes, now, out);
-        else if (strict || !known_bug_frame(bytes, self)) engine.on_p2p(who, bytes, now, out);
+        else engine.on_p2p(who, bytes, now, out);
         break;
       }
       case 4:
@@ -230,7 +214,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     }
     check.check(out);
     if (engine.removed() != check.removed) fail("removed() disagrees with the Removed action");
-    if (strict && engine.in_flight() > cfg.window_messages) fail("more own messages in flight than the window");
+    if (engine.in_flight() > cfg.window_messages) fail("more own messages in flight than the window");
   }
   // Let every pending timer run out (bounded: the repair budget ends each chain).
   for (int i = 0; i < 64 && !check.removed; ++i) {

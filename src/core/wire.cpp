@@ -90,9 +90,21 @@ DecodeError decode_data(Reader& r, Body& out) {
   if (!r.ok()) return DecodeError::truncated;
   d.payload = r.bytes(r.remaining());
   if (d.seq == 0 || d.frag_count == 0 || d.frag_index >= d.frag_count || d.stable >= d.seq ||
-      std::uint64_t{d.offset} + d.payload.size() > d.msg_len ||
-      (d.frag_count == 1 && (d.offset != 0 || d.payload.size() != d.msg_len)))
+      std::uint64_t{d.offset} + d.payload.size() > d.msg_len)
     return DecodeError::inconsistent;
+  // Fragments tile the message in equal pieces with a shorter last one; whatever a
+  // single fragment can tell about that layout is checked here, the rest (that all
+  // fragments agree on the piece size) by reassembly.
+  const std::uint64_t end = std::uint64_t{d.offset} + d.payload.size();
+  if (d.frag_index + 1U == d.frag_count) {
+    if (end != d.msg_len || (d.frag_count == 1 && d.offset != 0)) return DecodeError::inconsistent;
+    if (d.frag_count > 1 && (d.offset % (d.frag_count - 1U) != 0 ||
+                             d.payload.size() > d.offset / (d.frag_count - 1U) || d.payload.empty()))
+      return DecodeError::inconsistent;
+  } else if (d.payload.empty() || d.offset != std::uint64_t{d.frag_index} * d.payload.size() ||
+             end >= d.msg_len) {
+    return DecodeError::inconsistent;
+  }
   out = d;
   return DecodeError::none;
 }

@@ -100,6 +100,11 @@ void Engine::on_p2p(MemberId from, std::span<const std::byte> bytes, TimeNs now,
       return;
     }
     // Sent by a member that installed the next view before us: keep it until we do.
+    // Only members' frames are kept, so strangers cannot fill the queue.
+    if (!view_.contains(from)) {
+      ++stats_.non_member_dropped;
+      return;
+    }
     if (future_.size() >= cfg_.future_packet_limit) {
       ++stats_.future_view_dropped;
       return;
@@ -283,7 +288,8 @@ void Engine::on_data(const wire::Data& d, TimeNs now, Outbox& out) {
 
 void Engine::on_repair(MemberId from, const wire::Repair& r, TimeNs now, Outbox& out) {
   Stream* s = stream_for(r.sender);
-  if (s == nullptr || r.payload.size() > cfg_.max_small_message) {
+  // Nobody repairs our own messages to us: only we can have made them.
+  if (s == nullptr || r.sender == self_ || r.payload.size() > cfg_.max_small_message) {
     ++stats_.invalid_dropped;
     return;
   }

@@ -22,6 +22,13 @@ class Reassembly {
   /// `mismatch` (bad input): it is ignored and the partial message is kept.
   Result add(const wire::Data& frag) {
     if (frag.msg_len != msg_len_ || frag.frag_count != frag_count_) return Result::mismatch;
+    // Every fragment implies the piece size; they must all agree, or the pieces would
+    // overlap or leave gaps (the decoder checked each fragment on its own).
+    const bool last = frag.frag_index + 1U == frag_count_;
+    const std::uint64_t piece = last ? (frag_count_ > 1 ? frag.offset / (frag_count_ - 1U) : msg_len_)
+                                     : frag.payload.size();
+    if (piece_ == 0) piece_ = piece;
+    if (piece != piece_) return Result::mismatch;
     if (have_[frag.frag_index]) return Result::duplicate;
     std::copy(frag.payload.begin(), frag.payload.end(), buffer_->begin() + frag.offset);
     have_[frag.frag_index] = true;
@@ -35,6 +42,7 @@ class Reassembly {
   std::uint32_t msg_len_;
   std::uint16_t frag_count_;
   std::uint32_t received_ = 0;
+  std::uint64_t piece_ = 0;  // bytes per non-final fragment, from the first fragment seen
   std::vector<bool> have_;
   std::shared_ptr<std::vector<std::byte>> buffer_;
 };
