@@ -46,12 +46,7 @@ void add_sim_commands(CLI::App& app) {
   small->add_option("--seed", sc->seed, "Seed of the run")->capture_default_str();
   small->add_flag("--json", *json, "Print one JSON object as the last line");
   small->callback([sc, json, latency_us] {
-    sc->network.latency_ns = static_cast<TimeNs>(*latency_us * 1000.0);
-    sc->network.reorder_delay_ns = std::max<TimeNs>(3 * sc->network.latency_ns, 1000);
-    sc->protocol.initial_hop_rtt_ns = std::max<TimeNs>(2 * sc->network.latency_ns, 1000);
-    // The sim's transport profile: no repair sooner than five hop round trips, so
-    // queueing behind other senders' bursts is not mistaken for loss.
-    sc->protocol.min_timeout_ns = 5 * sc->protocol.initial_hop_rtt_ns;
+    sc->set_latency(static_cast<TimeNs>(*latency_us * 1000.0));
     if (sc->size > sc->protocol.max_small_message)
       throw std::invalid_argument("--size is over the small path's limit of " +
                                   std::to_string(sc->protocol.max_small_message) + " bytes");

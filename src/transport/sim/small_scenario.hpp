@@ -4,6 +4,7 @@
 // the randomized tests, so a failing seed replays exactly from the command line.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -14,6 +15,17 @@
 namespace hmcast::sim {
 
 struct SmallScenario {
+  SmallScenario() { set_latency(network.latency_ns); }
+  /// Sets the hop latency and what the protocol assumes of it (the simulator's
+  /// transport profile): hop round trip until measured, no repair sooner than five
+  /// hop round trips (queueing behind bursts is not loss), reordering spread.
+  void set_latency(TimeNs ns) {
+    network.latency_ns = ns;
+    network.reorder_delay_ns = std::max<TimeNs>(3 * ns, 1000);
+    protocol.initial_hop_rtt_ns = std::max<TimeNs>(2 * ns, 1000);
+    protocol.min_timeout_ns = 5 * protocol.initial_hop_rtt_ns;
+  }
+
   std::uint32_t nodes = 8;
   std::uint32_t senders = 1;
   std::uint32_t messages = 100;  // per sender
