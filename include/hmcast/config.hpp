@@ -2,7 +2,10 @@
 // here is what keeps memory finite, so none of them can be "unlimited".
 #pragma once
 
+#include <chrono>
 #include <cstdint>
+#include <optional>
+#include <string>
 
 namespace hmcast {
 
@@ -37,6 +40,35 @@ struct ProtocolConfig {
   /// A sender announces its all-acked prefix this long after the last advance
   /// when no data packet carried it (lets receivers free retained messages).
   std::int64_t stable_announce_ns = 20'000;
+};
+
+/// Which fabric a Node uses. More come with later transports (socket, verbs).
+enum class TransportKind : std::uint8_t {
+  /// Nodes in one process that name the same `fabric`; real threads and real time.
+  /// For tests, examples and applications that want the API without a network.
+  inproc,
+};
+
+/// Seeded faults injected on the datagram path (tests; off by default).
+struct FaultConfig {
+  double datagram_loss = 0.0;       // chance each received datagram is dropped
+  double datagram_duplicate = 0.0;  // chance each received datagram is delivered twice
+  std::uint64_t seed = 1;
+};
+
+struct Config {
+  TransportKind transport = TransportKind::inproc;
+  /// inproc: nodes naming the same fabric see each other.
+  std::string fabric = "default";
+  /// Members a group waits for before its first view is installed. Every member of
+  /// a group must pass the same number (dynamic joins come with the networked
+  /// membership service).
+  std::uint32_t group_size = 1;
+  /// join() fails with ErrorCode::join_timeout after this long.
+  std::chrono::milliseconds join_timeout{10'000};
+  /// Protocol tuning; empty means the transport's profile.
+  std::optional<ProtocolConfig> protocol;
+  FaultConfig faults;
 };
 
 }  // namespace hmcast

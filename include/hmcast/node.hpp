@@ -1,0 +1,117 @@
+// The public API: a Node joins Groups and broadcasts in them.
+//
+//   hmcast::Config cfg;  cfg.group_size = 4;
+//   hmcast::Node node{cfg};                       // chooses and owns the transport
+//   hmcast::Group g = node.join("weights");        // returns once this node is in a view
+//   g.on_deliver([](const hmcast::Delivery& d) { /* d.sender, d.seq, d.bytes */ });
+//   g.on_view_change([](const hmcast::View& v, std::span<const hmcast::MemberId> left) {});
+//   auto done = g.broadcast(bytes);                // completes when every member of the view has it
+//   done.get();
+//
+// Promises:
+// - Every member delivers each message exactly once, in its sender's order, intact;
+//   a member also delivers its own messages.
+// - A Completion succeeds only when every member of the current view holds the
+//   message (all-ACKed up the tree to the sender). If members leave meanwhile it
+//   completes against the survivors; the view-change callback names who left.
+// - Threads: each Node runs one progress thread. Every callback of every Group of
+//   the Node runs on it, one at a time; callbacks may call broadcast() with
+//   SendMode::fail, but must not block on a Completion (that would stall progress).
+//   broadcast() may be called from any thread. Callbacks may run until the Node is
+//   destroyed, so what they capture must live that long.
+// - Memory: broadcast() copies the bytes; the caller may reuse its buffer at once.
+//   Delivery::bytes is valid during the callback; keep Delivery::buffer to hold on
+//   to the message without a copy. Deliveries that arrive before on_deliver() is
+//   set are held and handed over when it is set.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <functional>
+#include <future>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "hmcast/config.hpp"
+#include "hmcast/error.hpp"
+#include "hmcast/types.hpp"
+
+namespace hmcast {
+
+struct Delivery {
+  MemberId sender = 0;
+  Seq seq = 0;
+  std::span<const std::byte> bytes;
+  std::shared_ptr<const std::vector<std::byte>> buffer;  // owns `bytes`
+};
+
+enum class SendMode : std::uint8_t {
+  wait,  // a full window blocks broadcast() until a message completes
+  fail,  // a full window makes broadcast() throw Error{window_full}
+};
+
+/// The outcome of one broadcast.
+class Completion {
+ public:
+  Completion() = default;
+  Completion(Seq seq, std::shared_future<void> f) : seq_(seq), done_(std::move(f)) {}
+  [[nodiscard]] Seq seq() const { return seq_; }
+  /// Blocks until every member of the view has the message; throws hmcast::Error if it
+  /// never will (this member was removed, or the group was closed).
+  void get() const { done_.get(); }
+  template <class Rep, class Period>
+  [[nodiscard]] bool wait_for(std::chrono::duration<Rep, Period> d) const {
+    return done_.wait_for(d) == std::future_status::ready;
+  }
+
+ private:
+  Seq seq_ = 0;
+  std::shared_future<void> done_;
+};
+
+namespace detail {
+struct GroupState;
+struct NodeState;
+}  // namespace detail
+
+class Group {
+ public:
+  using DeliverFn = std::function<void(const Delivery&)>;
+  using ViewFn = std::function<void(const View&, std::span<const MemberId> left)>;
+
+  Group() = default;
+  void on_deliver(DeliverFn fn);
+  void on_view_change(ViewFn fn);
+  /// Broadcast a copy of `bytes` to the group. Throws hmcast::Error on a message
+  /// over the small-path limit, a full window in SendMode::fail, or a removed member.
+  Completion broadcast(std::span<const std::byte> bytes, SendMode mode = SendMode::wait);
+  [[nodiscard]] View view() const;
+  [[nodiscard]] MemberId self() const;
+
+ private:
+  friend class Node;
+  explicit Group(std::shared_ptr<detail::GroupState> s) : state_(std::move(s)) {}
+  std::shared_ptr<detail::GroupState> state_;
+};
+
+class Node {
+ public:
+  /// Attaches to the configured transport. Throws hmcast::Error{invalid_config}.
+  explicit Node(Config config);
+  /// Stops the progress thread; pending Completions fail with ErrorCode::closed.
+  ~Node();
+  Node(const Node&) = delete;
+  Node& operator=(const Node&) = delete;
+
+  /// Joins (or creates) the group `name` and returns once this node is in a view of
+  /// Config::group_size members. Throws Error{join_timeout}.
+  Group join(const std::string& name);
+  [[nodiscard]] MemberId id() const;
+
+ private:
+  std::shared_ptr<detail::NodeState> state_;
+};
+
+}  // namespace hmcast

@@ -1,0 +1,295 @@
+// The public API over a protocol engine per group and one progress thread per node.
+//
+// Locking: each group's engine is guarded by its own mutex; whoever calls the engine
+// (the progress thread, or a user thread in broadcast()) sends the resulting frames
+// at once under that mutex, and queues everything the application sees (deliveries,
+// completions, view changes) for the progress thread, which runs callbacks with no
+// lock held, so callbacks may call broadcast().
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "core/wire.hpp"
+#include "hmcast/node.hpp"
+#include "transport/inproc/inproc_fabric.hpp"
+#include "ud_mcast/engine.hpp"
+
+namespace hmcast {
+
+namespace detail {
+
+namespace {
+
+GroupId group_id_of(const std::string& name) {
+  std::uint64_t h = 0xcbf29ce484222325ULL;  // FNV-1a: stable across processes and builds
+  for (char c : name) h = (h ^ static_cast<unsigned char>(c)) * 0x100000001b3ULL;
+  return h;
+}
+
+TimeNs now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+/// The in-process transport's profile: thread hand-offs take tens of microseconds
+/// and are scheduled by the OS, so timers start cautious.
+ProtocolConfig inproc_profile() {
+  ProtocolConfig p;
+  p.initial_hop_rtt_ns = 200'000;
+  p.min_timeout_ns = 2'000'000;
+  p.ack_interval_ns = 20'000;
+  p.stable_announce_ns = 1'000'000;
+  return p;
+}
+
+}  // namespace
+
+struct GroupState {
+  std::mutex mu;
+  std::condition_variable room;  // signalled when a completion frees window space
+  std::unique_ptr<ud_mcast::Engine> engine;
+  std::map<Seq, std::promise<void>> pending;
+  std::deque<Action> to_app;  // deliveries, completions, views: for the progress thread
+  Group::DeliverFn on_deliver;
+  Group::ViewFn on_view;
+  bool closed = false;
+  NodeState* node = nullptr;
+};
+
+struct NodeState {
+  Config cfg;
+  ProtocolConfig protocol;
+  std::shared_ptr<inproc::Fabric> fabric;
+  std::shared_ptr<inproc::Endpoint> endpoint;
+  std::mutex groups_mu;
+  std::map<GroupId, std::shared_ptr<GroupState>> groups;
+  std::atomic<bool> stop{false};
+  std::thread progress;
+
+  /// Carry out an engine's actions: frames go out now, the rest is queued for the
+  /// application. Called with g.mu held.
+  void execute(GroupState& g, Outbox& out) {
+    std::vector<MemberId> broken_links;
+    for (auto& a : out) {
+      if (auto* d = std::get_if<action::SendDatagram>(&a)) {
+        fabric->multicast(endpoint->id(), d->bytes);
+      } else if (auto* p = std::get_if<action::SendP2P>(&a)) {
+        if (!fabric->unicast(endpoint->id(), p->to, std::move(p->bytes))) broken_links.push_back(p->to);
+      } else {
+        g.to_app.push_back(std::move(a));
+      }
+    }
+    out.clear();
+    // A peer whose endpoint is gone will never answer: tell the protocol now.
+    while (!broken_links.empty()) {
+      const MemberId peer = broken_links.back();
+      broken_links.pop_back();
+      Outbox more;
+      g.engine->on_link_failed(peer, now_ns(), more);
+      out.swap(more);
+      execute(g, out);
+    }
+  }
+
+  std::vector<std::shared_ptr<GroupState>> snapshot() {
+    std::lock_guard lock(groups_mu);
+    std::vector<std::shared_ptr<GroupState>> v;
+    for (auto& [id, g] : groups) v.push_back(g);
+    return v;
+  }
+
+  void run() {
+    while (!stop.load()) {
+      TimeNs next = kNever;
+      for (auto& g : snapshot()) {
+        std::lock_guard lock(g->mu);
+        next = std::min(next, g->engine->next_wakeup());
+      }
+      const auto now_tp = std::chrono::steady_clock::now();
+      auto deadline = now_tp + std::chrono::milliseconds(50);  // also notices stop
+      if (next != kNever) {
+        const auto until = std::chrono::steady_clock::time_point(std::chrono::nanoseconds(next));
+        deadline = std::min(deadline, std::max(until, now_tp));
+      }
+      auto in = endpoint->wait(deadline);
+      while (in) {
+        dispatch(*in);
+        in = endpoint->wait(std::chrono::steady_clock::now());  // drain what is queued
+      }
+      for (auto& g : snapshot()) {
+        {
+          std::lock_guard lock(g->mu);
+          const TimeNs now = now_ns();
+          if (now >= g->engine->next_wakeup()) {
+            Outbox out;
+            g->engine->on_timer(now, out);
+            execute(*g, out);
+          }
+        }
+        run_callbacks(*g);
+      }
+    }
+  }
+
+  void dispatch(const inproc::Inbound& in) {
+    // Route by the header's group id; the engine checks everything else.
+    std::shared_ptr<GroupState> g;
+    if (in.bytes.size() >= wire::kHeaderSize) {
+      GroupId gid = 0;
+      for (int i = 7; i >= 0; --i) gid = (gid << 8) | std::to_integer<std::uint64_t>(in.bytes[4 + static_cast<std::size_t>(i)]);
+      std::lock_guard lock(groups_mu);
+      auto it = groups.find(gid);
+      if (it != groups.end()) g = it->second;
+    }
+    if (!g) return;  // not a group of ours: nothing to count it against
+    std::lock_guard lock(g->mu);
+    Outbox out;
+    if (in.datagram) g->engine->on_datagram(in.bytes, now_ns(), out);
+    else g->engine->on_p2p(in.from, in.bytes, now_ns(), out);
+    execute(*g, out);
+  }
+
+  void run_callbacks(GroupState& g) {
+    std::deque<Action> todo;
+    Group::DeliverFn deliver;
+    Group::ViewFn view;
+    {
+      std::lock_guard lock(g.mu);
+      deliver = g.on_deliver;
+      view = g.on_view;
+      if (!deliver) {
+        // Hold deliveries until the application listens; pass the rest on.
+        std::deque<Action> keep;
+        for (auto& a : g.to_app) (std::holds_alternative<action::Deliver>(a) ? keep : todo).push_back(std::move(a));
+        g.to_app.swap(keep);
+      } else {
+        todo.swap(g.to_app);
+      }
+    }
+    for (auto& a : todo) {
+      if (auto* d = std::get_if<action::Deliver>(&a)) {
+        deliver(Delivery{d->sender, d->seq, *d->message, d->message});
+      } else if (auto* c = std::get_if<action::Completed>(&a)) {
+        std::lock_guard lock(g.mu);
+        auto it = g.pending.find(c->seq);
+        if (it != g.pending.end()) {
+          it->second.set_value();
+          g.pending.erase(it);
+        }
+        g.room.notify_all();
+      } else if (auto* v = std::get_if<action::ViewInstalled>(&a)) {
+        if (view) view(v->view, v->left);
+      } else if (std::holds_alternative<action::Removed>(a)) {
+        fail_all(g, ErrorCode::removed,
+                 "this member was removed from the group (the others stopped hearing from it); join again");
+      }
+    }
+  }
+
+  static void fail_all(GroupState& g, ErrorCode code, const std::string& why) {
+    std::lock_guard lock(g.mu);
+    g.closed = true;
+    for (auto& [seq, p] : g.pending) p.set_exception(std::make_exception_ptr(Error(code, why)));
+    g.pending.clear();
+    g.room.notify_all();
+  }
+};
+
+}  // namespace detail
+
+Node::Node(Config config) : state_(std::make_shared<detail::NodeState>()) {
+  if (config.group_size == 0) throw Error(ErrorCode::invalid_config, "Config::group_size must be at least 1");
+  state_->cfg = config;
+  state_->protocol = config.protocol.value_or(detail::inproc_profile());
+  state_->fabric = inproc::Fabric::named(config.fabric);
+  state_->endpoint = state_->fabric->attach(config.faults);
+  state_->progress = std::thread([s = state_.get()] { s->run(); });
+}
+
+Node::~Node() {
+  state_->stop = true;
+  state_->endpoint->wake();
+  state_->progress.join();
+  state_->fabric->detach(state_->endpoint->id());
+  for (auto& g : state_->snapshot())
+    detail::NodeState::fail_all(*g, ErrorCode::closed, "the Node was destroyed before the message completed");
+}
+
+MemberId Node::id() const { return state_->endpoint->id(); }
+
+Group Node::join(const std::string& name) {
+  const GroupId gid = detail::group_id_of(name);
+  auto g = std::make_shared<detail::GroupState>();
+  g->node = state_.get();
+  {
+    // Registered before the rendezvous so that no early frame of the group is lost...
+    std::lock_guard lock(state_->groups_mu);
+    if (state_->groups.count(gid) != 0) throw Error(ErrorCode::invalid_config, "this node already joined " + name);
+  }
+  auto view = state_->fabric->rendezvous(gid, id(), state_->cfg.group_size, state_->cfg.join_timeout);
+  if (!view)
+    throw Error(ErrorCode::join_timeout, "fewer than " + std::to_string(state_->cfg.group_size) + " members joined '" +
+                                             name + "' in time: start the others, or lower Config::group_size");
+  g->engine = std::make_unique<ud_mcast::Engine>(gid, id(), *view, state_->protocol, detail::now_ns());
+  {
+    // ...and the engine exists before any frame is routed to it.
+    std::lock_guard lock(state_->groups_mu);
+    state_->groups[gid] = g;
+  }
+  return Group(g);
+}
+
+void Group::on_deliver(DeliverFn fn) {
+  {
+    std::lock_guard lock(state_->mu);
+    state_->on_deliver = std::move(fn);
+  }
+  state_->node->endpoint->wake();  // hand over deliveries held so far
+}
+
+void Group::on_view_change(ViewFn fn) {
+  std::lock_guard lock(state_->mu);
+  state_->on_view = std::move(fn);
+}
+
+View Group::view() const {
+  std::lock_guard lock(state_->mu);
+  return state_->engine->view();
+}
+
+MemberId Group::self() const { return state_->engine->self(); }
+
+Completion Group::broadcast(std::span<const std::byte> bytes, SendMode mode) {
+  auto msg = std::make_shared<const std::vector<std::byte>>(bytes.begin(), bytes.end());
+  std::unique_lock lock(state_->mu);
+  const auto& cfg = state_->node->protocol;
+  if (bytes.size() > cfg.max_small_message)
+    throw Error(ErrorCode::message_too_large, "message of " + std::to_string(bytes.size()) +
+                                                  " bytes is over the small-message limit of " +
+                                                  std::to_string(cfg.max_small_message) +
+                                                  " (raise ProtocolConfig::max_small_message)");
+  for (;;) {
+    if (state_->closed || state_->engine->removed())
+      throw Error(ErrorCode::removed, "this member is no longer in the group; join again");
+    if (state_->engine->window_has_room(msg->size())) break;
+    if (mode == SendMode::fail)
+      throw Error(ErrorCode::window_full, "sender window full: wait for a Completion or use SendMode::wait");
+    state_->room.wait_for(lock, std::chrono::milliseconds(50));
+  }
+  Outbox out;
+  const auto res = state_->engine->broadcast(msg, detail::now_ns(), out);
+  if (res.error != ud_mcast::BroadcastError::none)
+    throw Error(ErrorCode::invalid_config, "broadcast refused by the engine");  // checked above: cannot happen
+  std::promise<void> p;
+  Completion c(res.seq, p.get_future().share());
+  state_->pending.emplace(res.seq, std::move(p));
+  state_->node->execute(*state_, out);
+  lock.unlock();
+  state_->node->endpoint->wake();  // the progress thread runs the self-delivery and completion
+  return c;
+}
+
+}  // namespace hmcast

@@ -1,0 +1,198 @@
+// The public API on the in-process transport: real threads, real time.
+#include <catch2/catch.hpp>
+
+#include <atomic>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "hmcast/hmcast.hpp"
+
+namespace {
+
+std::vector<std::byte> payload(hmcast::MemberId sender, std::uint32_t i, std::size_t size) {
+  std::vector<std::byte> b(size);
+  for (std::size_t k = 0; k < size; ++k) b[k] = static_cast<std::byte>((sender * 131 + i * 7 + k) & 0xffU);
+  return b;
+}
+
+std::size_t size_of(std::uint32_t i) { return i % 7 == 0 ? 9000 + i : 1 + (i * 37) % 1400; }
+
+struct Received {
+  std::mutex mu;
+  std::map<hmcast::MemberId, std::uint32_t> next;  // sender -> count delivered
+  std::uint64_t bad = 0;                           // out of order, duplicated or corrupt
+  std::uint64_t total = 0;
+  std::atomic<bool> wrong_thread{false};
+};
+
+}  // namespace
+
+TEST_CASE("api: every member delivers every message once, in order, and completions mean all have it",
+          "[api]") {
+  for (const double loss : {0.0, 0.05}) {
+    DYNAMIC_SECTION("datagram loss " << loss) {
+      constexpr std::uint32_t kNodes = 4;
+      constexpr std::uint32_t kMessages = 150;
+      hmcast::Config cfg;
+      cfg.fabric = "api-test-" + std::to_string(loss);
+      cfg.group_size = kNodes;
+      cfg.faults.datagram_loss = loss;
+      cfg.faults.datagram_duplicate = loss > 0 ? 0.02 : 0.0;
+      std::vector<std::unique_ptr<hmcast::Node>> nodes;
+      for (std::uint32_t i = 0; i < kNodes; ++i) {
+        cfg.faults.seed = 100 + i;
+        nodes.push_back(std::make_unique<hmcast::Node>(cfg));
+      }
+      std::vector<hmcast::Group> groups(kNodes);
+      std::vector<std::thread> joiners;
+      for (std::uint32_t i = 0; i < kNodes; ++i)
+        joiners.emplace_back([&, i] { groups[i] = nodes[i]->join("weights"); });
+      for (auto& t : joiners) t.join();
+
+      std::vector<Received> got(kNodes);
+      const auto test_thread = std::this_thread::get_id();
+      for (std::uint32_t i = 0; i < kNodes; ++i) {
+        REQUIRE(groups[i].view().size() == kNodes);
+        groups[i].on_deliver([&, i](const hmcast::Delivery& d) {
+          Received& r = got[i];
+          if (std::this_thread::get_id() == test_thread) r.wrong_thread = true;
+          std::lock_guard lock(r.mu);
+          const std::uint32_t n = r.next[d.sender]++;
+          const auto want = payload(d.sender, n, size_of(n));
+          if (d.seq != n + 1 || !std::equal(d.bytes.begin(), d.bytes.end(), want.begin(), want.end())) ++r.bad;
+          ++r.total;
+        });
+      }
+      std::vector<std::thread> senders;
+      std::atomic<std::uint32_t> completed{0};
+      for (std::uint32_t i = 0; i < kNodes; ++i) {
+        senders.emplace_back([&, i] {
+          std::vector<hmcast::Completion> done;
+          for (std::uint32_t m = 0; m < kMessages; ++m)
+            done.push_back(groups[i].broadcast(payload(groups[i].self(), m, size_of(m))));
+          for (auto& c : done) {
+            c.get();
+            ++completed;
+          }
+        });
+      }
+      for (auto& t : senders) t.join();
+      REQUIRE(completed == kNodes * kMessages);
+      // Completion means every member holds it; delivery callbacks may still be queued.
+      for (int wait = 0; wait < 500; ++wait) {
+        std::uint64_t all = 0;
+        for (auto& r : got) {
+          std::lock_guard lock(r.mu);
+          all += r.total;
+        }
+        if (all == std::uint64_t{kNodes} * kNodes * kMessages) break;
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+      for (std::uint32_t i = 0; i < kNodes; ++i) {
+        std::lock_guard lock(got[i].mu);
+        INFO("member " << i);
+        CHECK(got[i].bad == 0);
+        CHECK(got[i].total == kNodes * kMessages);
+        CHECK_FALSE(got[i].wrong_thread);
+      }
+    }
+  }
+}
+
+TEST_CASE("api: a lone member completes at once; limits are clear errors", "[api]") {
+  hmcast::Config cfg;
+  cfg.fabric = "api-alone";
+  hmcast::Node node(cfg);
+  auto g = node.join("solo");
+  std::atomic<int> delivered{0};
+  g.on_deliver([&](const hmcast::Delivery&) { ++delivered; });
+  const std::vector<std::byte> small(100);
+  g.broadcast(small).get();
+  std::vector<std::byte> huge(2U << 20);
+  try {
+    g.broadcast(huge);
+    FAIL("a message over the small-path limit was accepted");
+  } catch (const hmcast::Error& e) {
+    CHECK(e.code() == hmcast::ErrorCode::message_too_large);
+  }
+  for (int i = 0; i < 100 && delivered == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  CHECK(delivered == 1);
+}
+
+TEST_CASE("api: a full window fails in SendMode::fail and its message still completes", "[api]") {
+  hmcast::Config cfg;
+  cfg.fabric = "api-window";
+  cfg.group_size = 2;
+  hmcast::ProtocolConfig p;
+  p.window_messages = 1;
+  p.initial_window_messages = 1;
+  p.initial_hop_rtt_ns = 200'000;
+  p.min_timeout_ns = 2'000'000;
+  cfg.protocol = p;
+  cfg.faults.datagram_loss = 1.0;  // only repairs get through: the first message stays in flight for a while
+  hmcast::Node a(cfg), b(cfg);
+  hmcast::Group ga, gb;
+  std::thread tb([&] { gb = b.join("w"); });
+  ga = a.join("w");
+  tb.join();
+  const std::vector<std::byte> m(10);
+  auto first = ga.broadcast(m);
+  try {
+    ga.broadcast(m, hmcast::SendMode::fail);
+    FAIL("a second message fit in a window of one");
+  } catch (const hmcast::Error& e) {
+    CHECK(e.code() == hmcast::ErrorCode::window_full);
+  }
+  first.get();  // repaired point-to-point after the timeout
+  ga.broadcast(m).get();
+}
+
+TEST_CASE("api: a member that goes away is removed and the others complete without it", "[api]") {
+  hmcast::Config cfg;
+  cfg.fabric = "api-leave";
+  cfg.group_size = 3;
+  auto a = std::make_unique<hmcast::Node>(cfg);
+  auto b = std::make_unique<hmcast::Node>(cfg);
+  auto c = std::make_unique<hmcast::Node>(cfg);
+  hmcast::Group ga, gb, gc;
+  std::thread t1([&] { gb = b->join("g"); });
+  std::thread t2([&] { gc = c->join("g"); });
+  ga = a->join("g");
+  t1.join();
+  t2.join();
+  std::mutex mu;
+  std::vector<hmcast::MemberId> left;
+  ga.on_view_change([&](const hmcast::View&, std::span<const hmcast::MemberId> l) {
+    std::lock_guard lock(mu);
+    left.insert(left.end(), l.begin(), l.end());
+  });
+  const hmcast::MemberId gone = c->id();
+  c.reset();  // its endpoint disappears: links to it break
+  const std::vector<std::byte> m(64);
+  for (int i = 0; i < 20; ++i) REQUIRE(ga.broadcast(m).wait_for(std::chrono::seconds(10)));
+  for (int i = 0; i < 200; ++i) {
+    {
+      std::lock_guard lock(mu);
+      if (!left.empty()) break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  std::lock_guard lock(mu);
+  REQUIRE(left == std::vector<hmcast::MemberId>{gone});
+  CHECK(ga.view().size() == 2);
+}
+
+TEST_CASE("api: join gives up with a clear error when the group never fills", "[api]") {
+  hmcast::Config cfg;
+  cfg.fabric = "api-timeout";
+  cfg.group_size = 2;
+  cfg.join_timeout = std::chrono::milliseconds(100);
+  hmcast::Node a(cfg);
+  try {
+    a.join("lonely");
+    FAIL("join returned without a full group");
+  } catch (const hmcast::Error& e) {
+    CHECK(e.code() == hmcast::ErrorCode::join_timeout);
+  }
+}
