@@ -32,3 +32,18 @@ CLEAN_P99=$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["completi
 run "d[\"delivered_ok\"] and d[\"completion_p99_us\"] <= 4 * $CLEAN_P99" \
   "${BASE[@]}" --loss 0.01 --dup 0 --reorder 0
 run 'd["delivered_ok"]' sim small --nodes 512 --senders 2 --messages 500 --size 1500 --loss 0.02 --seed 11 --json
+
+# Issue 3: the large path (RC block pipeline) over the bandwidth model.
+LARGE=(sim large --size 256MiB --block 1MiB --link-gbps 100 --latency-us 2 --json)
+run 'd["delivered_ok"] and d["steps"] == 264 and d["ratio_vs_unicast"] <= 1.085' \
+  "${LARGE[@]}" --algo binomial_pipeline --nodes 512
+echo "note: the issue asks ratio <= 1.05 here. Store-and-forward of 1 MiB blocks pays a"
+echo "      credit and a block latency (2 x 2 us) per step: the floor is about 1.08."
+run 'd["delivered_ok"] and d["steps"] == 264 and d["ratio_vs_unicast"] <= 1.035' \
+  sim large --size 256MiB --block 1MiB --link-gbps 100 --latency-us 0 --json --algo binomial_pipeline --nodes 512
+run 'd["delivered_ok"] and d["ratio_vs_unicast"] >= 6.5' "${LARGE[@]}" --algo sequential --nodes 8
+run 'd["delivered_ok"]' "${LARGE[@]}" --algo chain --nodes 64
+run 'd["delivered_ok"] and d["steps"] == d["blocks"] + 6' "${LARGE[@]}" --algo binomial_pipeline --nodes 100
+run 'd["delivered_ok"] and d["ratio_vs_unicast"] <= 1.25' "${LARGE[@]}" --nodes 64 --slow-links 1 --slow-factor 0.5
+run 'd["delivered_ok"] and not d["timed_out"] and d["failures"] >= 1 and d["views_installed"] >= 2' \
+  "${LARGE[@]}" --nodes 64 --crash 1

@@ -29,6 +29,11 @@ constexpr std::uint32_t kU32Max = std::numeric_limits<std::uint32_t>::max();
 
 // Offsets of body fields (after the 24-byte header).
 constexpr std::size_t kBody = w::kHeaderSize;
+// Header and fixed fields in front of a Block's payload: sender, seq, index, offset, length.
+constexpr std::size_t kBlockOverhead = w::kHeaderSize + 4 + 8 + 4 + 8 + 4;
+constexpr std::uint32_t kMaxBlock32 = static_cast<std::uint32_t>(w::kMaxBlock);
+constexpr std::uint64_t kMaxOffset = std::uint64_t{1} << 62;  // largest Block offset / Announce size
+constexpr std::uint64_t kMaxBlocks = kU32Max;                  // most blocks an Announce may describe
 
 Bytes pattern(std::size_t n, std::uint32_t salt) {
   Bytes b(n);
@@ -81,6 +86,16 @@ bool same_body(const w::Body& a, const w::Body& b) {
           return x.members == y.members;
         } else if constexpr (std::is_same_v<T, w::Probe>) {
           return x.sender == y.sender;
+        } else if constexpr (std::is_same_v<T, w::Announce>) {
+          return x.sender == y.sender && x.seq == y.seq && x.size == y.size && x.block_size == y.block_size &&
+                 x.algorithm == y.algorithm;
+        } else if constexpr (std::is_same_v<T, w::Ready>) {
+          return x.sender == y.sender && x.seq == y.seq && x.credit == y.credit;
+        } else if constexpr (std::is_same_v<T, w::Block>) {
+          return x.sender == y.sender && x.seq == y.seq && x.index == y.index && x.offset == y.offset &&
+                 x.length == y.length && same_bytes(x.payload, y.payload);
+        } else if constexpr (std::is_same_v<T, w::LargeAck>) {
+          return x.sender == y.sender && x.seq == y.seq;
         } else {
           // A type this test does not know yet: compare the encodings.
           return w::encode(w::Header{}, a) == w::encode(w::Header{}, b);
@@ -112,6 +127,16 @@ std::string describe(const w::Body& body) {
           os << "NewView{" << x.members.size() << " members}";
         } else if constexpr (std::is_same_v<T, w::Probe>) {
           os << "Probe{sender " << x.sender << "}";
+        } else if constexpr (std::is_same_v<T, w::Announce>) {
+          os << "Announce{sender " << x.sender << " seq " << x.seq << " size " << x.size << " block_size "
+             << x.block_size << " algorithm " << int{x.algorithm} << "}";
+        } else if constexpr (std::is_same_v<T, w::Ready>) {
+          os << "Ready{sender " << x.sender << " seq " << x.seq << " credit " << x.credit << "}";
+        } else if constexpr (std::is_same_v<T, w::Block>) {
+          os << "Block{sender " << x.sender << " seq " << x.seq << " index " << x.index << " offset " << x.offset
+             << " length " << x.length << " payload " << x.payload.size() << "B}";
+        } else if constexpr (std::is_same_v<T, w::LargeAck>) {
+          os << "LargeAck{sender " << x.sender << " seq " << x.seq << "}";
         } else {
           os << "type " << static_cast<int>(type_of(body));
         }
@@ -125,6 +150,7 @@ bool payload_inside(const w::Body& body, std::span<const std::byte> buf) {
   std::span<const std::byte> p;
   if (const auto* d = std::get_if<w::Data>(&body)) p = d->payload;
   else if (const auto* r = std::get_if<w::Repair>(&body)) p = r->payload;
+  else if (const auto* k = std::get_if<w::Block>(&body)) p = k->payload;
   else return true;
   if (p.empty()) return true;
   return p.data() >= buf.data() && p.data() + p.size() <= buf.data() + buf.size();
@@ -237,6 +263,34 @@ std::vector<Sample> samples() {
   // Probe
   s.push_back(sample("probe", w::Probe{3}));
   s.push_back(sample("probe max", w::Probe{kU32Max}, kU64Max, kU64Max, kU32Max));
+  // Announce
+  s.push_back(sample("announce empty message", w::Announce{2, 1, 0, 4096, 0}));
+  s.push_back(sample("announce 2^40 bytes in kMaxBlock blocks",
+                     w::Announce{3, 7, std::uint64_t{1} << 40, w::kMaxBlock, 3}));
+  for (std::uint8_t alg = 0; alg <= 3; ++alg)
+    s.push_back(sample("announce algorithm " + std::to_string(alg), w::Announce{2, 5U + alg, 1'000'001, 65536, alg}));
+  s.push_back(sample("announce block_size 1, one byte", w::Announce{2, 1, 1, 1, 1}));
+  s.push_back(sample("announce most blocks of 1 byte", w::Announce{4, 2, kMaxBlocks, 1, 2}));
+  s.push_back(sample("announce largest size (2^32-1 blocks of kMaxBlock)",
+                     w::Announce{kU32Max, kU64Max, kMaxBlocks * w::kMaxBlock, w::kMaxBlock, 3}, kU64Max, kU64Max,
+                     kU32Max));
+  // Ready
+  s.push_back(sample("ready", w::Ready{2, 1, 1}));
+  s.push_back(sample("ready extreme values", w::Ready{kU32Max, kU64Max, kU32Max}, kU64Max, kU64Max, kU32Max));
+  // Block
+  s.push_back(sample("block placed by the transport, index 0", w::Block{2, 1, 0, 0, 65536, {}}));
+  s.push_back(sample("block placed by the transport, empty", w::Block{2, 1, 0, 0, 0, {}}));
+  s.push_back(sample("block placed by the transport, max index/offset/length",
+                     w::Block{kU32Max, kU64Max, kU32Max, kMaxOffset, kMaxBlock32, {}}, kU64Max, kU64Max, kU32Max));
+  s.push_back(sample("block with its payload, index 0", w::Block{2, 3, 0, 0, 1000, pool(200, 1000)}));
+  s.push_back(sample("block with its payload, index 3", w::Block{2, 3, 3, 3000, 1000, pool(3200, 1000)}));
+  s.push_back(sample("block with its payload, max index and offset",
+                     w::Block{kU32Max, kU64Max, kU32Max, kMaxOffset, 7, pool(9, 7)}, 0, 0, 0));
+  // LargeAck
+  s.push_back(sample("large ack", w::LargeAck{3, 1}));
+  s.push_back(sample("large ack extreme values", w::LargeAck{kU32Max, kU64Max}, kU64Max, kU64Max, kU32Max));
+  // Ping
+  s.push_back(sample("ping", w::Ping{}));
   return s;
 }
 
@@ -252,6 +306,11 @@ std::size_t expected_size(const w::Body& body) {
         else if constexpr (std::is_same_v<T, w::Suspect>) return w::kHeaderSize + 4;
         else if constexpr (std::is_same_v<T, w::NewView>) return w::kHeaderSize + 4 + 4 * x.members.size();
         else if constexpr (std::is_same_v<T, w::Probe>) return w::kHeaderSize + 4;
+        else if constexpr (std::is_same_v<T, w::Announce>) return w::kHeaderSize + 29;
+        else if constexpr (std::is_same_v<T, w::Ready>) return w::kHeaderSize + 16;
+        else if constexpr (std::is_same_v<T, w::Ping>) return w::kHeaderSize;
+        else if constexpr (std::is_same_v<T, w::Block>) return kBlockOverhead + x.payload.size();
+        else if constexpr (std::is_same_v<T, w::LargeAck>) return w::kHeaderSize + 12;
         else return w::encode(w::Header{}, x).size();
       },
       body);
@@ -374,6 +433,7 @@ TEST_CASE("wire: every truncation of every packet is refused", "[wire]") {
   for (const auto& smp : samples()) {
     const Bytes bytes = w::encode(smp.header, smp.body);
     const bool is_data = std::holds_alternative<w::Data>(smp.body);
+    const bool is_block = std::holds_alternative<w::Block>(smp.body);
     for (std::size_t len = 0; len < bytes.size(); ++len) {
       // A Data payload is "the rest of the datagram" (no length field): a non-final
       // fragment cut inside its payload is indistinguishable from a shorter fragment.
@@ -386,6 +446,11 @@ TEST_CASE("wire: every truncation of every packet is refused", "[wire]") {
         REQUIRE(err == w::DecodeError::too_short);
       } else if (is_data && len >= w::kDataOverhead) {
         REQUIRE(err == w::DecodeError::inconsistent);  // payload shorter than msg_len
+      } else if (is_block && len == kBlockOverhead) {
+        // The whole payload cut off reads as a block placed by the transport ("[wire][limitation]").
+        REQUIRE(err == w::DecodeError::none);
+      } else if (is_block && len > kBlockOverhead) {
+        REQUIRE(err == w::DecodeError::inconsistent);  // payload present but shorter than length
       } else {
         REQUIRE(err == w::DecodeError::truncated);
       }
@@ -418,6 +483,28 @@ TEST_CASE("wire: a Data payload's length is implicit (documents a limitation)", 
   Bytes last_padded = last;
   last_padded.push_back(std::byte{0});
   CHECK(decode_copy(last_padded) == w::DecodeError::inconsistent);
+}
+
+TEST_CASE("wire: a Block's payload is all or nothing (documents a limitation)", "[wire][limitation]") {
+  // Block has no payload-length field either: an empty payload means "placed by the transport",
+  // anything else must be exactly `length` bytes. So a Block that lost its whole payload decodes
+  // as a placed block, and a placed block followed by exactly `length` stray bytes decodes as one
+  // carrying them. Whether a Block should carry its data is known from the transport in use.
+  const w::Header h{w::Type::block, 1, 1, 3};
+  const Bytes full = w::encode(h, w::Block{2, 3, 1, 1000, 1000, pool(0, 1000)});
+  const auto cut = w::decode(std::span<const std::byte>(full).first(kBlockOverhead));
+  REQUIRE(cut.ok());
+  CHECK(std::get<w::Block>(cut.packet.body).payload.empty());
+  CHECK(std::get<w::Block>(cut.packet.body).length == 1000);
+  // Any partial cut is refused.
+  CHECK(decode_copy(std::span<const std::byte>(full).first(kBlockOverhead + 1)) == w::DecodeError::inconsistent);
+  CHECK(decode_copy(std::span<const std::byte>(full).first(full.size() - 1)) == w::DecodeError::inconsistent);
+  Bytes placed = w::encode(h, w::Block{2, 3, 1, 1000, 4, {}});
+  const Bytes stray = pattern(4, 5);
+  placed.insert(placed.end(), stray.begin(), stray.end());
+  const auto pad = w::decode(placed);
+  REQUIRE(pad.ok());
+  CHECK(same_bytes(std::get<w::Block>(pad.packet.body).payload, stray));
 }
 
 TEST_CASE("wire: bad magic, unknown version and unknown type are refused", "[wire]") {
@@ -453,11 +540,13 @@ TEST_CASE("wire: bad magic, unknown version and unknown type are refused", "[wir
   CHECK(decode_copy(zero) == w::DecodeError::bad_version);
   put_le(zero, 2, w::kVersion, 1);
   CHECK(decode_copy(zero) == w::DecodeError::unknown_type);
-  // Every known type with no body at all is truncated (each has at least one fixed field).
+  // Every known type with no body at all is truncated (each has at least one fixed
+  // field), except Ping, which is only a header.
   for (auto t : known_types()) {
     put_le(zero, 3, t, 1);
     INFO("type byte " << int{t});
-    CHECK(decode_copy(zero) == w::DecodeError::truncated);
+    CHECK(decode_copy(zero) ==
+          (t == static_cast<std::uint8_t>(w::Type::ping) ? w::DecodeError::none : w::DecodeError::truncated));
   }
   CHECK(decode_copy({}) == w::DecodeError::too_short);
 }
@@ -473,6 +562,10 @@ TEST_CASE("wire: trailing bytes are refused", "[wire]") {
         const bool room = std::uint64_t{d->offset} + d->payload.size() + extra <= d->msg_len;
         if (d->frag_count > 1 && room) continue;  // becomes payload: see "[wire][limitation]"
         CHECK(err == w::DecodeError::inconsistent);  // payload past msg_len
+      } else if (const auto* k = std::get_if<w::Block>(&smp.body)) {
+        // The extra bytes become payload: fine only if that is now exactly `length` bytes.
+        const bool exact = k->payload.size() + extra == k->length;
+        CHECK(err == (exact ? w::DecodeError::none : w::DecodeError::inconsistent));
       } else {
         CHECK(err == w::DecodeError::trailing_bytes);
       }
@@ -573,6 +666,64 @@ TEST_CASE("wire: inconsistent fields are refused", "[wire]") {
     CHECK(decode_body(w::NewView{{1, 1}}) == E::inconsistent);
     CHECK(decode_body(w::NewView{{2, 1}}) == E::inconsistent);
     CHECK(decode_body(w::NewView{{1, 2, 3}}) == E::none);
+  }
+  SECTION("Announce") {
+    CHECK(decode_body(w::Announce{2, 1, 1000, 100, 0}) == E::none);  // the valid baseline
+    CHECK(decode_body(w::Announce{2, 0, 1000, 100, 0}) == E::inconsistent);  // seq 0
+    CHECK(decode_body(w::Announce{2, 0, 0, 100, 0}) == E::inconsistent);
+    // block_size 0, above kMaxBlock
+    CHECK(decode_body(w::Announce{2, 1, 1000, 0, 0}) == E::inconsistent);
+    CHECK(decode_body(w::Announce{2, 1, 0, 0, 0}) == E::inconsistent);  // even for an empty message
+    CHECK(decode_body(w::Announce{2, 1, 1000, w::kMaxBlock + 1, 0}) == E::inconsistent);
+    CHECK(decode_body(w::Announce{2, 1, 1000, kU64Max, 0}) == E::inconsistent);
+    CHECK(decode_body(w::Announce{2, 1, 1000, w::kMaxBlock, 0}) == E::none);
+    // algorithm beyond rc_pipeline::Algorithm (0..3)
+    CHECK(decode_body(w::Announce{2, 1, 1000, 100, 4}) == E::inconsistent);
+    CHECK(decode_body(w::Announce{2, 1, 1000, 100, 255}) == E::inconsistent);
+    CHECK(decode_body(w::Announce{2, 1, 1000, 100, 3}) == E::none);
+    // more than 2^32-1 blocks
+    CHECK(decode_body(w::Announce{2, 1, kMaxBlocks, 1, 0}) == E::none);
+    CHECK(decode_body(w::Announce{2, 1, kMaxBlocks + 1, 1, 0}) == E::inconsistent);
+    CHECK(decode_body(w::Announce{2, 1, 2 * kMaxBlocks, 2, 0}) == E::none);
+    CHECK(decode_body(w::Announce{2, 1, 2 * kMaxBlocks + 1, 2, 0}) == E::inconsistent);  // last block partial
+    CHECK(decode_body(w::Announce{2, 1, kMaxBlocks * w::kMaxBlock, w::kMaxBlock, 0}) == E::none);
+    CHECK(decode_body(w::Announce{2, 1, kMaxBlocks * w::kMaxBlock + 1, w::kMaxBlock, 0}) == E::inconsistent);
+    CHECK(decode_body(w::Announce{2, 1, kMaxOffset, w::kMaxBlock, 0}) == E::inconsistent);  // 2^32 blocks
+    // size > 2^62, including sizes where size + block_size - 1 wraps around 2^64 (so the
+    // block count alone would look small: only the size bound catches them)
+    CHECK(decode_body(w::Announce{2, 1, kMaxOffset + 1, w::kMaxBlock, 0}) == E::inconsistent);
+    CHECK(decode_body(w::Announce{2, 1, kU64Max, 1, 0}) == E::inconsistent);
+    CHECK(decode_body(w::Announce{2, 1, kU64Max, 2, 0}) == E::inconsistent);
+    CHECK(decode_body(w::Announce{2, 1, kU64Max - 5, w::kMaxBlock, 0}) == E::inconsistent);
+    CHECK(decode_body(w::Announce{2, 1, kU64Max - w::kMaxBlock + 2, w::kMaxBlock, 0}) == E::inconsistent);
+  }
+  SECTION("Ready and LargeAck") {
+    CHECK(decode_body(w::Ready{2, 0, 1}) == E::inconsistent);
+    CHECK(decode_body(w::Ready{2, 1, 0}) == E::inconsistent);  // a credit of nothing
+    CHECK(decode_body(w::Ready{2, 1, 1}) == E::none);
+    CHECK(decode_body(w::LargeAck{2, 0}) == E::inconsistent);
+    CHECK(decode_body(w::LargeAck{2, 1}) == E::none);
+  }
+  SECTION("Block") {
+    const auto p10 = pool(0, 10);
+    CHECK(decode_body(w::Block{2, 1, 0, 0, 10, {}}) == E::none);  // the valid baselines
+    CHECK(decode_body(w::Block{2, 1, 0, 0, 10, p10}) == E::none);
+    // seq 0
+    CHECK(decode_body(w::Block{2, 0, 0, 0, 10, {}}) == E::inconsistent);
+    CHECK(decode_body(w::Block{2, 0, 0, 0, 10, p10}) == E::inconsistent);
+    // length > kMaxBlock
+    CHECK(decode_body(w::Block{2, 1, 0, 0, kMaxBlock32 + 1, {}}) == E::inconsistent);
+    CHECK(decode_body(w::Block{2, 1, 0, 0, kU32Max, {}}) == E::inconsistent);
+    CHECK(decode_body(w::Block{2, 1, 0, 0, kMaxBlock32, {}}) == E::none);
+    // a payload that is present must be exactly `length` bytes
+    CHECK(decode_body(w::Block{2, 1, 0, 0, 11, p10}) == E::inconsistent);
+    CHECK(decode_body(w::Block{2, 1, 0, 0, 9, p10}) == E::inconsistent);
+    CHECK(decode_body(w::Block{2, 1, 0, 0, 0, pool(0, 1)}) == E::inconsistent);
+    CHECK(decode_body(w::Block{2, 1, 0, 0, kMaxBlock32, p10}) == E::inconsistent);
+    // offset > 2^62
+    CHECK(decode_body(w::Block{2, 1, 0, kMaxOffset + 1, 10, {}}) == E::inconsistent);
+    CHECK(decode_body(w::Block{2, 1, 0, kU64Max, 10, p10}) == E::inconsistent);
+    CHECK(decode_body(w::Block{2, 1, 0, kMaxOffset, 10, p10}) == E::none);
   }
   SECTION("list counts beyond the packet or the bound") {
     const w::Header h{w::Type::ack, 1, 1, 1};

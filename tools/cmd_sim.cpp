@@ -3,6 +3,7 @@
 #include <memory>
 
 #include "commands.hpp"
+#include "transport/sim/large_scenario.hpp"
 #include "transport/sim/small_scenario.hpp"
 
 namespace hmcast::tools {
@@ -24,9 +25,65 @@ void print_small_human(const sim::SmallResult& r) {
 
 }  // namespace
 
+void add_large_command(CLI::App* simcmd) {
+  auto* large = simcmd->add_subcommand("large", "Large messages: the RC block pipeline over a bandwidth model");
+  auto sc = std::make_shared<sim::LargeScenario>();
+  auto json = std::make_shared<bool>(false);
+  auto algo = std::make_shared<std::string>("binomial_pipeline");
+  auto latency_us = std::make_shared<double>(2.0);
+  auto overhead_us = std::make_shared<double>(0.0);
+  large->add_option("--nodes", sc->nodes, "Group size")->check(CLI::Range(1U, 100000U))->capture_default_str();
+  large->add_option("--senders", sc->senders, "Members that broadcast")->check(CLI::PositiveNumber);
+  large->add_option("--messages", sc->messages, "Messages per sender")->check(CLI::PositiveNumber);
+  large->add_option("--size", sc->size, "Bytes per message (suffixes KiB, MiB, GiB)")
+      ->transform(CLI::AsSizeValue(false))->capture_default_str();
+  large->add_option("--block", sc->block, "Block size (suffixes KiB, MiB, GiB)")
+      ->transform(CLI::AsSizeValue(false))->capture_default_str();
+  large->add_option("--algo", *algo, "binomial_pipeline, chain, sequential or tree")->capture_default_str();
+  large->add_option("--link-gbps", sc->link_gbps, "NIC bandwidth per direction")->check(CLI::PositiveNumber);
+  large->add_option("--latency-us", *latency_us, "Per-link latency (us)")->check(CLI::Range(0.0, 1e6));
+  large->add_option("--block-overhead-us", *overhead_us, "Software cost per block (us)")->check(CLI::Range(0.0, 1e6));
+  large->add_option("--slow-links", sc->slow_links, "Links the schedule uses, slowed to --slow-factor");
+  large->add_option("--slow-nodes", sc->slow_nodes, "Nodes whose NIC runs at --slow-factor");
+  large->add_option("--slow-factor", sc->slow_factor, "Speed of slow links/nodes")->check(CLI::Range(0.01, 1.0));
+  large->add_option("--crash", sc->crash, "Non-sender members crashed during the transfer");
+  large->add_option("--receive-window", sc->receive_window, "Blocks a receiver lets come at once")
+      ->check(CLI::Range(1U, 1024U))->capture_default_str();
+  large->add_flag("!--no-resend", sc->resend, "Do not send a failed message again in the new view");
+  large->add_option("--seed", sc->seed, "Seed of the run")->capture_default_str();
+  large->add_flag("--json", *json, "Print one JSON object as the last line");
+  large->callback([sc, json, algo, latency_us, overhead_us] {
+    const auto a = rc_pipeline::parse_algorithm(*algo);
+    if (!a) throw std::invalid_argument("unknown --algo '" + *algo + "': use binomial_pipeline, chain, sequential or tree");
+    if (sc->block == 0) throw std::invalid_argument("--block must be at least 1 byte");
+    sc->algorithm = *a;
+    sc->latency_ns = static_cast<TimeNs>(*latency_us * 1000.0);
+    sc->block_overhead_ns = static_cast<TimeNs>(*overhead_us * 1000.0);
+    const auto r = sim::run_large(*sc);
+    if (*json) {
+      std::cout << r.to_json() << std::endl;
+    } else {
+      std::cout << r.nodes << " members, " << r.size << " bytes in " << r.blocks << " blocks, " << r.algorithm
+                << " (" << r.steps << " steps)\n"
+                << "last member had every byte at " << r.last_delivery_us << " us; one unicast takes "
+                << r.unicast_time_us << " us: ratio " << r.ratio_vs_unicast << "\n"
+                << "completed " << r.completed << "/" << r.messages_sent << ", failures " << r.failures
+                << (r.failures ? " (" + r.failure_reason + ")" : std::string()) << "\n"
+                << "verdict: " << (r.delivered_ok ? "every surviving member holds every completed message" : "FAILED")
+                << "\n";
+      for (const auto& v : r.violations) std::cout << "violation: " << v << "\n";
+    }
+    if (!r.delivered_ok) {
+      std::cerr << "replay: " << sc->command_line() << "\n";
+      throw CLI::RuntimeError(3);
+    }
+  });
+}
+
 void add_sim_commands(CLI::App& app) {
   auto* simcmd = app.add_subcommand("sim", "Run the protocol in the deterministic simulator");
   simcmd->require_subcommand(1);
+  add_large_command(simcmd);
   auto* small = simcmd->add_subcommand("small", "Small messages: datagram multicast + cumulative ACK tree");
   auto sc = std::make_shared<sim::SmallScenario>();
   auto json = std::make_shared<bool>(false);

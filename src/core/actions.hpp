@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <span>
 #include <string>
@@ -43,10 +44,54 @@ struct ViewInstalled {
 struct Removed {
   ViewId view = 0;
 };
+
+// The large path. The engine never touches a large message's bytes: it names the
+// ranges, and the runtime moves them between the two members' buffers.
+
+/// Move bytes [offset, offset + length) of large message (sender, seq) from this
+/// member's buffer into `to`'s buffer at the same offset, then hand `to` the frame
+/// (a wire::Block description) once the bytes are in place.
+struct SendBlock {
+  MemberId to = 0;
+  MemberId sender = 0;
+  Seq seq = 0;
+  std::uint64_t offset = 0;
+  std::uint64_t length = 0;
+  std::vector<std::byte> frame;
+};
+/// A large message is coming: provide a buffer of `size` bytes, then call buffer_ready().
+struct NeedBuffer {
+  MemberId sender = 0;
+  Seq seq = 0;
+  std::uint64_t size = 0;
+};
+/// Every byte of large message (sender, seq) is in this member's buffer.
+struct DeliverLarge {
+  MemberId sender = 0;
+  Seq seq = 0;
+  std::uint64_t size = 0;
+};
+/// This member's own large message is held by every member of the view.
+struct CompletedLarge {
+  Seq seq = 0;
+};
+/// This member's own large message will not complete (the view changed under it);
+/// the application may send it again.
+struct FailedLarge {
+  Seq seq = 0;
+  std::string reason;
+};
+/// A large message this member was receiving was abandoned: free its buffer.
+struct DiscardLarge {
+  MemberId sender = 0;
+  Seq seq = 0;
+};
 }  // namespace action
 
 using Action = std::variant<action::SendDatagram, action::SendP2P, action::Deliver, action::Completed,
-                            action::ViewInstalled, action::Removed>;
+                            action::ViewInstalled, action::Removed, action::SendBlock, action::NeedBuffer,
+                            action::DeliverLarge, action::CompletedLarge, action::FailedLarge,
+                            action::DiscardLarge>;
 using Outbox = std::vector<Action>;
 
 }  // namespace hmcast

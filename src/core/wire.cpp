@@ -33,7 +33,12 @@ constexpr Type type_of() {
   else if constexpr (std::is_same_v<T, Stable>) return Type::stable;
   else if constexpr (std::is_same_v<T, Suspect>) return Type::suspect;
   else if constexpr (std::is_same_v<T, NewView>) return Type::new_view;
-  else return Type::probe;
+  else if constexpr (std::is_same_v<T, Probe>) return Type::probe;
+  else if constexpr (std::is_same_v<T, Announce>) return Type::announce;
+  else if constexpr (std::is_same_v<T, Ready>) return Type::ready;
+  else if constexpr (std::is_same_v<T, Block>) return Type::block;
+  else if constexpr (std::is_same_v<T, LargeAck>) return Type::large_ack;
+  else return Type::ping;
 }
 
 void encode_body(Writer& w, const Data& d) {
@@ -73,6 +78,31 @@ void encode_body(Writer& w, const Stable& s) {
 }
 void encode_body(Writer& w, const Suspect& s) { w.u32(s.suspect); }
 void encode_body(Writer& w, const Probe& p) { w.u32(p.sender); }
+void encode_body(Writer& w, const Announce& a) {
+  w.u32(a.sender);
+  w.u64(a.seq);
+  w.u64(a.size);
+  w.u64(a.block_size);
+  w.u8(a.algorithm);
+}
+void encode_body(Writer& w, const Ready& r) {
+  w.u32(r.sender);
+  w.u64(r.seq);
+  w.u32(r.credit);
+}
+void encode_body(Writer& w, const Block& b) {
+  w.u32(b.sender);
+  w.u64(b.seq);
+  w.u32(b.index);
+  w.u64(b.offset);
+  w.u32(b.length);
+  w.bytes(b.payload);
+}
+void encode_body(Writer&, const Ping&) {}
+void encode_body(Writer& w, const LargeAck& a) {
+  w.u32(a.sender);
+  w.u64(a.seq);
+}
 void encode_body(Writer& w, const NewView& v) {
   w.u32(static_cast<std::uint32_t>(v.members.size()));
   for (auto m : v.members) w.u32(m);
@@ -181,6 +211,60 @@ DecodeError decode_probe(Reader& r, Body& out) {
   return DecodeError::none;
 }
 
+DecodeError decode_announce(Reader& r, Body& out) {
+  Announce a;
+  a.sender = r.u32();
+  a.seq = r.u64();
+  a.size = r.u64();
+  a.block_size = r.u64();
+  a.algorithm = r.u8();
+  if (!r.ok()) return DecodeError::truncated;
+  // At most 2^32 - 1 blocks, each at most kMaxBlock: every block index and length fits
+  // 32 bits. The size bound comes first so that the block count cannot wrap.
+  if (a.seq == 0 || a.block_size == 0 || a.block_size > kMaxBlock || a.algorithm > 3 || a.size > (1ULL << 62) ||
+      (a.size + a.block_size - 1) / a.block_size > 0xffffffffULL)
+    return DecodeError::inconsistent;
+  out = a;
+  return DecodeError::none;
+}
+
+DecodeError decode_ready(Reader& r, Body& out) {
+  Ready a;
+  a.sender = r.u32();
+  a.seq = r.u64();
+  a.credit = r.u32();
+  if (!r.ok()) return DecodeError::truncated;
+  if (a.seq == 0 || a.credit == 0) return DecodeError::inconsistent;
+  out = a;
+  return DecodeError::none;
+}
+
+DecodeError decode_block(Reader& r, Body& out) {
+  Block b;
+  b.sender = r.u32();
+  b.seq = r.u64();
+  b.index = r.u32();
+  b.offset = r.u64();
+  b.length = r.u32();
+  if (!r.ok()) return DecodeError::truncated;
+  b.payload = r.bytes(r.remaining());
+  if (b.seq == 0 || b.length > kMaxBlock || (!b.payload.empty() && b.payload.size() != b.length) ||
+      b.offset > (1ULL << 62))
+    return DecodeError::inconsistent;
+  out = b;
+  return DecodeError::none;
+}
+
+DecodeError decode_large_ack(Reader& r, Body& out) {
+  LargeAck a;
+  a.sender = r.u32();
+  a.seq = r.u64();
+  if (!r.ok()) return DecodeError::truncated;
+  if (a.seq == 0) return DecodeError::inconsistent;
+  out = a;
+  return DecodeError::none;
+}
+
 DecodeError decode_new_view(Reader& r, Body& out) {
   NewView v;
   const auto count = r.u32();
@@ -248,6 +332,11 @@ DecodeResult decode(std::span<const std::byte> bytes) {
     case static_cast<std::uint8_t>(Type::suspect): err = decode_suspect(r, res.packet.body); break;
     case static_cast<std::uint8_t>(Type::new_view): err = decode_new_view(r, res.packet.body); break;
     case static_cast<std::uint8_t>(Type::probe): err = decode_probe(r, res.packet.body); break;
+    case static_cast<std::uint8_t>(Type::announce): err = decode_announce(r, res.packet.body); break;
+    case static_cast<std::uint8_t>(Type::ready): err = decode_ready(r, res.packet.body); break;
+    case static_cast<std::uint8_t>(Type::block): err = decode_block(r, res.packet.body); break;
+    case static_cast<std::uint8_t>(Type::large_ack): err = decode_large_ack(r, res.packet.body); break;
+    case static_cast<std::uint8_t>(Type::ping): res.packet.body = Ping{}; break;
     default: err = DecodeError::unknown_type; break;
   }
   if (err == DecodeError::none && r.remaining() != 0) err = DecodeError::trailing_bytes;

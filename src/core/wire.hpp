@@ -35,6 +35,12 @@ enum class Type : std::uint8_t {
   suspect = 6,  // member -> manager: this member stopped answering
   new_view = 7, // manager -> members: install this view (header.view is the new id)
   probe = 8,    // parent -> child: your subtree is late, tell me where you stand
+  // The large path (RC binomial pipeline):
+  announce = 9,   // a large message exists: its size and layout (sent ahead of its blocks)
+  ready = 10,     // receiver -> sender: credit for blocks (ready-for-block flow control)
+  block = 11,     // one block, or (transports that place data directly) its description
+  large_ack = 12, // child -> parent in the ACK tree: my subtree holds this large message
+  ping = 13,      // no content: sent to a peer we wait on, so a dead one shows as a broken link
 };
 
 struct Header {
@@ -98,7 +104,41 @@ struct Probe {
   MemberId sender = 0;  // the stream whose ACK is late
 };
 
-using Body = std::variant<Data, Repair, Ack, Pull, Stable, Suspect, NewView, Probe>;
+/// Largest block the pipeline uses; bounds what a receiver must accept per block.
+inline constexpr std::uint64_t kMaxBlock = 1ULL << 30;
+
+struct Announce {
+  MemberId sender = 0;
+  Seq seq = 0;             // per-sender sequence of large messages
+  std::uint64_t size = 0;  // bytes; any size, 64-bit
+  std::uint64_t block_size = 0;
+  std::uint8_t algorithm = 0;  // rc_pipeline::Algorithm
+};
+
+struct Ready {
+  MemberId sender = 0;
+  Seq seq = 0;
+  std::uint32_t credit = 0;  // the receiver has buffer for this many blocks from us in all (cumulative)
+};
+
+struct Block {
+  MemberId sender = 0;
+  Seq seq = 0;
+  std::uint32_t index = 0;
+  std::uint64_t offset = 0;
+  std::uint32_t length = 0;
+  std::span<const std::byte> payload;  // empty (data placed by the transport) or `length` bytes
+};
+
+struct LargeAck {
+  MemberId sender = 0;
+  Seq seq = 0;
+};
+
+struct Ping {};
+
+using Body =
+    std::variant<Data, Repair, Ack, Pull, Stable, Suspect, NewView, Probe, Announce, Ready, Block, LargeAck, Ping>;
 
 struct Packet {
   Header header;

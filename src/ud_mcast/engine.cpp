@@ -8,9 +8,11 @@
 
 namespace hmcast::ud_mcast {
 
-Engine::Engine(GroupId group, MemberId self, View initial, ProtocolConfig config, TimeNs now)
+Engine::Engine(GroupId group, MemberId self, View initial, ProtocolConfig config, TimeNs now,
+               rc_pipeline::PipelineConfig large)
     : group_(group), self_(self), view_(std::move(initial)), cfg_(config), view_start_(now),
-      window_(std::clamp<std::uint32_t>(cfg_.initial_window_messages, 1, std::max(cfg_.window_messages, 1U))) {
+      window_(std::clamp<std::uint32_t>(cfg_.initial_window_messages, 1, std::max(cfg_.window_messages, 1U))),
+      pipeline_(group, self, view_, large), pipeline_stall_ns_(large.stall_ns) {
   (void)fragment_payload(cfg_.mtu);  // validates the MTU up front
   if (!view_.contains(self_)) removed_ = true;
   if (!view_.members.empty() && manager() == self_) manager_.emplace(view_);
@@ -38,6 +40,18 @@ BroadcastResult Engine::broadcast(MessageBuffer message, TimeNs now, Outbox& out
   accept_message(s, seq, std::move(message), now, out);
   flush_acks(now, out, std::nullopt);
   return {BroadcastError::none, seq};
+}
+
+rc_pipeline::LargeResult Engine::broadcast_large(std::uint64_t size, TimeNs now, Outbox& out) {
+  if (removed_) return {rc_pipeline::LargeError::not_member, 0};
+  auto r = pipeline_.broadcast(size, out);
+  pipeline_activity_ = now;
+  arm_stall(now);
+  return r;
+}
+
+void Engine::buffer_ready(MemberId sender, Seq seq, Outbox& out) {
+  if (!removed_) pipeline_.buffer_ready(sender, seq, out);
 }
 
 void Engine::send_p2p(MemberId to, const wire::Body& body, Outbox& out) {
@@ -138,7 +152,14 @@ bool Engine::admit(const wire::Header& h, bool datagram, MemberId from) {
   return true;
 }
 
+void Engine::arm_stall(TimeNs now) {
+  if (stall_armed_ || pipeline_.active_transfers() == 0) return;
+  stall_armed_ = true;
+  timers_.arm(now + pipeline_stall_ns_, ++timer_serial_, TimerKey{TimerKind::pipeline_stall, 0, 0});
+}
+
 void Engine::handle(const wire::Packet& p, MemberId from, bool datagram, TimeNs now, Outbox& out) {
+  if (p.header.type >= wire::Type::announce && p.header.type <= wire::Type::large_ack) pipeline_activity_ = now;
   std::visit(
       [&](const auto& body) {
         using T = std::decay_t<decltype(body)>;
@@ -170,12 +191,23 @@ void Engine::handle(const wire::Packet& p, MemberId from, bool datagram, TimeNs 
           } else {
             ++stats_.invalid_dropped;
           }
+        } else if constexpr (std::is_same_v<T, wire::Ping>) {
+          // Nothing to do: that it arrived is the answer.
+        } else if constexpr (std::is_same_v<T, wire::Announce>) {
+          pipeline_.on_announce(from, body, out);
+        } else if constexpr (std::is_same_v<T, wire::Ready>) {
+          pipeline_.on_ready(from, body, out);
+        } else if constexpr (std::is_same_v<T, wire::Block>) {
+          pipeline_.on_block(from, body, out);
+        } else if constexpr (std::is_same_v<T, wire::LargeAck>) {
+          pipeline_.on_ack(from, body, out);
         } else if constexpr (std::is_same_v<T, wire::NewView>) {
           ++stats_.stale_view_dropped;  // same view id as ours: nothing new
         }
       },
       p.body);
   (void)datagram;
+  arm_stall(now);
 }
 
 // ---------------------------------------------------------------------------
@@ -630,6 +662,15 @@ void Engine::on_timer(TimeNs now, Outbox& out) {
       if (ack_flush_gen_[k.sender] == e.generation) ack_flush_armed_.erase(k.sender);
       return;  // the flush below sends it
     }
+    if (k.kind == TimerKind::pipeline_stall) {
+      stall_armed_ = false;
+      if (pipeline_.active_transfers() == 0) return;
+      if (now - pipeline_activity_ >= pipeline_stall_ns_)
+        for (MemberId peer : pipeline_.waiting_on()) send_p2p(peer, wire::Ping{}, out);
+      pipeline_activity_ = std::max(pipeline_activity_, now - pipeline_stall_ns_ / 2);
+      arm_stall(now);
+      return;
+    }
     auto it = streams_.find(k.sender);
     if (it == streams_.end()) return;
     Stream& s = it->second;
@@ -649,7 +690,8 @@ void Engine::on_timer(TimeNs now, Outbox& out) {
           s.last_announced = s.known_stable;
         }
         break;
-      case TimerKind::ack_flush: break;
+      case TimerKind::ack_flush:
+      case TimerKind::pipeline_stall: break;
     }
   });
   flush_acks(now, out, std::nullopt);
@@ -692,6 +734,7 @@ void Engine::install_view(View next, TimeNs now, Outbox& out) {
   suspected_.clear();
   last_ack_to_.clear();
   ++stats_.views_installed;
+  pipeline_.on_view(view_, out);
   if (!view_.contains(self_)) {
     removed_ = true;
     out.emplace_back(action::Removed{view_.id});

@@ -30,6 +30,7 @@
 #include "hmcast/config.hpp"
 #include "hmcast/types.hpp"
 #include "membership/view_manager.hpp"
+#include "rc_pipeline/pipeline.hpp"
 #include "ud_mcast/reassembly.hpp"
 
 namespace hmcast::ud_mcast {
@@ -71,7 +72,15 @@ struct BroadcastResult {
 
 class Engine {
  public:
-  Engine(GroupId group, MemberId self, View initial, ProtocolConfig config, TimeNs now);
+  Engine(GroupId group, MemberId self, View initial, ProtocolConfig config, TimeNs now,
+         rc_pipeline::PipelineConfig large = {});
+
+  /// Send a large message of `size` bytes (large path, rc_pipeline/pipeline.hpp). The
+  /// runtime supplies the bytes when SendBlock actions name them.
+  rc_pipeline::LargeResult broadcast_large(std::uint64_t size, TimeNs now, Outbox& out);
+  /// The application provided the buffer a NeedBuffer action asked for.
+  void buffer_ready(MemberId sender, Seq seq, Outbox& out);
+  [[nodiscard]] const rc_pipeline::Pipeline& pipeline() const { return pipeline_; }
 
   /// Send a message (small path). Fails without side effects when the window is full.
   BroadcastResult broadcast(MessageBuffer message, TimeNs now, Outbox& out);
@@ -138,7 +147,7 @@ class Engine {
     bool announce_armed = false;
     TimeNs last_remulticast = -1;
   };
-  enum class TimerKind : std::uint8_t { child_repair, ack_flush, announce, pull };
+  enum class TimerKind : std::uint8_t { child_repair, ack_flush, announce, pull, pipeline_stall };
   struct TimerKey {
     TimerKind kind;
     MemberId sender;  // stream (or parent, for ack_flush)
@@ -212,6 +221,11 @@ class Engine {
   Seq own_completed_ = 0;
   std::uint64_t own_bytes_in_flight_ = 0;
   EngineStats stats_;
+  rc_pipeline::Pipeline pipeline_;
+  std::int64_t pipeline_stall_ns_;
+  TimeNs pipeline_activity_ = 0;  // last frame of the large path
+  bool stall_armed_ = false;
+  void arm_stall(TimeNs now);
 };
 
 }  // namespace hmcast::ud_mcast

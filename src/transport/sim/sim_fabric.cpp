@@ -7,31 +7,63 @@
 namespace hmcast::sim {
 
 Fabric::Fabric(std::uint32_t nodes, NetworkModel model, std::uint64_t seed)
-    : model_(model), rng_(seed), crashed_(nodes, false), tx_free_(nodes, 0), rx_free_(nodes, 0),
-      fifo_(nodes) {}
+    : model_(model), rng_(seed), crashed_(nodes, false), tx_free_(nodes, 0), rx_busy_(nodes), fifo_(nodes),
+      bulk_fifo_(nodes),
+      node_speed_(nodes, 1.0) {}
 
-TimeNs Fabric::serialize_ns(std::size_t bytes) const {
-  return static_cast<TimeNs>(std::ceil(static_cast<double>(bytes) * 8.0 / model_.link_gbps));
+TimeNs Fabric::serialize_ns(std::uint64_t bytes, double speed) const {
+  return static_cast<TimeNs>(std::ceil(static_cast<double>(bytes) * 8.0 / (model_.link_gbps * speed)));
 }
 
+void Fabric::slow_link(std::uint32_t a, std::uint32_t b, double factor) {
+  link_speed_[{std::min(a, b), std::max(a, b)}] = factor;
+}
+
+double Fabric::link_speed(std::uint32_t from, std::uint32_t to) const {
+  auto it = link_speed_.find({std::min(from, to), std::max(from, to)});
+  return it == link_speed_.end() ? 1.0 : it->second;
+}
+
+// The NIC model. A sender's NIC sends one packet at a time at its speed; a
+// receiver's NIC takes one at a time. Transfers are cut-through: the receiver
+// takes in the bytes while the sender puts them out, so a transfer ends at the
+// later of (sender done + latency) and (receiver free + its own serialization).
+//
 // A NIC arbitrates between its queue pairs packet by packet, so a small control
 // packet on one QP waits for at most the packet on the wire, not for a burst
 // queued on another QP. Control packets therefore slip past the data backlog
 // (their bandwidth is negligible); data packets queue in order.
-TimeNs Fabric::depart(std::uint32_t from, std::size_t bytes) {
+Fabric::Slot Fabric::transmit(std::uint32_t from, std::uint64_t bytes, double speed, TimeNs overhead) {
   stats_.bytes_on_wire += bytes;
-  if (bytes <= model_.control_bytes) return std::min(std::max(now_, tx_free_[from]), now_ + serialize_ns(model_.control_bytes * 16)) + serialize_ns(bytes);
-  const TimeNs start = std::max(now_, tx_free_[from]);
-  tx_free_[from] = start + serialize_ns(bytes);
-  return tx_free_[from];
+  const TimeNs ser = serialize_ns(bytes, speed * node_speed_[from]);
+  if (bytes <= model_.control_bytes) {
+    const TimeNs start = std::min(std::max(now_, tx_free_[from]), now_ + serialize_ns(model_.control_bytes * 16));
+    return Slot{start, start + ser};
+  }
+  const TimeNs start = std::max(now_ + overhead, tx_free_[from]);
+  tx_free_[from] = start + ser;
+  return Slot{start, start + ser};
 }
 
-TimeNs Fabric::arrive(std::uint32_t to, TimeNs at_nic, std::size_t bytes) {
+TimeNs Fabric::receive(std::uint32_t to, Slot tx, std::uint64_t bytes, double speed, TimeNs extra_delay) {
+  const TimeNs first_bit = tx.start + model_.latency_ns + extra_delay;
+  const TimeNs ser = serialize_ns(bytes, speed * node_speed_[to]);
   if (bytes <= model_.control_bytes)
-    return std::min(std::max(at_nic, rx_free_[to]), at_nic + serialize_ns(model_.control_bytes * 16)) + serialize_ns(bytes);
-  const TimeNs start = std::max(at_nic, rx_free_[to]);
-  rx_free_[to] = start + serialize_ns(bytes);
-  return rx_free_[to];
+    return tx.end + model_.latency_ns + extra_delay + ser;  // slips between data packets
+  // The receiver is busy for as long as the slower side needs. Transfers are booked
+  // when posted, which is not the order they reach the receiver (a sender may post
+  // a whole queue at once), so each takes the earliest gap in the receiver's
+  // bookings that fits it, not the end of the last booking.
+  const TimeNs length = std::max(ser, tx.end - tx.start);
+  auto& busy = rx_busy_[to];
+  while (!busy.empty() && busy.begin()->second <= now_) busy.erase(busy.begin());
+  TimeNs start = first_bit;
+  auto it = busy.upper_bound(start);
+  if (it != busy.begin() && std::prev(it)->second > start) start = std::prev(it)->second;
+  for (it = busy.lower_bound(start); it != busy.end() && it->first < start + length; ++it)
+    start = std::max(start, it->second);
+  busy.emplace(start, start + length);
+  return start + length;
 }
 
 void Fabric::push(TimeNs at, Kind kind, std::uint32_t node, std::uint32_t from,
@@ -42,7 +74,7 @@ void Fabric::push(TimeNs at, Kind kind, std::uint32_t node, std::uint32_t from,
 void Fabric::multicast(std::uint32_t from, std::vector<std::byte> bytes) {
   if (crashed_[from]) return;
   ++stats_.datagrams_sent;
-  const TimeNs sent = depart(from, bytes.size());
+  const Slot tx = transmit(from, bytes.size(), 1.0, 0);
   auto shared = std::make_shared<const std::vector<std::byte>>(std::move(bytes));
   for (std::uint32_t to = 0; to < crashed_.size(); ++to) {
     if (to == from) continue;  // the switch does not loop our own multicast back
@@ -52,25 +84,44 @@ void Fabric::multicast(std::uint32_t from, std::vector<std::byte> bytes) {
     }
     const int copies = rng_.chance(model_.duplicate) ? 2 : 1;
     for (int c = 0; c < copies; ++c) {
-      TimeNs at = sent + model_.latency_ns + static_cast<TimeNs>(rng_.below(static_cast<std::uint64_t>(model_.jitter_ns) + 1));
+      TimeNs delay = static_cast<TimeNs>(rng_.below(static_cast<std::uint64_t>(model_.jitter_ns) + 1));
       if (rng_.chance(model_.reorder))
-        at += static_cast<TimeNs>(rng_.below(static_cast<std::uint64_t>(model_.reorder_delay_ns) + 1));
-      push(arrive(to, at, shared->size()), Kind::datagram, to, from, shared);
+        delay += static_cast<TimeNs>(rng_.below(static_cast<std::uint64_t>(model_.reorder_delay_ns) + 1));
+      push(receive(to, tx, shared->size(), 1.0, delay), Kind::datagram, to, from, shared);
     }
   }
 }
 
-void Fabric::unicast(std::uint32_t from, std::uint32_t to, std::vector<std::byte> bytes) {
+void Fabric::send_reliable(std::uint32_t from, std::uint32_t to, std::vector<std::byte> frame,
+                           std::uint64_t wire_bytes, TimeNs overhead) {
   if (crashed_[from]) return;
   ++stats_.p2p_sent;
-  const TimeNs sent = depart(from, bytes.size());
-  TimeNs at = sent + model_.latency_ns + static_cast<TimeNs>(rng_.below(static_cast<std::uint64_t>(model_.jitter_ns) + 1));
-  at = arrive(to, at, bytes.size());
-  auto& last = fifo_[from];
+  if (crashed_[to]) {
+    // A reliable transport retries, then reports the peer lost to the sender.
+    push(now_ + model_.link_failure_ns, Kind::link_failed, from, to, nullptr);
+    return;
+  }
+  const double speed = link_speed(from, to);
+  const Slot tx = transmit(from, wire_bytes, speed, overhead);
+  const TimeNs jitter = static_cast<TimeNs>(rng_.below(static_cast<std::uint64_t>(model_.jitter_ns) + 1));
+  TimeNs at = receive(to, tx, wire_bytes, speed, jitter);
+  // Reliable links deliver in order. Bulk blocks and control frames use separate
+  // channels (queue pairs), so a credit or ACK never waits behind a block.
+  auto& last = (overhead > 0 || wire_bytes > model_.control_bytes * 16 ? bulk_fifo_ : fifo_)[from];
   if (last.empty()) last.assign(crashed_.size(), 0);
-  at = std::max(at, last[to]);  // reliable links deliver in order
+  at = std::max(at, last[to]);
   last[to] = at;
-  push(at, Kind::p2p, to, from, std::make_shared<const std::vector<std::byte>>(std::move(bytes)));
+  push(at, Kind::p2p, to, from, std::make_shared<const std::vector<std::byte>>(std::move(frame)));
+}
+
+void Fabric::unicast(std::uint32_t from, std::uint32_t to, std::vector<std::byte> bytes) {
+  const auto size = bytes.size();
+  send_reliable(from, to, std::move(bytes), size, 0);
+}
+
+void Fabric::transfer(std::uint32_t from, std::uint32_t to, std::vector<std::byte> frame, std::uint64_t wire_bytes) {
+  send_reliable(from, to, std::move(frame), std::max<std::uint64_t>(wire_bytes, model_.control_bytes + 1),
+                std::max<TimeNs>(model_.block_overhead_ns, 1));
 }
 
 void Fabric::wake(std::uint32_t node, TimeNs at) { push(std::max(at, now_), Kind::timer, node, node, nullptr); }
@@ -101,6 +152,7 @@ void Fabric::run(Host& host, TimeNs until) {
       case Kind::datagram: host.on_datagram(e.node, *e.bytes, now_); break;
       case Kind::p2p: host.on_p2p(e.node, e.from, *e.bytes, now_); break;
       case Kind::timer: host.on_timer(e.node, now_); break;
+      case Kind::link_failed: host.on_link_failed(e.node, e.from, now_); break;
     }
   }
 }

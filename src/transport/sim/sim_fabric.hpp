@@ -10,6 +10,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
+#include <utility>
 #include <memory>
 #include <queue>
 #include <span>
@@ -29,6 +31,8 @@ struct NetworkModel {
   TimeNs reorder_delay_ns = 6'000;  // how far back at most
   TimeNs jitter_ns = 200;           // extra uniform delay on every packet
   std::size_t control_bytes = 256;  // packets this small are scheduled past queued data (QP arbitration)
+  TimeNs block_overhead_ns = 0;     // software cost of posting one bulk block (sized transfers)
+  TimeNs link_failure_ns = 100'000; // a send to a crashed node fails at the sender after this long
 };
 
 /// What the fabric calls when something arrives or a node's timer is due.
@@ -38,6 +42,12 @@ class Host {
   virtual void on_datagram(std::uint32_t node, std::span<const std::byte> bytes, TimeNs now) = 0;
   virtual void on_p2p(std::uint32_t node, std::uint32_t from, std::span<const std::byte> bytes, TimeNs now) = 0;
   virtual void on_timer(std::uint32_t node, TimeNs now) = 0;
+  /// A reliable send from `node` to `peer` failed (the peer crashed).
+  virtual void on_link_failed(std::uint32_t node, std::uint32_t peer, TimeNs now) {
+    (void)node;
+    (void)peer;
+    (void)now;
+  }
 };
 
 struct FabricStats {
@@ -54,6 +64,13 @@ class Fabric {
 
   void multicast(std::uint32_t from, std::vector<std::byte> bytes);
   void unicast(std::uint32_t from, std::uint32_t to, std::vector<std::byte> bytes);
+  /// A bulk transfer: `frame` (its description) arrives as a p2p frame once `wire_bytes`
+  /// have crossed the link; the payload itself is not simulated.
+  void transfer(std::uint32_t from, std::uint32_t to, std::vector<std::byte> frame, std::uint64_t wire_bytes);
+  /// A node whose NIC runs at `factor` of the link speed (0 < factor <= 1).
+  void slow_node(std::uint32_t node, double factor) { node_speed_[node] = factor; }
+  /// A link (both directions) that runs at `factor` of the link speed.
+  void slow_link(std::uint32_t a, std::uint32_t b, double factor);
   /// Ask for host.on_timer(node) at `at` (extra or stale requests are harmless).
   void wake(std::uint32_t node, TimeNs at);
   /// Crash-stop: from now on the node neither sends nor receives.
@@ -69,7 +86,7 @@ class Fabric {
   Rng& rng() { return rng_; }
 
  private:
-  enum class Kind : std::uint8_t { datagram, p2p, timer };
+  enum class Kind : std::uint8_t { datagram, p2p, timer, link_failed };
   struct Event {
     TimeNs at;
     std::uint64_t serial;  // ties broken by scheduling order: deterministic
@@ -83,9 +100,16 @@ class Fabric {
       return a.at != b.at ? a.at > b.at : a.serial > b.serial;
     }
   };
-  TimeNs serialize_ns(std::size_t bytes) const;
-  TimeNs depart(std::uint32_t from, std::size_t bytes);
-  TimeNs arrive(std::uint32_t to, TimeNs at_nic, std::size_t bytes);
+  struct Slot {
+    TimeNs start;
+    TimeNs end;
+  };
+  [[nodiscard]] TimeNs serialize_ns(std::uint64_t bytes, double speed = 1.0) const;
+  [[nodiscard]] double link_speed(std::uint32_t from, std::uint32_t to) const;
+  Slot transmit(std::uint32_t from, std::uint64_t bytes, double speed, TimeNs overhead);
+  TimeNs receive(std::uint32_t to, Slot tx, std::uint64_t bytes, double speed, TimeNs extra_delay);
+  void send_reliable(std::uint32_t from, std::uint32_t to, std::vector<std::byte> frame, std::uint64_t wire_bytes,
+                     TimeNs overhead);
   void push(TimeNs at, Kind kind, std::uint32_t node, std::uint32_t from,
             std::shared_ptr<const std::vector<std::byte>> bytes);
 
@@ -97,8 +121,11 @@ class Fabric {
   std::uint64_t trace_ = 0;
   std::vector<bool> crashed_;
   std::vector<TimeNs> tx_free_;  // when each NIC's send side is idle again
-  std::vector<TimeNs> rx_free_;  // when each NIC's receive side is idle again
-  std::vector<std::vector<TimeNs>> fifo_;  // last arrival per (from, to) link, for FIFO order
+  std::vector<std::map<TimeNs, TimeNs>> rx_busy_;  // each NIC's booked receive intervals: start -> end
+  std::vector<std::vector<TimeNs>> fifo_;  // last arrival per (from, to) control channel, for FIFO order
+  std::vector<std::vector<TimeNs>> bulk_fifo_;  // the same for the bulk (block) channel
+  std::vector<double> node_speed_;
+  std::map<std::pair<std::uint32_t, std::uint32_t>, double> link_speed_;
   std::priority_queue<Event, std::vector<Event>, Later> events_;
   FabricStats stats_;
 };

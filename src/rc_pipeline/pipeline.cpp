@@ -1,0 +1,295 @@
+#include "rc_pipeline/pipeline.hpp"
+
+#include <algorithm>
+#include <string>
+
+#include "ack_tree/tree.hpp"
+
+namespace hmcast::rc_pipeline {
+
+namespace {
+constexpr std::size_t kEarlyLimit = 4096;
+}
+
+Pipeline::Pipeline(GroupId group, MemberId self, View view, PipelineConfig config)
+    : group_(group), self_(self), view_(std::move(view)), cfg_(config) {
+  if (cfg_.block_size == 0 || cfg_.block_size > wire::kMaxBlock)
+    throw std::invalid_argument("block size must be between 1 byte and 1 GiB");
+}
+
+void Pipeline::send(MemberId to, const wire::Body& body, Outbox& out) {
+  out.emplace_back(action::SendP2P{to, wire::encode(wire::Header{{}, group_, view_.id, self_}, body)});
+}
+
+wire::Announce Pipeline::announce_of(const Transfer& t) const {
+  return wire::Announce{t.sender, t.seq, t.size, t.block_size, static_cast<std::uint8_t>(t.algorithm)};
+}
+
+LargeResult Pipeline::broadcast(std::uint64_t size, Outbox& out) {
+  if (!view_.contains(self_)) return {LargeError::not_member, 0};
+  if (queue_.size() >= cfg_.queue_limit) return {LargeError::queue_full, 0};
+  const Seq seq = next_seq_++;
+  queue_.emplace_back(seq, size);
+  if (!own_active_) start_next(out);
+  return {LargeError::none, seq};
+}
+
+void Pipeline::start_next(Outbox& out) {
+  if (own_active_ || queue_.empty()) return;
+  const auto [seq, size] = queue_.front();
+  queue_.pop_front();
+  own_active_ = seq;
+  Transfer& t = create(self_, seq, size, cfg_.block_size, cfg_.algorithm);
+  t.buffer = true;
+  t.have.assign(t.blocks, true);
+  t.have_count = t.blocks;
+  t.delivered = true;
+  ++stats_.delivered;
+  out.emplace_back(action::DeliverLarge{self_, seq, size});  // the sender delivers its own, as on the small path
+  for (MemberId p : t.send_peers) send(p, announce_of(t), out);
+  pump(t, out);
+  check_ack(t, out);
+}
+
+Pipeline::Transfer& Pipeline::create(MemberId sender, Seq seq, std::uint64_t size, std::uint64_t block_size,
+                                     Algorithm algorithm) {
+  Transfer& t = transfers_[{sender, seq}];
+  t.sender = sender;
+  t.seq = seq;
+  t.size = size;
+  t.block_size = block_size;
+  t.algorithm = algorithm;
+  t.blocks = static_cast<std::uint32_t>(std::max<std::uint64_t>(1, (size + block_size - 1) / block_size));
+  t.have.assign(t.blocks, false);
+  t.source.assign(t.blocks, 0);
+  const std::uint32_t n = view_.size();
+  const std::uint32_t root = *view_.rank_of(sender);
+  const std::uint32_t me = *view_.rank_of(self_);
+  const auto schedule = make_schedule(algorithm, n, root, t.blocks);
+  for (std::uint32_t step = 0; step < schedule->steps(); ++step) {
+    for (const auto& tr : schedule->sends(me, step)) {
+      t.sends.push_back(tr);
+      t.send_peers.insert(view_.members[tr.to]);
+    }
+    for (const auto& tr : schedule->receives(me, step)) {
+      t.source[tr.block] = tr.from;
+      t.recv_peers.insert(view_.members[tr.from]);
+      t.receive_order.push_back(view_.members[tr.from]);
+    }
+  }
+  const ack_tree::Tree tree(n, root, cfg_.ack_radix);
+  if (auto p = tree.parent(me)) t.ack_parent = view_.members[*p];
+  for (auto c : tree.children(me)) t.ack_children.insert(view_.members[c]);
+  auto early = early_.find({sender, seq});
+  if (early != early_.end()) {
+    for (MemberId c : early->second.acks)
+      if (t.ack_children.count(c) != 0) t.acked.insert(c);
+    for (const auto& [p, credit] : early->second.credit)
+      if (t.send_peers.count(p) != 0) t.credit_from[p] = credit;
+    early_.erase(early);
+  }
+  return t;
+}
+
+void Pipeline::on_announce(MemberId from, const wire::Announce& a, Outbox& out) {
+  const Key key{a.sender, a.seq};
+  if (a.sender == self_ || !view_.contains(a.sender) || transfers_.count(key) != 0) return;  // ours, or seen
+  if (a.seq <= finished_[a.sender]) return;  // a late copy of something over
+  if (a.block_size == 0 || a.block_size > wire::kMaxBlock) {
+    ++stats_.invalid_dropped;
+    return;
+  }
+  Transfer& t = create(a.sender, a.seq, a.size, a.block_size, static_cast<Algorithm>(a.algorithm));
+  if (t.recv_peers.count(from) == 0 && t.blocks > 0 && !t.recv_peers.empty()) {
+    // Whoever announces must be one of the members that send us blocks.
+    ++stats_.invalid_dropped;
+    transfers_.erase(key);
+    return;
+  }
+  out.emplace_back(action::NeedBuffer{a.sender, a.seq, a.size});
+  for (MemberId p : t.send_peers) send(p, announce_of(t), out);  // the announcement runs ahead of the data
+}
+
+void Pipeline::buffer_ready(MemberId sender, Seq seq, Outbox& out) {
+  auto it = transfers_.find({sender, seq});
+  if (it == transfers_.end() || it->second.buffer) return;
+  it->second.buffer = true;
+  grant(it->second, out);
+}
+
+void Pipeline::grant(Transfer& t, Outbox& out) {
+  // Credit the next receives in schedule order, up to the window ahead of what we hold.
+  const std::uint64_t limit = std::min<std::uint64_t>(t.receive_order.size(),
+                                                      std::uint64_t{t.have_count} + cfg_.receive_window);
+  std::set<MemberId> changed;
+  while (t.credits_granted < limit) {
+    const MemberId p = t.receive_order[t.credits_granted++];
+    ++t.credit_to[p];
+    changed.insert(p);
+  }
+  for (MemberId p : changed) send(p, wire::Ready{t.sender, t.seq, t.credit_to[p]}, out);
+}
+
+void Pipeline::on_ready(MemberId from, const wire::Ready& r, Outbox& out) {
+  auto it = transfers_.find({r.sender, r.seq});
+  if (it == transfers_.end()) {
+    // A member that heard of the message by another route may be ready before we hear of it.
+    if (r.seq > finished_[r.sender] && view_.contains(r.sender) && early_.size() < kEarlyLimit) {
+      auto& c = early_[{r.sender, r.seq}].credit[from];
+      c = std::max(c, r.credit);
+    }
+    return;
+  }
+  if (it->second.send_peers.count(from) == 0) {
+    ++stats_.invalid_dropped;
+    return;
+  }
+  auto& credit = it->second.credit_from[from];
+  credit = std::max(credit, r.credit);
+  pump(it->second, out);
+  maybe_finish(it->first);
+}
+
+void Pipeline::pump(Transfer& t, Outbox& out) {
+  while (t.next_send < t.sends.size()) {
+    const auto& tr = t.sends[t.next_send];
+    const MemberId to = view_.members[tr.to];
+    if (!t.have[tr.block] || t.sent_to[to] >= t.credit_from[to]) break;  // schedule order: wait for this one
+    const std::uint64_t offset = std::uint64_t{tr.block} * t.block_size;
+    const std::uint64_t length = std::min(t.block_size, t.size - std::min(t.size, offset));
+    wire::Block b{t.sender, t.seq, tr.block, offset, static_cast<std::uint32_t>(length), {}};
+    out.emplace_back(action::SendBlock{to, t.sender, t.seq, offset, length,
+                                       wire::encode(wire::Header{{}, group_, view_.id, self_}, b)});
+    ++t.sent_to[to];
+    ++stats_.blocks_sent;
+    stats_.bytes_sent += length;
+    ++t.next_send;
+  }
+}
+
+void Pipeline::on_block(MemberId from, const wire::Block& b, Outbox& out) {
+  auto it = transfers_.find({b.sender, b.seq});
+  if (it == transfers_.end()) {
+    ++stats_.invalid_dropped;
+    return;
+  }
+  Transfer& t = it->second;
+  const std::uint64_t offset = std::uint64_t{b.index} * t.block_size;
+  if (b.index >= t.blocks || !t.buffer || b.offset != offset ||
+      b.length != std::min(t.block_size, t.size - std::min(t.size, offset)) ||
+      view_.members[t.source[b.index]] != from || t.sender == self_) {
+    ++stats_.invalid_dropped;  // not what the schedule says this member sends us
+    return;
+  }
+  if (t.have[b.index]) {
+    ++stats_.duplicate_blocks;
+    return;
+  }
+  t.have[b.index] = true;
+  ++t.have_count;
+  ++stats_.blocks_received;
+  grant(t, out);
+  pump(t, out);
+  if (t.have_count == t.blocks && !t.delivered) {
+    t.delivered = true;
+    ++stats_.delivered;
+    out.emplace_back(action::DeliverLarge{t.sender, t.seq, t.size});
+  }
+  check_ack(t, out);
+  maybe_finish(it->first);
+}
+
+void Pipeline::on_ack(MemberId from, const wire::LargeAck& a, Outbox& out) {
+  auto it = transfers_.find({a.sender, a.seq});
+  if (it == transfers_.end()) {
+    if (a.seq > finished_[a.sender] && view_.contains(a.sender) && early_.size() < kEarlyLimit)
+      early_[{a.sender, a.seq}].acks.insert(from);  // a child finished before we heard of the message
+    return;
+  }
+  Transfer& t = it->second;
+  if (t.ack_children.count(from) == 0) {
+    ++stats_.invalid_dropped;
+    return;
+  }
+  t.acked.insert(from);
+  check_ack(t, out);
+  maybe_finish(it->first);
+}
+
+void Pipeline::check_ack(Transfer& t, Outbox& out) {
+  if (!t.delivered || t.acked_up || t.acked.size() != t.ack_children.size()) return;
+  t.acked_up = true;
+  if (t.ack_parent) {
+    send(*t.ack_parent, wire::LargeAck{t.sender, t.seq}, out);
+    return;
+  }
+  // The root: every member has every byte.
+  ++stats_.completed;
+  out.emplace_back(action::CompletedLarge{t.seq});
+  own_active_.reset();
+  start_next(out);
+}
+
+void Pipeline::maybe_finish(const Key& key) {
+  auto it = transfers_.find(key);
+  if (it == transfers_.end()) return;
+  const Transfer& t = it->second;
+  if (!t.acked_up || t.next_send < t.sends.size()) return;  // others may still need our blocks
+  finished_[t.sender] = std::max(finished_[t.sender], t.seq);
+  transfers_.erase(it);
+}
+
+std::set<MemberId> Pipeline::waiting_on() const {
+  std::set<MemberId> peers;
+  for (const auto& [key, t] : transfers_) {
+    if (t.next_send < t.sends.size()) {
+      const MemberId to = view_.members[t.sends[t.next_send].to];
+      if (t.credit_from.count(to) == 0 || t.sent_to.count(to) == 0 || t.sent_to.at(to) >= t.credit_from.at(to))
+        peers.insert(to);
+    }
+    if (!t.delivered)
+      for (std::uint32_t b = 0; b < t.blocks; ++b)
+        if (!t.have[b]) peers.insert(view_.members[t.source[b]]);
+    if (t.delivered && !t.acked_up)
+      for (MemberId c : t.ack_children)
+        if (t.acked.count(c) == 0) peers.insert(c);
+  }
+  peers.erase(self_);
+  return peers;
+}
+
+void Pipeline::on_view(const View& view, Outbox& out) {
+  std::string left;
+  for (MemberId m : view_.members)
+    if (!view.contains(m)) left += (left.empty() ? "" : ", ") + std::to_string(m);
+  // A schedule is laid out over one view; with members gone it cannot finish. Abandon
+  // what is in flight and say why; the next queued message starts in the new view.
+  for (auto& [key, t] : transfers_) {
+    finished_[t.sender] = std::max(finished_[t.sender], t.seq);
+    if (t.sender == self_) {
+      if (!t.acked_up) {
+        ++stats_.failed;
+        out.emplace_back(action::FailedLarge{
+            t.seq, "the group changed during the transfer (member(s) " + (left.empty() ? std::string("none") : left) +
+                       " left, view " + std::to_string(view.id) + "); send it again"});
+      }
+    } else if (!t.delivered) {
+      out.emplace_back(action::DiscardLarge{t.sender, t.seq});
+    }
+  }
+  transfers_.clear();
+  early_.clear();
+  own_active_.reset();
+  view_ = view;
+  if (!view_.contains(self_)) {
+    for (const auto& [seq, size] : queue_) {
+      ++stats_.failed;
+      out.emplace_back(action::FailedLarge{seq, "this member was removed from the group; join again"});
+    }
+    queue_.clear();
+    return;
+  }
+  start_next(out);
+}
+
+}  // namespace hmcast::rc_pipeline

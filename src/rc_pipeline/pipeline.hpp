@@ -1,0 +1,152 @@
+// The large-message path of one member of one group, sans-I/O (RDMC's binomial
+// pipeline, or the simpler schedules, over reliable point-to-point links).
+//
+// Per large message (sender, seq), every member follows the same schedule
+// computed locally (schedule.hpp), so senders and receivers agree without
+// talking about blocks:
+//   1. The sender announces the message (size, block size, algorithm) to the
+//      members it sends blocks to; each forwards the announcement the same way, so
+//      it runs ahead of the data.
+//   2. A member that learns of a message asks the application for a buffer of the
+//      whole size (NeedBuffer). Once it has one (buffer_ready) it grants credits
+//      (Ready) for its receives in schedule order, `receive_window` at a time: a
+//      new credit goes out as each block arrives. No block is ever sent without a
+//      credit, and a receiver never has more than the window of blocks coming at
+//      once, so members that run ahead of the schedule cannot crowd a receiver
+//      (RDMC's ready-for-block).
+//   3. Each member sends its scheduled blocks in schedule order, each as soon as it
+//      holds the block and has the receiver's credit. Blocks land at their final offset.
+//   4. When a member holds every block and its ACK-tree children (a k-nomial tree
+//      rooted at the sender) have ACKed, it ACKs to its parent; the sender
+//      completes when its children have: every member has every byte.
+// A sender runs one large message at a time and queues the next (bounded), so a
+// sender's large messages are delivered in its order. Several senders run at once.
+// When the view changes, messages in flight are abandoned: the sender is told
+// (FailedLarge, with the reason) and may send again in the new view; receivers
+// are told to free partial buffers (DiscardLarge).
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <span>
+#include <vector>
+
+#include "core/actions.hpp"
+#include "core/wire.hpp"
+#include "hmcast/types.hpp"
+#include "rc_pipeline/schedule.hpp"
+
+namespace hmcast::rc_pipeline {
+
+struct PipelineConfig {
+  std::uint64_t block_size = 1U << 20;
+  Algorithm algorithm = Algorithm::binomial_pipeline;
+  std::uint32_t ack_radix = 2;
+  /// Own large messages waiting behind the one in flight; more are refused.
+  std::uint32_t queue_limit = 16;
+  /// Blocks a receiver lets come at once (credits ahead of the blocks it holds).
+  /// One, as in RDMC: with more, members that run ahead crowd a receiver's link.
+  std::uint32_t receive_window = 1;
+  /// With transfers in flight and no frame of the large path for this long, ping
+  /// the members we wait on: a dead one then shows as a broken link.
+  std::int64_t stall_ns = 10'000'000;
+};
+
+struct PipelineStats {
+  std::uint64_t blocks_sent = 0;
+  std::uint64_t blocks_received = 0;
+  std::uint64_t bytes_sent = 0;
+  std::uint64_t duplicate_blocks = 0;
+  std::uint64_t invalid_dropped = 0;  // frames that break the schedule or the protocol
+  std::uint64_t delivered = 0;
+  std::uint64_t completed = 0;
+  std::uint64_t failed = 0;
+};
+
+enum class LargeError : std::uint8_t { none, queue_full, not_member };
+
+struct LargeResult {
+  LargeError error = LargeError::none;
+  Seq seq = 0;
+};
+
+class Pipeline {
+ public:
+  Pipeline(GroupId group, MemberId self, View view, PipelineConfig config);
+
+  LargeResult broadcast(std::uint64_t size, Outbox& out);
+  void buffer_ready(MemberId sender, Seq seq, Outbox& out);
+  void on_announce(MemberId from, const wire::Announce& a, Outbox& out);
+  void on_ready(MemberId from, const wire::Ready& r, Outbox& out);
+  void on_block(MemberId from, const wire::Block& b, Outbox& out);
+  void on_ack(MemberId from, const wire::LargeAck& a, Outbox& out);
+  /// The view changed: abandon what is in flight, start the next queued message.
+  void on_view(const View& view, Outbox& out);
+
+  [[nodiscard]] const PipelineStats& stats() const { return stats_; }
+  [[nodiscard]] std::size_t active_transfers() const { return transfers_.size(); }
+  /// Members whose credit, block or ACK an active transfer is waiting for.
+  [[nodiscard]] std::set<MemberId> waiting_on() const;
+  [[nodiscard]] std::size_t queued() const { return queue_.size(); }
+  [[nodiscard]] const PipelineConfig& config() const { return cfg_; }
+
+ private:
+  using Key = std::pair<MemberId, Seq>;
+  struct Transfer {
+    MemberId sender = 0;
+    Seq seq = 0;
+    std::uint64_t size = 0;
+    std::uint64_t block_size = 0;
+    Algorithm algorithm{};
+    std::uint32_t blocks = 0;
+    std::vector<bool> have;
+    std::uint32_t have_count = 0;
+    std::vector<std::uint32_t> source;  // rank sending us each block (ours: none)
+    std::vector<MemberId> receive_order;  // who sends us our k-th block, in schedule order
+    std::uint32_t credits_granted = 0;    // receives of receive_order we gave credit for
+    std::map<MemberId, std::uint32_t> credit_to;    // cumulative credit we gave each peer
+    std::map<MemberId, std::uint32_t> credit_from;  // cumulative credit each peer gave us
+    std::map<MemberId, std::uint32_t> sent_to;      // blocks we sent each peer
+    std::vector<rc_pipeline::Transfer> sends;  // ours, in schedule order
+    std::size_t next_send = 0;
+    std::set<MemberId> send_peers;
+    std::set<MemberId> recv_peers;
+    std::optional<MemberId> ack_parent;
+    std::set<MemberId> ack_children;
+    std::set<MemberId> acked;
+    bool buffer = false;
+    bool delivered = false;
+    bool acked_up = false;
+  };
+
+  Transfer& create(MemberId sender, Seq seq, std::uint64_t size, std::uint64_t block_size, Algorithm algorithm);
+  void start_next(Outbox& out);
+  void pump(Transfer& t, Outbox& out);
+  void grant(Transfer& t, Outbox& out);
+  void check_ack(Transfer& t, Outbox& out);
+  void maybe_finish(const Key& key);
+  void send(MemberId to, const wire::Body& body, Outbox& out);
+  [[nodiscard]] wire::Announce announce_of(const Transfer& t) const;
+
+  GroupId group_;
+  MemberId self_;
+  View view_;
+  PipelineConfig cfg_;
+  std::map<Key, Transfer> transfers_;
+  struct Early {
+    std::map<MemberId, std::uint32_t> credit;
+    std::set<MemberId> acks;
+  };
+  std::map<Key, Early> early_;  // Ready and ACK frames that beat the announcement (bounded)
+  std::map<MemberId, Seq> finished_;              // per sender: every seq up to here is over
+  std::deque<std::pair<Seq, std::uint64_t>> queue_;
+  std::optional<Seq> own_active_;
+  Seq next_seq_ = 1;
+  PipelineStats stats_;
+};
+
+}  // namespace hmcast::rc_pipeline

@@ -1,0 +1,68 @@
+// A whole large-message run in the simulator: the RC pipeline over a bandwidth
+// model (full-duplex NICs, per-link latency, per-block overhead, slow links or
+// nodes), optional crashes, and a checker. Used by `hmcast sim large` and tests.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "rc_pipeline/schedule.hpp"
+#include "transport/sim/sim_fabric.hpp"
+
+namespace hmcast::sim {
+
+struct LargeScenario {
+  std::uint32_t nodes = 8;
+  std::uint32_t senders = 1;
+  std::uint32_t messages = 1;  // per sender
+  std::uint64_t size = 64U << 20;
+  std::uint64_t block = 1U << 20;
+  rc_pipeline::Algorithm algorithm = rc_pipeline::Algorithm::binomial_pipeline;
+  double link_gbps = 100.0;
+  TimeNs latency_ns = 2'000;
+  TimeNs block_overhead_ns = 0;
+  std::uint32_t slow_links = 0;  // links the schedule uses, slowed to slow_factor
+  std::uint32_t slow_nodes = 0;  // nodes whose NIC runs at slow_factor
+  double slow_factor = 0.5;
+  std::uint32_t crash = 0;       // non-sender members crashed during the transfer
+  bool resend = true;            // a sender sends a failed message again in the new view
+  std::uint32_t receive_window = 1;  // blocks a receiver lets come at once
+  std::uint64_t seed = 1;
+
+  [[nodiscard]] std::string command_line() const;
+};
+
+struct LargeResult {
+  std::uint32_t nodes = 0;
+  std::string algorithm;
+  std::uint64_t size = 0;
+  std::uint64_t block = 0;
+  std::uint32_t blocks = 0;
+  std::uint32_t steps = 0;
+  double sim_time_us = 0;       // last completion at a sender (all ACKed)
+  double last_delivery_us = 0;  // last member holding every byte of every message
+  double unicast_time_us = 0;   // one transfer of the same bytes over one link
+  double ratio_vs_unicast = 0;  // last_delivery / (messages x unicast)
+  bool delivered_ok = false;
+  std::uint64_t messages_sent = 0;
+  std::uint64_t completed = 0;
+  std::uint64_t failures = 0;
+  std::string failure_reason;
+  std::uint64_t resent = 0;
+  std::uint64_t views_installed = 0;
+  std::uint64_t crashed = 0;
+  std::uint64_t duplicates_delivered = 0;
+  std::uint64_t missing = 0;
+  std::uint64_t invalid_dropped = 0;
+  std::uint64_t blocks_sent = 0;
+  std::uint64_t bytes_on_wire = 0;
+  bool timed_out = false;
+  std::vector<std::string> violations;
+
+  [[nodiscard]] std::string to_json() const;
+};
+
+LargeResult run_large(const LargeScenario& scenario);
+
+}  // namespace hmcast::sim
