@@ -103,6 +103,9 @@ TEST_CASE("api: every member delivers every message once, in order, and completi
 TEST_CASE("api: a lone member completes at once; limits are clear errors", "[api]") {
   hmcast::Config cfg;
   cfg.fabric = "api-alone";
+  hmcast::ProtocolConfig p;
+  p.max_large_message = 1U << 20;
+  cfg.protocol = p;
   hmcast::Node node(cfg);
   auto g = node.join("solo");
   std::atomic<int> delivered{0};
@@ -194,5 +197,60 @@ TEST_CASE("api: join gives up with a clear error when the group never fills", "[
     FAIL("join returned without a full group");
   } catch (const hmcast::Error& e) {
     CHECK(e.code() == hmcast::ErrorCode::join_timeout);
+  }
+}
+
+TEST_CASE("api: large messages take the pipeline through the same broadcast()", "[api][large]") {
+  constexpr std::uint32_t kNodes = 3;
+  hmcast::Config cfg;
+  cfg.fabric = "api-large";
+  cfg.group_size = kNodes;
+  hmcast::ProtocolConfig p;
+  p.max_small_message = 64U << 10;  // anything bigger goes large
+  p.block_size = 64U << 10;
+  cfg.protocol = p;
+  std::vector<std::unique_ptr<hmcast::Node>> nodes;
+  for (std::uint32_t i = 0; i < kNodes; ++i) nodes.push_back(std::make_unique<hmcast::Node>(cfg));
+  std::vector<hmcast::Group> groups(kNodes);
+  std::vector<std::thread> joiners;
+  for (std::uint32_t i = 0; i < kNodes; ++i) joiners.emplace_back([&, i] { groups[i] = nodes[i]->join("big"); });
+  for (auto& t : joiners) t.join();
+
+  const std::vector<std::size_t> sizes = {100'000, (1U << 20) + 7, 64U << 10 | 1U, 3'000'000};
+  std::vector<Received> got(kNodes);
+  for (std::uint32_t i = 0; i < kNodes; ++i) {
+    groups[i].on_deliver([&, i](const hmcast::Delivery& d) {
+      Received& r = got[i];
+      std::lock_guard lock(r.mu);
+      const std::uint32_t n = r.next[d.sender]++;
+      const auto want = payload(d.sender, n, sizes[n % sizes.size()]);
+      if (!d.large || d.seq != n + 1 || !std::equal(d.bytes.begin(), d.bytes.end(), want.begin(), want.end())) ++r.bad;
+      ++r.total;
+    });
+  }
+  std::vector<std::thread> senders;
+  for (std::uint32_t i = 0; i < kNodes; ++i) {
+    senders.emplace_back([&, i] {
+      std::vector<hmcast::Completion> done;
+      for (std::uint32_t m = 0; m < sizes.size(); ++m)
+        done.push_back(groups[i].broadcast(payload(groups[i].self(), m, sizes[m])));
+      for (auto& c : done) c.get();  // every member holds every byte
+    });
+  }
+  for (auto& t : senders) t.join();
+  for (int wait = 0; wait < 500; ++wait) {
+    std::uint64_t all = 0;
+    for (auto& r : got) {
+      std::lock_guard lock(r.mu);
+      all += r.total;
+    }
+    if (all == kNodes * kNodes * sizes.size()) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  for (std::uint32_t i = 0; i < kNodes; ++i) {
+    std::lock_guard lock(got[i].mu);
+    INFO("member " << i);
+    CHECK(got[i].bad == 0);
+    CHECK(got[i].total == kNodes * sizes.size());
   }
 }

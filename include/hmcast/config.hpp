@@ -22,8 +22,13 @@ struct ProtocolConfig {
   std::uint32_t initial_window_messages = 8;
   /// Sender window in bytes of payload not yet all-acked.
   std::uint64_t window_bytes = 16U << 20;
-  /// Largest message the small (datagram) path carries; larger ones are refused.
+  /// Largest message the small (datagram) path carries; larger ones take the large
+  /// path (blocks over reliable links, RDMC's binomial pipeline).
   std::uint32_t max_small_message = 1U << 20;
+  /// Largest message a member accepts on the large path (it allocates this much).
+  std::uint64_t max_large_message = 16ULL << 30;
+  /// Block size of the large path.
+  std::uint64_t block_size = 1U << 20;
   /// First ACK after a quiet period goes at once; later ones are merged for this long.
   std::int64_t ack_interval_ns = 1'000;
   /// Round trip of one hop assumed until measured (scaled by tree level for timeouts).

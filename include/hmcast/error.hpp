@@ -13,6 +13,7 @@ enum class ErrorCode : std::uint8_t {
   removed,            // this member was removed from the group (suspected by the others)
   closed,             // the Node or Group was destroyed while the operation waited
   join_timeout,       // fewer than Config::group_size members joined in time
+  interrupted,        // a large message's transfer was cut by a view change: send it again
   invalid_config,
 };
 

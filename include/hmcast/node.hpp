@@ -10,7 +10,12 @@
 //
 // Promises:
 // - Every member delivers each message exactly once, in its sender's order, intact;
-//   a member also delivers its own messages.
+//   a member also delivers its own messages. Messages up to
+//   ProtocolConfig::max_small_message take the small path (datagram multicast);
+//   larger ones the large path (blocks over reliable links). Order holds within each
+//   path; a small and a large message of one sender may be delivered either way round.
+// - A large message interrupted by a view change fails with ErrorCode::interrupted
+//   (members that already delivered it keep it); send it again.
 // - A Completion succeeds only when every member of the current view holds the
 //   message (all-ACKed up the tree to the sender). If members leave meanwhile it
 //   completes against the survivors; the view-change callback names who left.
@@ -42,7 +47,8 @@ namespace hmcast {
 
 struct Delivery {
   MemberId sender = 0;
-  Seq seq = 0;
+  Seq seq = 0;     // per sender and path: small and large messages are numbered apart
+  bool large = false;
   std::span<const std::byte> bytes;
   std::shared_ptr<const std::vector<std::byte>> buffer;  // owns `bytes`
 };
@@ -84,8 +90,9 @@ class Group {
   Group() = default;
   void on_deliver(DeliverFn fn);
   void on_view_change(ViewFn fn);
-  /// Broadcast a copy of `bytes` to the group. Throws hmcast::Error on a message
-  /// over the small-path limit, a full window in SendMode::fail, or a removed member.
+  /// Broadcast a copy of `bytes` to the group. Throws hmcast::Error on a full window
+  /// (or large-message queue) in SendMode::fail, a message over max_large_message,
+  /// or a removed member.
   Completion broadcast(std::span<const std::byte> bytes, SendMode mode = SendMode::wait);
   [[nodiscard]] View view() const;
   [[nodiscard]] MemberId self() const;
@@ -93,6 +100,7 @@ class Group {
  private:
   friend class Node;
   explicit Group(std::shared_ptr<detail::GroupState> s) : state_(std::move(s)) {}
+  Completion broadcast_large(std::span<const std::byte> bytes, SendMode mode);
   std::shared_ptr<detail::GroupState> state_;
 };
 

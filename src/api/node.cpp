@@ -52,6 +52,11 @@ struct GroupState {
   std::condition_variable room;  // signalled when a completion frees window space
   std::unique_ptr<ud_mcast::Engine> engine;
   std::map<Seq, std::promise<void>> pending;
+  std::map<Seq, std::promise<void>> pending_large;
+  // Buffers of large messages: ours (kept until no member needs blocks from us) and
+  // those coming in (allocated when announced, kept while we forward from them).
+  std::map<std::pair<MemberId, Seq>, std::shared_ptr<std::vector<std::byte>>> large;
+  std::span<const std::byte> inbound_payload;  // of the block frame being handed to the engine
   std::deque<Action> to_app;  // deliveries, completions, views: for the progress thread
   Group::DeliverFn on_deliver;
   Group::ViewFn on_view;
@@ -78,6 +83,34 @@ struct NodeState {
         fabric->multicast(endpoint->id(), d->bytes);
       } else if (auto* p = std::get_if<action::SendP2P>(&a)) {
         if (!fabric->unicast(endpoint->id(), p->to, std::move(p->bytes))) broken_links.push_back(p->to);
+      } else if (auto* b = std::get_if<action::SendBlock>(&a)) {
+        // In-process, the block travels inside its frame: the description plus the bytes.
+        auto res = wire::decode(b->frame);
+        auto buf = g.large.find({b->sender, b->seq});
+        if (!res.ok() || buf == g.large.end()) continue;  // cannot happen: the engine names held ranges
+        auto block = std::get<wire::Block>(res.packet.body);
+        block.payload = std::span<const std::byte>(*buf->second).subspan(b->offset, b->length);
+        if (!fabric->unicast(endpoint->id(), b->to, wire::encode(res.packet.header, block)))
+          broken_links.push_back(b->to);
+      } else if (auto* nb = std::get_if<action::NeedBuffer>(&a)) {
+        // Refusing a buffer leaves the transfer to stall and be abandoned: it is bounded by config.
+        if (nb->size > protocol.max_large_message) continue;
+        g.large[{nb->sender, nb->seq}] = std::make_shared<std::vector<std::byte>>(nb->size);
+        Outbox more;
+        g.engine->buffer_ready(nb->sender, nb->seq, more);
+        execute(g, more);
+      } else if (auto* acc = std::get_if<action::BlockAccepted>(&a)) {
+        auto buf = g.large.find({acc->sender, acc->seq});
+        if (buf != g.large.end() && acc->offset + g.inbound_payload.size() <= buf->second->size())
+          std::copy(g.inbound_payload.begin(), g.inbound_payload.end(),
+                    buf->second->begin() + static_cast<std::ptrdiff_t>(acc->offset));
+      } else if (auto* dl = std::get_if<action::DeliverLarge>(&a)) {
+        auto buf = g.large.find({dl->sender, dl->seq});
+        if (buf != g.large.end()) g.to_app.emplace_back(action::Deliver{dl->sender, dl->seq, buf->second, true});
+      } else if (auto* rel = std::get_if<action::ReleaseLarge>(&a)) {
+        g.large.erase({rel->sender, rel->seq});
+      } else if (auto* dis = std::get_if<action::DiscardLarge>(&a)) {
+        g.large.erase({dis->sender, dis->seq});
       } else {
         g.to_app.push_back(std::move(a));
       }
@@ -147,9 +180,18 @@ struct NodeState {
     if (!g) return;  // not a group of ours: nothing to count it against
     std::lock_guard lock(g->mu);
     Outbox out;
-    if (in.datagram) g->engine->on_datagram(in.bytes, now_ns(), out);
-    else g->engine->on_p2p(in.from, in.bytes, now_ns(), out);
+    if (in.datagram) {
+      g->engine->on_datagram(in.bytes, now_ns(), out);
+    } else {
+      g->inbound_payload = {};
+      if (in.bytes.size() > wire::kHeaderSize && in.bytes[3] == static_cast<std::byte>(wire::Type::block)) {
+        auto res = wire::decode(in.bytes);
+        if (res.ok()) g->inbound_payload = std::get<wire::Block>(res.packet.body).payload;
+      }
+      g->engine->on_p2p(in.from, in.bytes, now_ns(), out);
+    }
     execute(*g, out);
+    g->inbound_payload = {};
   }
 
   void run_callbacks(GroupState& g) {
@@ -171,7 +213,23 @@ struct NodeState {
     }
     for (auto& a : todo) {
       if (auto* d = std::get_if<action::Deliver>(&a)) {
-        deliver(Delivery{d->sender, d->seq, *d->message, d->message});
+        deliver(Delivery{d->sender, d->seq, d->large, *d->message, d->message});
+      } else if (auto* cl = std::get_if<action::CompletedLarge>(&a)) {
+        std::lock_guard lock(g.mu);
+        auto it = g.pending_large.find(cl->seq);
+        if (it != g.pending_large.end()) {
+          it->second.set_value();
+          g.pending_large.erase(it);
+        }
+        g.room.notify_all();
+      } else if (auto* fl = std::get_if<action::FailedLarge>(&a)) {
+        std::lock_guard lock(g.mu);
+        auto it = g.pending_large.find(fl->seq);
+        if (it != g.pending_large.end()) {
+          it->second.set_exception(std::make_exception_ptr(Error(ErrorCode::interrupted, fl->reason)));
+          g.pending_large.erase(it);
+        }
+        g.room.notify_all();
       } else if (auto* c = std::get_if<action::Completed>(&a)) {
         std::lock_guard lock(g.mu);
         auto it = g.pending.find(c->seq);
@@ -193,7 +251,9 @@ struct NodeState {
     std::lock_guard lock(g.mu);
     g.closed = true;
     for (auto& [seq, p] : g.pending) p.set_exception(std::make_exception_ptr(Error(code, why)));
+    for (auto& [seq, p] : g.pending_large) p.set_exception(std::make_exception_ptr(Error(code, why)));
     g.pending.clear();
+    g.pending_large.clear();
     g.room.notify_all();
   }
 };
@@ -233,7 +293,9 @@ Group Node::join(const std::string& name) {
   if (!view)
     throw Error(ErrorCode::join_timeout, "fewer than " + std::to_string(state_->cfg.group_size) + " members joined '" +
                                              name + "' in time: start the others, or lower Config::group_size");
-  g->engine = std::make_unique<ud_mcast::Engine>(gid, id(), *view, state_->protocol, detail::now_ns());
+  rc_pipeline::PipelineConfig large;
+  large.block_size = state_->protocol.block_size;
+  g->engine = std::make_unique<ud_mcast::Engine>(gid, id(), *view, state_->protocol, detail::now_ns(), large);
   {
     // ...and the engine exists before any frame is routed to it.
     std::lock_guard lock(state_->groups_mu);
@@ -263,14 +325,10 @@ View Group::view() const {
 MemberId Group::self() const { return state_->engine->self(); }
 
 Completion Group::broadcast(std::span<const std::byte> bytes, SendMode mode) {
+  const auto& cfg = state_->node->protocol;
+  if (bytes.size() > cfg.max_small_message) return broadcast_large(bytes, mode);
   auto msg = std::make_shared<const std::vector<std::byte>>(bytes.begin(), bytes.end());
   std::unique_lock lock(state_->mu);
-  const auto& cfg = state_->node->protocol;
-  if (bytes.size() > cfg.max_small_message)
-    throw Error(ErrorCode::message_too_large, "message of " + std::to_string(bytes.size()) +
-                                                  " bytes is over the small-message limit of " +
-                                                  std::to_string(cfg.max_small_message) +
-                                                  " (raise ProtocolConfig::max_small_message)");
   for (;;) {
     if (state_->closed || state_->engine->removed())
       throw Error(ErrorCode::removed, "this member is no longer in the group; join again");
@@ -289,6 +347,41 @@ Completion Group::broadcast(std::span<const std::byte> bytes, SendMode mode) {
   state_->node->execute(*state_, out);
   lock.unlock();
   state_->node->endpoint->wake();  // the progress thread runs the self-delivery and completion
+  return c;
+}
+
+Completion Group::broadcast_large(std::span<const std::byte> bytes, SendMode mode) {
+  const auto& cfg = state_->node->protocol;
+  if (bytes.size() > cfg.max_large_message)
+    throw Error(ErrorCode::message_too_large, "message of " + std::to_string(bytes.size()) +
+                                                  " bytes is over the limit of " +
+                                                  std::to_string(cfg.max_large_message) +
+                                                  " (raise ProtocolConfig::max_large_message on every member)");
+  auto buf = std::make_shared<std::vector<std::byte>>(bytes.begin(), bytes.end());
+  std::unique_lock lock(state_->mu);
+  for (;;) {
+    if (state_->closed || state_->engine->removed())
+      throw Error(ErrorCode::removed, "this member is no longer in the group; join again");
+    if (state_->engine->pipeline().queued() < state_->engine->pipeline().config().queue_limit) break;
+    if (mode == SendMode::fail)
+      throw Error(ErrorCode::window_full, "large-message queue full: wait for a Completion or use SendMode::wait");
+    state_->room.wait_for(lock, std::chrono::milliseconds(50));
+  }
+  // The buffer is in place before the engine can name it in a SendBlock.
+  const Seq seq = state_->engine->pipeline().next_seq();
+  state_->large[{state_->engine->self(), seq}] = buf;
+  Outbox out;
+  const auto res = state_->engine->broadcast_large(buf->size(), detail::now_ns(), out);
+  if (res.error != rc_pipeline::LargeError::none || res.seq != seq) {
+    state_->large.erase({state_->engine->self(), seq});
+    throw Error(ErrorCode::invalid_config, "large broadcast refused by the engine");  // checked above
+  }
+  std::promise<void> p;
+  Completion c(res.seq, p.get_future().share());
+  state_->pending_large.emplace(res.seq, std::move(p));
+  state_->node->execute(*state_, out);
+  lock.unlock();
+  state_->node->endpoint->wake();
   return c;
 }
 

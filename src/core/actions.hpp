@@ -31,6 +31,7 @@ struct Deliver {
   MemberId sender = 0;
   Seq seq = 0;
   MessageBuffer message;
+  bool large = false;  // seq counts the sender's large messages
 };
 /// This node's own message `seq` is held by every member of the current view.
 struct Completed {
@@ -86,12 +87,26 @@ struct DiscardLarge {
   MemberId sender = 0;
   Seq seq = 0;
 };
+/// The block frame just handed to the engine is valid: its bytes belong at `offset`
+/// of the (sender, seq) buffer. (Runtimes that carry payloads in frames copy them
+/// now, after validation, never before.)
+struct BlockAccepted {
+  MemberId sender = 0;
+  Seq seq = 0;
+  std::uint64_t offset = 0;
+  std::uint64_t length = 0;
+};
+/// No more blocks will be read from or written to (sender, seq)'s buffer here.
+struct ReleaseLarge {
+  MemberId sender = 0;
+  Seq seq = 0;
+};
 }  // namespace action
 
 using Action = std::variant<action::SendDatagram, action::SendP2P, action::Deliver, action::Completed,
                             action::ViewInstalled, action::Removed, action::SendBlock, action::NeedBuffer,
                             action::DeliverLarge, action::CompletedLarge, action::FailedLarge,
-                            action::DiscardLarge>;
+                            action::DiscardLarge, action::BlockAccepted, action::ReleaseLarge>;
 using Outbox = std::vector<Action>;
 
 }  // namespace hmcast

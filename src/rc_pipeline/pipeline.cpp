@@ -144,10 +144,11 @@ void Pipeline::on_ready(MemberId from, const wire::Ready& r, Outbox& out) {
     ++stats_.invalid_dropped;
     return;
   }
+  const Key key = it->first;
   auto& credit = it->second.credit_from[from];
   credit = std::max(credit, r.credit);
   pump(it->second, out);
-  maybe_finish(it->first);
+  maybe_finish(key, out);
 }
 
 void Pipeline::pump(Transfer& t, Outbox& out) {
@@ -174,6 +175,7 @@ void Pipeline::on_block(MemberId from, const wire::Block& b, Outbox& out) {
     return;
   }
   Transfer& t = it->second;
+  const Key key = it->first;
   const std::uint64_t offset = std::uint64_t{b.index} * t.block_size;
   if (b.index >= t.blocks || !t.buffer || b.offset != offset ||
       b.length != std::min(t.block_size, t.size - std::min(t.size, offset)) ||
@@ -186,6 +188,7 @@ void Pipeline::on_block(MemberId from, const wire::Block& b, Outbox& out) {
     return;
   }
   t.have[b.index] = true;
+  out.emplace_back(action::BlockAccepted{t.sender, t.seq, offset, b.length});
   ++t.have_count;
   ++stats_.blocks_received;
   grant(t, out);
@@ -196,7 +199,7 @@ void Pipeline::on_block(MemberId from, const wire::Block& b, Outbox& out) {
     out.emplace_back(action::DeliverLarge{t.sender, t.seq, t.size});
   }
   check_ack(t, out);
-  maybe_finish(it->first);
+  maybe_finish(key, out);
 }
 
 void Pipeline::on_ack(MemberId from, const wire::LargeAck& a, Outbox& out) {
@@ -207,13 +210,14 @@ void Pipeline::on_ack(MemberId from, const wire::LargeAck& a, Outbox& out) {
     return;
   }
   Transfer& t = it->second;
+  const Key key = it->first;
   if (t.ack_children.count(from) == 0) {
     ++stats_.invalid_dropped;
     return;
   }
   t.acked.insert(from);
   check_ack(t, out);
-  maybe_finish(it->first);
+  maybe_finish(key, out);
 }
 
 void Pipeline::check_ack(Transfer& t, Outbox& out) {
@@ -227,15 +231,18 @@ void Pipeline::check_ack(Transfer& t, Outbox& out) {
   ++stats_.completed;
   out.emplace_back(action::CompletedLarge{t.seq});
   own_active_.reset();
+  const Key key{t.sender, t.seq};
+  maybe_finish(key, out);  // `t` may be gone after this
   start_next(out);
 }
 
-void Pipeline::maybe_finish(const Key& key) {
+void Pipeline::maybe_finish(const Key& key, Outbox& out) {
   auto it = transfers_.find(key);
   if (it == transfers_.end()) return;
   const Transfer& t = it->second;
   if (!t.acked_up || t.next_send < t.sends.size()) return;  // others may still need our blocks
   finished_[t.sender] = std::max(finished_[t.sender], t.seq);
+  out.emplace_back(action::ReleaseLarge{t.sender, t.seq});
   transfers_.erase(it);
 }
 
@@ -276,6 +283,7 @@ void Pipeline::on_view(const View& view, Outbox& out) {
     } else if (!t.delivered) {
       out.emplace_back(action::DiscardLarge{t.sender, t.seq});
     }
+    out.emplace_back(action::ReleaseLarge{t.sender, t.seq});
   }
   transfers_.clear();
   early_.clear();

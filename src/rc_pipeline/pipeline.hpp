@@ -93,6 +93,8 @@ class Pipeline {
   [[nodiscard]] std::set<MemberId> waiting_on() const;
   [[nodiscard]] std::size_t queued() const { return queue_.size(); }
   [[nodiscard]] const PipelineConfig& config() const { return cfg_; }
+  /// The seq the next broadcast() will get.
+  [[nodiscard]] Seq next_seq() const { return next_seq_; }
 
  private:
   using Key = std::pair<MemberId, Seq>;
@@ -128,7 +130,7 @@ class Pipeline {
   void pump(Transfer& t, Outbox& out);
   void grant(Transfer& t, Outbox& out);
   void check_ack(Transfer& t, Outbox& out);
-  void maybe_finish(const Key& key);
+  void maybe_finish(const Key& key, Outbox& out);
   void send(MemberId to, const wire::Body& body, Outbox& out);
   [[nodiscard]] wire::Announce announce_of(const Transfer& t) const;
 
