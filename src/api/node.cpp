@@ -215,29 +215,11 @@ struct NodeState {
       if (auto* d = std::get_if<action::Deliver>(&a)) {
         deliver(Delivery{d->sender, d->seq, d->large, *d->message, d->message});
       } else if (auto* cl = std::get_if<action::CompletedLarge>(&a)) {
-        std::lock_guard lock(g.mu);
-        auto it = g.pending_large.find(cl->seq);
-        if (it != g.pending_large.end()) {
-          it->second.set_value();
-          g.pending_large.erase(it);
-        }
-        g.room.notify_all();
+        settle(g, g.pending_large, cl->seq, nullptr);
       } else if (auto* fl = std::get_if<action::FailedLarge>(&a)) {
-        std::lock_guard lock(g.mu);
-        auto it = g.pending_large.find(fl->seq);
-        if (it != g.pending_large.end()) {
-          it->second.set_exception(std::make_exception_ptr(Error(ErrorCode::interrupted, fl->reason)));
-          g.pending_large.erase(it);
-        }
-        g.room.notify_all();
+        settle(g, g.pending_large, fl->seq, std::make_exception_ptr(Error(ErrorCode::interrupted, fl->reason)));
       } else if (auto* c = std::get_if<action::Completed>(&a)) {
-        std::lock_guard lock(g.mu);
-        auto it = g.pending.find(c->seq);
-        if (it != g.pending.end()) {
-          it->second.set_value();
-          g.pending.erase(it);
-        }
-        g.room.notify_all();
+        settle(g, g.pending, c->seq, nullptr);
       } else if (auto* v = std::get_if<action::ViewInstalled>(&a)) {
         if (view) view(v->view, v->left);
       } else if (std::holds_alternative<action::Removed>(a)) {
@@ -245,6 +227,18 @@ struct NodeState {
                  "this member was removed from the group (the others stopped hearing from it); join again");
       }
     }
+  }
+
+  /// Fulfil (or fail, with `error`) the Completion of `seq`, and wake senders waiting for room.
+  static void settle(GroupState& g, std::map<Seq, std::promise<void>>& pending, Seq seq, std::exception_ptr error) {
+    std::lock_guard lock(g.mu);
+    auto it = pending.find(seq);
+    if (it != pending.end()) {
+      if (error) it->second.set_exception(error);
+      else it->second.set_value();
+      pending.erase(it);
+    }
+    g.room.notify_all();
   }
 
   static void fail_all(GroupState& g, ErrorCode code, const std::string& why) {

@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "transport/sim/sim_profile.hpp"
 #include "ud_mcast/engine.hpp"
 
 namespace hmcast::sim {
@@ -23,9 +24,7 @@ class LargeRun final : public Host {
         removed_(sc.nodes, false), delivered_(sc.nodes) {
     View v{1, {}};
     for (std::uint32_t i = 0; i < sc.nodes; ++i) v.members.push_back(i);
-    ProtocolConfig protocol;
-    protocol.initial_hop_rtt_ns = std::max<TimeNs>(2 * sc.latency_ns, 1000);
-    protocol.min_timeout_ns = 5 * protocol.initial_hop_rtt_ns;
+    const ProtocolConfig protocol = protocol_profile(sc.latency_ns);
     rc_pipeline::PipelineConfig large{sc.block, sc.algorithm, 2, sc.messages + 4, sc.receive_window};
     for (std::uint32_t i = 0; i < sc.nodes; ++i)
       engines_.push_back(std::make_unique<ud_mcast::Engine>(kGroup, i, v, protocol, 0, large));

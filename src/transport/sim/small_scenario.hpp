@@ -11,19 +11,18 @@
 
 #include "hmcast/config.hpp"
 #include "transport/sim/sim_fabric.hpp"
+#include "transport/sim/sim_profile.hpp"
 
 namespace hmcast::sim {
 
 struct SmallScenario {
   SmallScenario() { set_latency(network.latency_ns); }
-  /// Sets the hop latency and what the protocol assumes of it (the simulator's
-  /// transport profile): hop round trip until measured, no repair sooner than five
-  /// hop round trips (queueing behind bursts is not loss), reordering spread.
+  /// Sets the hop latency, the reordering spread, and what the protocol assumes of
+  /// the network (sim_profile.hpp).
   void set_latency(TimeNs ns) {
     network.latency_ns = ns;
     network.reorder_delay_ns = std::max<TimeNs>(3 * ns, 1000);
-    protocol.initial_hop_rtt_ns = std::max<TimeNs>(2 * ns, 1000);
-    protocol.min_timeout_ns = 5 * protocol.initial_hop_rtt_ns;
+    protocol = protocol_profile(ns, protocol);
   }
 
   std::uint32_t nodes = 8;
