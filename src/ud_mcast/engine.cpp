@@ -609,11 +609,16 @@ void Engine::maybe_pull(Stream& s, TimeNs now, Outbox& out) {
     return;
   }
   // A child ACKed messages we never got (Mansoor & Meehan 3.3.4): fetch them from it.
-  // Only the hole itself: what we already hold past it need not come again.
-  const Seq from = s.delivered + 1;
+  // Only a proven hole: we hold something after it, so it was lost, not merely still
+  // queued at our NIC (pulling what is queued would double the load on a receiver
+  // that is already behind). A tail we lack is our own parent's to repair.
   auto next_held = s.held.upper_bound(s.delivered);
-  const Seq hole_end = next_held == s.held.end() ? best->have : next_held->first - 1;
-  const Seq to = std::min<Seq>({best->have, hole_end, s.delivered + cfg_.window_messages});
+  if (next_held == s.held.end()) {
+    s.pull_deadline = kNever;
+    return;
+  }
+  const Seq from = s.delivered + 1;
+  const Seq to = std::min<Seq>({best->have, next_held->first - 1, s.delivered + cfg_.window_messages});
   ++stats_.pulls_sent;
   send_p2p(best->id, wire::Pull{s.sender, from, to}, out);
   s.pull_deadline = now + best->timeout.timeout(0);
