@@ -1,0 +1,673 @@
+#include "transport/socket/socket_transport.hpp"
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <climits>
+#include <cstring>
+#include <system_error>
+
+#include <arpa/inet.h>
+#include <features.h>
+#include <netdb.h>
+#include <netinet/tcp.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "hmcast/error.hpp"
+
+namespace hmcast::socket {
+
+namespace {
+
+constexpr std::uint32_t kConnEvents = EPOLLIN | EPOLLRDHUP;
+constexpr int kMaxIov = 64;
+constexpr int kReadRounds = 4;         // recv() calls per connection per event: no link starves the others
+constexpr int kDatagramsPerEvent = 64;
+constexpr int kAcceptsPerEvent = 64;
+constexpr std::size_t kScratch = 256U << 10;
+constexpr std::size_t kMaxUdpPayload = 65507;
+
+std::string errno_text(int e) {
+  std::string s = std::error_code(e, std::generic_category()).message();
+#if defined(__GLIBC_PREREQ)
+#if __GLIBC_PREREQ(2, 32)
+  if (const char* name = ::strerrorname_np(e)) return s + " (" + name + ")";
+#endif
+#endif
+  return s + " (errno " + std::to_string(e) + ")";
+}
+
+[[noreturn]] void fail_sys(int e, const std::string& what, const std::string& hint) {
+  throw TransportError(e, what + ": " + errno_text(e) + "; " + hint);
+}
+
+std::string to_string(const sockaddr_in& a) {
+  std::array<char, INET_ADDRSTRLEN> buf{};
+  if (::inet_ntop(AF_INET, &a.sin_addr, buf.data(), buf.size()) == nullptr) return "?";
+  return std::string(buf.data()) + ":" + std::to_string(ntohs(a.sin_port));
+}
+
+/// An IPv4 address: dotted quad, or a name that resolves to one.
+in_addr resolve_ipv4(const std::string& host, const std::string& what) {
+  in_addr a{};
+  if (::inet_pton(AF_INET, host.c_str(), &a) == 1) return a;
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  const int rc = ::getaddrinfo(host.c_str(), nullptr, &hints, &res);
+  if (rc != 0 || res == nullptr) {
+    const std::string why = rc == EAI_SYSTEM ? errno_text(errno) : ::gai_strerror(rc);
+    if (res != nullptr) ::freeaddrinfo(res);
+    throw Error(ErrorCode::invalid_config, "cannot resolve " + what + " '" + host + "': " + why +
+                                               "; give an IPv4 address or a name that resolves to one");
+  }
+  sockaddr_in sin{};
+  std::memcpy(&sin, res->ai_addr, std::min<std::size_t>(sizeof sin, res->ai_addrlen));
+  ::freeaddrinfo(res);
+  return sin.sin_addr;
+}
+
+sockaddr_in make_addr(in_addr a, std::uint16_t port) {
+  sockaddr_in s{};
+  s.sin_family = AF_INET;
+  s.sin_addr = a;
+  s.sin_port = htons(port);
+  return s;
+}
+
+sockaddr* as_sockaddr(sockaddr_in* a) { return reinterpret_cast<sockaddr*>(a); }
+
+template <class T>
+void set_option(int fd, int level, int name, const T& value, const std::string& what, const std::string& hint) {
+  if (::setsockopt(fd, level, name, &value, sizeof value) != 0) fail_sys(errno, what, hint);
+}
+
+/// close(2) on a socket we own: the descriptor is released whatever it reports
+/// (EINTR included, on Linux), and nothing useful can be done about an error here.
+void close_fd(int& fd) {
+  if (fd >= 0) {
+    [[maybe_unused]] const int rc = ::close(fd);
+    fd = -1;
+  }
+}
+
+MemberId header_src(std::span<const std::byte> b) {
+  return decode_u32(std::span<const std::byte, 4>(b.subspan(20, 4)));
+}
+
+}  // namespace
+
+Endpoint::Endpoint(MemberId id, const SocketConfig& config, FaultConfig faults)
+    : id_(id), cfg_(config), faults_(faults), rng_(faults.seed ^ (std::uint64_t{id} << 32)) {
+  if (cfg_.mtu < wire::kHeaderSize || cfg_.mtu > kMaxUdpPayload)
+    throw Error(ErrorCode::invalid_config, "SocketConfig::mtu is " + std::to_string(cfg_.mtu) + ": choose one in [" +
+                                               std::to_string(wire::kHeaderSize) + ", " +
+                                               std::to_string(kMaxUdpPayload) + "]");
+  if (cfg_.max_frame < kHelloSize || cfg_.max_frame > UINT32_MAX)
+    throw Error(ErrorCode::invalid_config, "SocketConfig::max_frame must be in [" + std::to_string(kHelloSize) +
+                                               ", 2^32-1]");
+  const in_addr group = resolve_ipv4(cfg_.group_address, "multicast group");
+  if ((ntohl(group.s_addr) >> 28) != 0xEU)
+    throw Error(ErrorCode::invalid_config, "SocketConfig::group_address " + cfg_.group_address +
+                                               " is not an IPv4 multicast address: use one in 224.0.0.0/4 "
+                                               "(239.0.0.0/8 is for local use)");
+  if (cfg_.group_port == 0)
+    throw Error(ErrorCode::invalid_config, "SocketConfig::group_port must not be 0: every member must use the same port");
+  const in_addr iface = resolve_ipv4(cfg_.interface_address, "multicast interface");
+  const in_addr listen_on = resolve_ipv4(cfg_.listen_address, "listen address");
+  group_ = make_addr(group, cfg_.group_port);
+  const std::string group_text = cfg_.group_address + ":" + std::to_string(cfg_.group_port);
+  scratch_.resize(std::max(kScratch, cfg_.mtu + 1));
+
+  try {
+    epoll_fd_ = ::epoll_create1(EPOLL_CLOEXEC);
+    if (epoll_fd_ < 0)
+      fail_sys(errno, "cannot create an epoll set", "the process may be out of file descriptors: raise ulimit -n");
+    wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (wake_fd_ < 0)
+      fail_sys(errno, "cannot create an eventfd", "the process may be out of file descriptors: raise ulimit -n");
+
+    // The datagram socket.
+    udp_fd_ = ::socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (udp_fd_ < 0)
+      fail_sys(errno, "cannot create a UDP socket", "the process may be out of file descriptors: raise ulimit -n");
+    const int one = 1;
+    const int zero = 0;
+    set_option(udp_fd_, SOL_SOCKET, SO_REUSEADDR, one, "cannot set SO_REUSEADDR on the datagram socket",
+               "this kernel does not allow several endpoints to share a port");
+    set_option(udp_fd_, SOL_SOCKET, SO_REUSEPORT, one, "cannot set SO_REUSEPORT on the datagram socket",
+               "this kernel does not allow several endpoints to share a port");
+    set_option(udp_fd_, SOL_SOCKET, SO_RCVBUF, cfg_.udp_receive_buffer, "cannot set SO_RCVBUF on the datagram socket",
+               "lower SocketConfig::udp_receive_buffer");
+    // Bound to the group address (not INADDR_ANY): only datagrams sent to the group arrive.
+    if (::bind(udp_fd_, as_sockaddr(&group_), sizeof group_) != 0)
+      fail_sys(errno, "cannot bind the datagram socket to " + group_text,
+               "another program may hold the port without SO_REUSEPORT, or run as another user: "
+               "choose another SocketConfig::group_port");
+    // Only the group this socket joined, not every group some socket of the host joined on this port.
+    set_option(udp_fd_, IPPROTO_IP, IP_MULTICAST_ALL, zero, "cannot clear IP_MULTICAST_ALL on the datagram socket",
+               "this kernel is too old for the socket transport (Linux 2.6.31 or later needed)");
+    ip_mreq mreq{};
+    mreq.imr_multiaddr = group;
+    mreq.imr_interface = iface;
+    set_option(udp_fd_, IPPROTO_IP, IP_ADD_MEMBERSHIP, mreq,
+               "cannot join multicast group " + cfg_.group_address + " on " + cfg_.interface_address,
+               "check that the interface with that address is up and has a multicast route "
+               "(for loopback: ip route add 224.0.0.0/4 dev lo), or set SocketConfig::interface_address "
+               "to another interface");
+    set_option(udp_fd_, IPPROTO_IP, IP_MULTICAST_IF, iface,
+               "cannot send multicast through interface " + cfg_.interface_address,
+               "give the address of an interface of this host that is up in SocketConfig::interface_address");
+    const unsigned char loop = cfg_.multicast_loop ? 1 : 0;
+    set_option(udp_fd_, IPPROTO_IP, IP_MULTICAST_LOOP, loop, "cannot set IP_MULTICAST_LOOP",
+               "this kernel refuses multicast loopback; endpoints on one host will not hear each other");
+    const unsigned char ttl = cfg_.ttl;
+    set_option(udp_fd_, IPPROTO_IP, IP_MULTICAST_TTL, ttl, "cannot set IP_MULTICAST_TTL",
+               "choose a SocketConfig::ttl in [0, 255]");
+
+    // The listening socket of the reliable links.
+    listen_fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (listen_fd_ < 0)
+      fail_sys(errno, "cannot create a TCP socket", "the process may be out of file descriptors: raise ulimit -n");
+    set_option(listen_fd_, SOL_SOCKET, SO_REUSEADDR, one, "cannot set SO_REUSEADDR on the listening socket",
+               "this kernel refuses a standard socket option");
+    sockaddr_in listen_addr = make_addr(listen_on, cfg_.listen_port);
+    if (::bind(listen_fd_, as_sockaddr(&listen_addr), sizeof listen_addr) != 0)
+      fail_sys(errno, "cannot bind the listening socket to " + to_string(listen_addr),
+               "the port may be in use (set SocketConfig::listen_port to 0 for an ephemeral one) or the address "
+               "is not of this host (check SocketConfig::listen_address)");
+    if (::listen(listen_fd_, SOMAXCONN) != 0)
+      fail_sys(errno, "cannot listen on " + to_string(listen_addr), "choose another SocketConfig::listen_port");
+    sockaddr_in bound{};
+    socklen_t len = sizeof bound;
+    if (::getsockname(listen_fd_, as_sockaddr(&bound), &len) != 0)
+      fail_sys(errno, "cannot read the port of the listening socket", "this is a kernel or sandbox restriction");
+    tcp_port_ = ntohs(bound.sin_port);
+
+    for (const auto& [fd, key] : {std::pair{wake_fd_, kWakeKey}, std::pair{udp_fd_, kUdpKey},
+                                  std::pair{listen_fd_, kListenKey}}) {
+      epoll_event ev{};
+      ev.events = EPOLLIN;
+      ev.data.u64 = key;
+      if (::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev) != 0)
+        fail_sys(errno, "cannot add a socket to the epoll set", "raise fs.epoll.max_user_watches");
+    }
+  } catch (...) {
+    close_fd(listen_fd_);
+    close_fd(udp_fd_);
+    close_fd(wake_fd_);
+    close_fd(epoll_fd_);
+    throw;
+  }
+}
+
+Endpoint::~Endpoint() {
+  close();
+  close_fd(wake_fd_);
+  close_fd(epoll_fd_);
+}
+
+void Endpoint::add_peer(MemberId id, const std::string& host, std::uint16_t port) {
+  if (port == 0) throw Error(ErrorCode::invalid_config, "peer " + std::to_string(id) + " has port 0: give its tcp_port()");
+  const sockaddr_in addr = make_addr(resolve_ipv4(host, "address of member " + std::to_string(id)), port);
+  std::lock_guard lock(mu_);
+  Peer& p = peers_[id];
+  const bool moved = p.addr.sin_addr.s_addr != addr.sin_addr.s_addr || p.addr.sin_port != addr.sin_port;
+  p.addr = addr;
+  p.broken = false;
+  if (moved) {
+    auto o = outgoing_.find(id);
+    if (o != outgoing_.end()) drop(o->second, false);
+  }
+}
+
+void Endpoint::wake() {
+  const std::uint64_t one = 1;
+  if (::write(wake_fd_, &one, sizeof one) < 0 && errno != EAGAIN)  // EAGAIN: already pending
+    fail_sys(errno, "cannot signal the endpoint's eventfd", "the endpoint was destroyed while in use");
+}
+
+void Endpoint::multicast(const std::vector<std::byte>& bytes) {
+  if (bytes.size() > cfg_.mtu)
+    throw Error(ErrorCode::message_too_large,
+                "datagram of " + std::to_string(bytes.size()) + " bytes is over the socket transport's MTU of " +
+                    std::to_string(cfg_.mtu) + ": set ProtocolConfig::mtu to at most SocketConfig::mtu");
+  std::lock_guard lock(mu_);
+  if (closed_) return;
+  for (;;) {
+    const ssize_t n =
+        ::sendto(udp_fd_, bytes.data(), bytes.size(), MSG_DONTWAIT | MSG_NOSIGNAL, as_sockaddr(&group_), sizeof group_);
+    if (n >= 0) {
+      ++stats_.datagrams_sent;
+      return;
+    }
+    const int e = errno;
+    if (e == EINTR) continue;
+    if (e == EAGAIN || e == EWOULDBLOCK || e == ENOBUFS || e == ENOMEM || e == ECONNREFUSED) {
+      ++stats_.datagrams_send_dropped;  // the network may drop it too: the protocol repairs
+      return;
+    }
+    fail_sys(e, "cannot send a datagram to " + cfg_.group_address + ":" + std::to_string(cfg_.group_port) + " via " +
+                    cfg_.interface_address,
+             "check that the interface is up and has a multicast route (for loopback: ip route add 224.0.0.0/4 "
+             "dev lo), that no firewall rule drops it, or set SocketConfig::interface_address");
+  }
+}
+
+bool Endpoint::unicast(MemberId to, std::vector<std::byte> bytes) {
+  if (bytes.size() > cfg_.max_frame)
+    throw Error(ErrorCode::message_too_large, "frame of " + std::to_string(bytes.size()) +
+                                                  " bytes is over SocketConfig::max_frame (" +
+                                                  std::to_string(cfg_.max_frame) + "); peers would refuse it");
+  std::lock_guard lock(mu_);
+  if (closed_) return false;
+  auto p = peers_.find(to);
+  if (p == peers_.end() || p->second.broken) return false;
+  Connection* c = nullptr;
+  if (auto o = outgoing_.find(to); o != outgoing_.end()) {
+    c = &conns_.at(o->second);
+  } else {
+    c = connect_to(to, p->second);
+    if (c == nullptr) return false;
+  }
+  const std::size_t size = kLengthPrefix + bytes.size();
+  if (c->out_bytes + size > cfg_.max_output_bytes) {
+    drop(c->key, true);  // the peer stopped reading: as good as gone, and memory stays bounded
+    return false;
+  }
+  c->out.push_back(OutFrame{encode_length(static_cast<std::uint32_t>(bytes.size())), std::move(bytes)});
+  c->out_bytes += size;
+  ++stats_.frames_sent;
+  if (c->connecting) return true;  // sent once connected
+  switch (flush(*c)) {
+    case Flush::failed:
+      drop(c->key, true);
+      return false;
+    case Flush::pending:
+      watch_output(*c, true);
+      return true;
+    case Flush::done:
+      return true;
+  }
+  return true;
+}
+
+Endpoint::Connection* Endpoint::connect_to(MemberId to, Peer& peer) {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0)
+    fail_sys(errno, "cannot create a TCP socket for the link to member " + std::to_string(to),
+             "the process may be out of file descriptors: raise ulimit -n");
+  const int one = 1;
+  if (::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one) != 0) {
+    const int e = errno;
+    close_fd(fd);
+    fail_sys(e, "cannot set TCP_NODELAY", "this kernel refuses a standard socket option");
+  }
+  bool connecting = false;
+  for (;;) {
+    if (::connect(fd, as_sockaddr(&peer.addr), sizeof peer.addr) == 0) break;
+    if (errno == EINPROGRESS || errno == EINTR) {  // after EINTR the connection is established asynchronously
+      connecting = true;
+      break;
+    }
+    // Refused, unreachable, out of ports: the link is broken; the protocol suspects the peer.
+    close_fd(fd);
+    mark_broken(to);
+    return nullptr;
+  }
+  const std::uint64_t key = next_key_++;
+  epoll_event ev{};
+  ev.events = kConnEvents | (connecting ? std::uint32_t{EPOLLOUT} : 0U);
+  ev.data.u64 = key;
+  if (::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev) != 0) {
+    const int e = errno;
+    close_fd(fd);
+    fail_sys(e, "cannot add a connection to the epoll set", "raise fs.epoll.max_user_watches");
+  }
+  Connection& c = conns_[key];
+  c.fd = fd;
+  c.key = key;
+  c.outgoing = true;
+  c.connecting = connecting;
+  c.watching_out = connecting;
+  c.peer = to;
+  auto hello = encode_hello(id_);
+  c.out_bytes = kLengthPrefix + hello.size();
+  c.out.push_back(OutFrame{encode_length(static_cast<std::uint32_t>(hello.size())), std::move(hello)});
+  outgoing_[to] = key;
+  return &c;
+}
+
+Endpoint::Flush Endpoint::flush(Connection& c) {
+  while (!c.out.empty()) {
+    std::array<iovec, kMaxIov> iov{};
+    std::size_t n_iov = 0;
+    std::size_t skip = c.out_offset;
+    for (auto& f : c.out) {
+      if (n_iov + 2 > iov.size()) break;
+      if (skip < kLengthPrefix) {
+        iov[n_iov++] = iovec{f.prefix.data() + skip, kLengthPrefix - skip};
+        skip = 0;
+      } else {
+        skip -= kLengthPrefix;
+      }
+      if (f.body.size() > skip) iov[n_iov++] = iovec{f.body.data() + skip, f.body.size() - skip};
+      skip = 0;
+    }
+    msghdr msg{};
+    msg.msg_iov = iov.data();
+    msg.msg_iovlen = n_iov;
+    const ssize_t n = ::sendmsg(c.fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n < 0) {
+      const int e = errno;
+      if (e == EINTR) continue;
+      if (e == EAGAIN || e == EWOULDBLOCK) return Flush::pending;
+      return Flush::failed;  // EPIPE, ECONNRESET, ETIMEDOUT, ...: the peer is lost
+    }
+    auto written = static_cast<std::size_t>(n);
+    c.out_bytes -= written;
+    while (written > 0) {
+      const std::size_t rest = kLengthPrefix + c.out.front().body.size() - c.out_offset;
+      if (written < rest) {
+        c.out_offset += written;
+        break;
+      }
+      written -= rest;
+      c.out.pop_front();
+      c.out_offset = 0;
+    }
+  }
+  return Flush::done;
+}
+
+void Endpoint::watch_output(Connection& c, bool on) {
+  if (c.watching_out == on) return;
+  epoll_event ev{};
+  ev.events = kConnEvents | (on ? std::uint32_t{EPOLLOUT} : 0U);
+  ev.data.u64 = c.key;
+  if (::epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, c.fd, &ev) != 0)
+    fail_sys(errno, "cannot change the events watched on a connection", "this is a kernel or sandbox restriction");
+  c.watching_out = on;
+}
+
+void Endpoint::mark_broken(MemberId id) {
+  auto p = peers_.find(id);
+  if (p != peers_.end() && !p->second.broken) {
+    p->second.broken = true;
+    ++stats_.links_broken;
+  }
+  auto o = outgoing_.find(id);
+  if (o != outgoing_.end()) drop(o->second, false);
+}
+
+void Endpoint::drop(std::uint64_t key, bool peer_lost) {
+  auto it = conns_.find(key);
+  if (it == conns_.end()) return;
+  Connection c = std::move(it->second);
+  conns_.erase(it);
+  close_fd(c.fd);  // also leaves the epoll set
+  if (!c.outgoing) --accepted_;
+  if (c.outgoing && c.peer) {
+    auto o = outgoing_.find(*c.peer);
+    if (o != outgoing_.end() && o->second == key) outgoing_.erase(o);
+  }
+  if (peer_lost && c.peer) mark_broken(*c.peer);
+}
+
+std::optional<Inbound> Endpoint::wait(std::chrono::steady_clock::time_point deadline) {
+  std::array<epoll_event, 64> events{};
+  bool polled = false;
+  for (;;) {
+    {
+      std::lock_guard lock(mu_);
+      if (closed_) return std::nullopt;
+      if (!inbox_.empty()) {
+        Inbound in = std::move(inbox_.front());
+        inbox_.pop_front();
+        woken_ = false;
+        return in;
+      }
+      if (woken_) {
+        woken_ = false;
+        return std::nullopt;
+      }
+    }
+    const auto now = std::chrono::steady_clock::now();
+    if (polled && now >= deadline) return std::nullopt;
+    // At most a day at a time, so no conversion below overflows.
+    const std::chrono::nanoseconds left =
+        deadline <= now ? std::chrono::nanoseconds{0}
+                        : std::min<std::chrono::nanoseconds>(deadline - now, std::chrono::hours{24});
+    int n = -1;
+    bool done = false;
+#if defined(__GLIBC_PREREQ)
+#if __GLIBC_PREREQ(2, 35)
+    if (pwait2_) {
+      timespec ts{};
+      ts.tv_sec = static_cast<time_t>(left.count() / 1'000'000'000);
+      ts.tv_nsec = static_cast<long>(left.count() % 1'000'000'000);
+      n = ::epoll_pwait2(epoll_fd_, events.data(), static_cast<int>(events.size()), &ts, nullptr);
+      if (n >= 0 || (errno != ENOSYS && errno != EPERM)) done = true;
+      else pwait2_ = false;  // older kernel, or a sandbox that does not know it: milliseconds then
+    }
+#endif
+#endif
+    if (!done) {
+      const auto ms = std::chrono::ceil<std::chrono::milliseconds>(left).count();
+      n = ::epoll_wait(epoll_fd_, events.data(), static_cast<int>(events.size()), static_cast<int>(ms));
+    }
+    polled = true;
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      fail_sys(errno, "cannot wait on the endpoint's epoll set", "the endpoint was destroyed while in use");
+    }
+    std::lock_guard lock(mu_);
+    if (closed_) return std::nullopt;
+    for (int i = 0; i < n; ++i) {
+      const epoll_event& ev = events[static_cast<std::size_t>(i)];
+      const std::uint64_t key = ev.data.u64;
+      const std::uint32_t what = ev.events;
+      if (key == kWakeKey) {
+        std::uint64_t count = 0;
+        if (::read(wake_fd_, &count, sizeof count) < 0 && errno != EAGAIN)
+          fail_sys(errno, "cannot read the endpoint's eventfd", "the endpoint was destroyed while in use");
+        woken_ = true;
+      } else if (key == kUdpKey) {
+        read_datagrams();
+      } else if (key == kListenKey) {
+        accept_connections();
+      } else {
+        on_connection_event(key, what);
+      }
+    }
+  }
+}
+
+void Endpoint::read_datagrams() {
+  for (int i = 0; i < kDatagramsPerEvent; ++i) {
+    const ssize_t n = ::recv(udp_fd_, scratch_.data(), cfg_.mtu + 1, MSG_DONTWAIT | MSG_TRUNC);
+    if (n < 0) {
+      const int e = errno;
+      if (e == EAGAIN || e == EWOULDBLOCK) return;
+      if (e == EINTR) continue;
+      fail_sys(e, "cannot receive datagrams of " + cfg_.group_address + ":" + std::to_string(cfg_.group_port),
+               "check that the interface " + cfg_.interface_address + " is up");
+    }
+    const auto len = static_cast<std::size_t>(n);  // MSG_TRUNC: the datagram's real length
+    if (len > cfg_.mtu) {
+      ++stats_.datagrams_oversized;
+      continue;
+    }
+    const std::span<const std::byte> bytes(scratch_.data(), len);
+    MemberId from = 0;
+    if (len >= wire::kHeaderSize) {
+      from = header_src(bytes);
+      if (from == id_) {
+        ++stats_.datagrams_own;  // looped back to us: the engine would ignore it anyway
+        continue;
+      }
+    }
+    enqueue_datagram(Inbound{true, from, std::vector<std::byte>(bytes.begin(), bytes.end())});
+  }
+}
+
+void Endpoint::enqueue_datagram(Inbound in) {
+  if (rng_.chance(faults_.datagram_loss)) {
+    ++stats_.datagrams_fault_dropped;
+    return;
+  }
+  if (rng_.chance(faults_.datagram_duplicate)) {
+    ++stats_.datagrams_fault_duplicated;
+    ++stats_.datagrams_received;
+    inbox_.push_back(in);
+  }
+  ++stats_.datagrams_received;
+  inbox_.push_back(std::move(in));
+}
+
+void Endpoint::accept_connections() {
+  for (int i = 0; i < kAcceptsPerEvent; ++i) {
+    int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) {
+      const int e = errno;
+      if (e == EAGAIN || e == EWOULDBLOCK) return;
+      // The connection died before we took it, or a signal: try the next one.
+      if (e == EINTR || e == ECONNABORTED || e == EPROTO || e == ENETDOWN || e == ENOPROTOOPT || e == EHOSTDOWN ||
+          e == ENONET || e == EHOSTUNREACH || e == EOPNOTSUPP || e == ENETUNREACH || e == EPERM)
+        continue;
+      fail_sys(e, "cannot accept a connection on port " + std::to_string(tcp_port_),
+               "the process may be out of file descriptors or memory: raise ulimit -n, or lower "
+               "SocketConfig::max_connections");
+    }
+    if (accepted_ >= cfg_.max_connections) {
+      ++stats_.connections_over_limit;
+      close_fd(fd);
+      continue;
+    }
+    const std::uint64_t key = next_key_++;
+    epoll_event ev{};
+    ev.events = kConnEvents;
+    ev.data.u64 = key;
+    if (::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev) != 0) {
+      const int e = errno;
+      close_fd(fd);
+      fail_sys(e, "cannot add a connection to the epoll set", "raise fs.epoll.max_user_watches");
+    }
+    Connection& c = conns_[key];
+    c.fd = fd;
+    c.key = key;
+    c.reader.set_limit(kHelloSize);  // nothing but a hello until the peer named itself
+    ++accepted_;
+    ++stats_.connections_accepted;
+  }
+}
+
+void Endpoint::on_connection_event(std::uint64_t key, std::uint32_t events) {
+  auto it = conns_.find(key);
+  if (it == conns_.end()) return;  // dropped earlier in this batch
+  Connection& c = it->second;
+  if (c.connecting) {
+    if ((events & (EPOLLOUT | EPOLLERR | EPOLLHUP)) == 0) return;
+    int err = 0;
+    socklen_t len = sizeof err;
+    if (::getsockopt(c.fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0) err = errno;
+    if (err != 0) {
+      drop(key, true);  // refused, unreachable, timed out
+      return;
+    }
+    c.connecting = false;
+    events |= EPOLLOUT;  // send what unicast() queued
+  }
+  if ((events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) != 0 && !read_connection(c)) return;
+  if ((events & EPOLLOUT) != 0) {
+    switch (flush(c)) {
+      case Flush::failed:
+        drop(key, true);
+        return;
+      case Flush::pending:
+        watch_output(c, true);
+        return;
+      case Flush::done:
+        watch_output(c, false);
+        return;
+    }
+  }
+}
+
+bool Endpoint::read_connection(Connection& c) {
+  const std::uint64_t key = c.key;
+  for (int round = 0; round < kReadRounds; ++round) {
+    const ssize_t n = ::recv(c.fd, scratch_.data(), scratch_.size(), MSG_DONTWAIT);
+    if (n < 0) {
+      const int e = errno;
+      if (e == EINTR) continue;
+      if (e == EAGAIN || e == EWOULDBLOCK) return true;
+      drop(key, true);  // ECONNRESET, ETIMEDOUT, ...: the peer is lost
+      return false;
+    }
+    if (n == 0) {
+      drop(key, true);  // EOF: the peer closed the link (or its process ended)
+      return false;
+    }
+    if (c.outgoing) {
+      // Peers send on the connections they opened, never on ours: this is not an hmcast peer.
+      ++stats_.connections_malformed;
+      drop(key, true);
+      return false;
+    }
+    const std::span<const std::byte> data(scratch_.data(), static_cast<std::size_t>(n));
+    const bool ok = c.reader.feed(data, [&](std::vector<std::byte>&& frame) {
+      if (!c.peer) {
+        c.peer = decode_hello(frame);
+        if (!c.peer) return false;
+        c.reader.set_limit(cfg_.max_frame);
+        return true;
+      }
+      ++stats_.frames_received;
+      inbox_.push_back(Inbound{false, *c.peer, std::move(frame)});
+      return true;
+    });
+    if (!ok) {
+      // A length over the limit or a bad hello: the peer is not trusted any more.
+      ++stats_.connections_malformed;
+      drop(key, c.peer.has_value());
+      return false;
+    }
+  }
+  return true;
+}
+
+void Endpoint::close() {
+  std::lock_guard lock(mu_);
+  close_locked();
+}
+
+void Endpoint::close_locked() {
+  if (closed_) return;
+  closed_ = true;
+  for (auto& [key, c] : conns_) {
+    if (c.outgoing && !c.connecting) (void)flush(c);  // best effort: the kernel sends what it took after close
+    close_fd(c.fd);
+  }
+  conns_.clear();
+  outgoing_.clear();
+  accepted_ = 0;
+  close_fd(udp_fd_);
+  close_fd(listen_fd_);
+  inbox_.clear();
+  const std::uint64_t one = 1;
+  // Wakes a thread in wait(); EAGAIN means a wake is already pending. Nothing to do about other errors here.
+  [[maybe_unused]] const ssize_t rc = ::write(wake_fd_, &one, sizeof one);
+}
+
+Stats Endpoint::stats() const {
+  std::lock_guard lock(mu_);
+  return stats_;
+}
+
+}  // namespace hmcast::socket

@@ -1,0 +1,221 @@
+// A socket transport for Linux with the shape of the in-process one
+// (transport/inproc): an Endpoint per node, drained by the node's progress thread
+// through wait(), with datagram multicast and reliable point-to-point links.
+//
+// - Datagrams: one UDP socket per endpoint, bound to an IPv4 multicast group and
+//   port shared (SO_REUSEADDR + SO_REUSEPORT) by every endpoint of the host, with
+//   loopback on, so every endpoint also hears its own datagrams: those whose wire
+//   header names this endpoint as `src` (bytes 20..23) are dropped on receive.
+//   Unreliable like the network below; the seeded fault layer (FaultConfig) adds
+//   loss and duplication on receive, as inproc's Endpoint::deliver does.
+// - Reliable links: TCP, one connection per direction: an endpoint sends to a peer
+//   only over the connection it opened itself (lazily, on the first unicast) and
+//   reads from the connections peers opened to it. Frames are a u32 little-endian
+//   length and the bytes (framing.hpp); the first frame is a hello naming the
+//   connecting member. A malformed stream (length over the limit, no valid hello)
+//   is disconnected. A link whose connection fails (refused, EOF, reset, broken
+//   pipe, output over its bound) is broken: unicast() to that peer returns false
+//   from then on, until add_peer() names the peer again.
+// - Everything is non-blocking and driven by one epoll set per endpoint, from
+//   wait() (the caller's progress thread); wake() signals an eventfd.
+//
+// Thread-safety: multicast(), unicast(), add_peer(), wake(), close() and stats()
+// may be called from any thread, also while another thread is in wait(); wait()
+// from one thread at a time. The destructor must not run concurrently with any call.
+#pragma once
+
+#include <array>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include <netinet/in.h>
+
+#include "hmcast/config.hpp"
+#include "hmcast/types.hpp"
+#include "transport/inproc/inproc_fabric.hpp"
+#include "transport/sim/sim_rng.hpp"
+#include "transport/socket/framing.hpp"
+
+namespace hmcast::socket {
+
+/// The same record as the in-process transport's, so a node can handle both alike.
+using Inbound = inproc::Inbound;
+
+struct SocketConfig {
+  /// IPv4 multicast group (224.0.0.0/4) and UDP port every member of the fabric uses.
+  std::string group_address = "239.255.77.77";
+  std::uint16_t group_port = 17777;
+  /// Address of the interface datagrams leave and are received on (IP_MULTICAST_IF,
+  /// and imr_interface of IP_ADD_MEMBERSHIP).
+  std::string interface_address = "127.0.0.1";
+  /// IP_MULTICAST_TTL: 1 keeps datagrams on the local network.
+  std::uint8_t ttl = 1;
+  /// IP_MULTICAST_LOOP: must stay on when several endpoints share a host.
+  bool multicast_loop = true;
+  /// Largest datagram (the hmcast packet, header included) multicast() sends and
+  /// wait() accepts; ProtocolConfig::mtu must not exceed it.
+  std::size_t mtu = 8192;
+  /// SO_RCVBUF asked for the datagram socket (the kernel caps it at net.core.rmem_max).
+  int udp_receive_buffer = 4 << 20;
+  /// Address and port the reliable links listen on (0 = an ephemeral port; see tcp_port()).
+  std::string listen_address = "127.0.0.1";
+  std::uint16_t listen_port = 0;
+  /// Largest frame body a link carries; a longer length prefix drops the connection.
+  std::size_t max_frame = kDefaultMaxFrame;
+  /// Bytes queued for one peer and not yet taken by the kernel; a unicast() that
+  /// would exceed this breaks the link (the peer stopped reading).
+  std::size_t max_output_bytes = std::size_t{256} << 20;
+  /// Connections accepted at once; more are closed as they arrive.
+  std::size_t max_connections = 1024;
+};
+
+/// A system call failed; `error()` is its errno. The message says what to do.
+class TransportError : public std::runtime_error {
+ public:
+  TransportError(int err, const std::string& what) : std::runtime_error(what), errno_(err) {}
+  [[nodiscard]] int error() const noexcept { return errno_; }
+
+ private:
+  int errno_;
+};
+
+/// Counters for tests and diagnostics (a snapshot).
+struct Stats {
+  std::uint64_t datagrams_sent = 0;
+  std::uint64_t datagrams_send_dropped = 0;   // the kernel had no room (EAGAIN/ENOBUFS): lost like on the wire
+  std::uint64_t datagrams_received = 0;       // queued for wait(), duplicates included
+  std::uint64_t datagrams_own = 0;            // our own, looped back, dropped
+  std::uint64_t datagrams_oversized = 0;      // over the MTU, dropped
+  std::uint64_t datagrams_fault_dropped = 0;  // by the fault layer
+  std::uint64_t datagrams_fault_duplicated = 0;
+  std::uint64_t frames_sent = 0;      // accepted by unicast() (the hello not counted)
+  std::uint64_t frames_received = 0;  // queued for wait() (the hello not counted)
+  std::uint64_t connections_accepted = 0;
+  std::uint64_t connections_over_limit = 0;  // closed at once: max_connections reached
+  std::uint64_t connections_malformed = 0;   // dropped for a bad length, a bad hello, or data where none belongs
+  std::uint64_t links_broken = 0;            // peers marked unreachable
+};
+
+class Endpoint {
+ public:
+  /// Opens the datagram socket (joined to the group) and the listening socket.
+  /// Throws hmcast::Error(invalid_config) for a bad config, TransportError when
+  /// the system refuses.
+  Endpoint(MemberId id, const SocketConfig& config, FaultConfig faults = {});
+  ~Endpoint();
+  Endpoint(const Endpoint&) = delete;
+  Endpoint& operator=(const Endpoint&) = delete;
+  Endpoint(Endpoint&&) = delete;
+  Endpoint& operator=(Endpoint&&) = delete;
+
+  [[nodiscard]] MemberId id() const { return id_; }
+  /// The port the reliable links listen on (what peers pass to add_peer()).
+  [[nodiscard]] std::uint16_t tcp_port() const { return tcp_port_; }
+  [[nodiscard]] std::size_t mtu() const { return cfg_.mtu; }
+
+  /// Where to reach member `id` over a reliable link. Naming a peer again replaces
+  /// its address and clears a broken link (an open connection to it is closed if
+  /// the address changed). `host` is an IPv4 address or a name that resolves to one.
+  void add_peer(MemberId id, const std::string& host, std::uint16_t port);
+
+  /// Waits until a datagram or frame arrives, wake() is called, or `deadline`
+  /// passes; meanwhile sends queued output, accepts connections, notices broken
+  /// links. Returns nothing when woken, at the deadline, or once closed.
+  std::optional<Inbound> wait(std::chrono::steady_clock::time_point deadline);
+  void wake();
+
+  /// Send one datagram to the group. Throws hmcast::Error(message_too_large) if it
+  /// is over mtu() (a configuration error: ProtocolConfig::mtu > SocketConfig::mtu).
+  /// A datagram the kernel has no room for is dropped (counted), as the network
+  /// may drop it. No-op once closed.
+  void multicast(const std::vector<std::byte>& bytes);
+
+  /// Queue a frame for `to` and send what the kernel takes now; wait() sends the
+  /// rest. False if `to` is unknown, its link is broken, or this endpoint is
+  /// closed: the frame is not sent. True does not mean delivered: a link that
+  /// breaks later loses what was queued (a later unicast() returns false).
+  /// Throws hmcast::Error(message_too_large) for a frame over max_frame.
+  bool unicast(MemberId to, std::vector<std::byte> bytes);
+
+  /// Closes every socket (best effort to hand queued output to the kernel first)
+  /// and wakes wait(); afterwards wait() returns nothing at once and sends fail.
+  void close();
+
+  [[nodiscard]] Stats stats() const;
+
+ private:
+  struct OutFrame {
+    std::array<std::byte, kLengthPrefix> prefix{};
+    std::vector<std::byte> body;
+  };
+  struct Connection {
+    int fd = -1;
+    std::uint64_t key = 0;  // epoll tag; never reused, so a stale event cannot hit a new connection
+    bool outgoing = false;
+    bool connecting = false;
+    std::optional<MemberId> peer;  // outgoing: whom we called; accepted: from the hello
+    FrameReader reader{kDefaultMaxFrame};
+    std::deque<OutFrame> out;
+    std::size_t out_offset = 0;  // bytes of out.front() (prefix, then body) already written
+    std::size_t out_bytes = 0;   // queued and not yet written
+    bool watching_out = false;   // EPOLLOUT registered
+  };
+  struct Peer {
+    sockaddr_in addr{};
+    bool broken = false;
+  };
+  enum class Flush : std::uint8_t { done, pending, failed };
+
+  // All with mu_ held.
+  Connection* connect_to(MemberId to, Peer& peer);
+  Flush flush(Connection& c);
+  void watch_output(Connection& c, bool on);
+  void drop(std::uint64_t key, bool peer_lost);
+  void mark_broken(MemberId id);
+  void on_connection_event(std::uint64_t key, std::uint32_t events);
+  bool read_connection(Connection& c);  // false: the connection was dropped
+  void read_datagrams();
+  void accept_connections();
+  void enqueue_datagram(Inbound in);
+  void close_locked();
+
+  MemberId id_;
+  SocketConfig cfg_;
+  FaultConfig faults_;
+  sockaddr_in group_{};
+  std::uint16_t tcp_port_ = 0;
+  int epoll_fd_ = -1;
+  int wake_fd_ = -1;
+  int udp_fd_ = -1;
+  int listen_fd_ = -1;
+  bool pwait2_ = true;  // epoll_pwait2 available (nanosecond deadlines); only wait() touches it
+
+  mutable std::mutex mu_;
+  sim::Rng rng_;  // fault layer
+  bool closed_ = false;
+  bool woken_ = false;
+  std::deque<Inbound> inbox_;
+  std::map<MemberId, Peer> peers_;
+  std::unordered_map<std::uint64_t, Connection> conns_;
+  std::map<MemberId, std::uint64_t> outgoing_;  // peer -> key of the connection we send on
+  std::uint64_t next_key_ = kFirstConnectionKey;
+  std::size_t accepted_ = 0;
+  std::vector<std::byte> scratch_;  // receive buffer
+  Stats stats_;
+
+  static constexpr std::uint64_t kWakeKey = 1;
+  static constexpr std::uint64_t kUdpKey = 2;
+  static constexpr std::uint64_t kListenKey = 3;
+  static constexpr std::uint64_t kFirstConnectionKey = 16;
+};
+
+}  // namespace hmcast::socket

@@ -1,0 +1,456 @@
+// The socket transport (src/transport/socket): UDP multicast datagrams on loopback
+// and TCP links, three endpoints in one process. The group port depends on the
+// process id (17000 + pid % 1000) and each test case uses a group id of its own,
+// so concurrent test processes do not see each other's datagrams as theirs.
+// Every wait is bounded; the whole file runs in a few seconds.
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include "core/wire.hpp"
+#include "hmcast/error.hpp"
+#include "transport/socket/framing.hpp"
+#include "transport/socket/socket_transport.hpp"
+
+namespace sk = hmcast::socket;
+namespace w = hmcast::wire;
+using Bytes = std::vector<std::byte>;
+using Clock = std::chrono::steady_clock;
+using namespace std::chrono_literals;
+
+namespace {
+
+std::uint16_t test_port() { return static_cast<std::uint16_t>(17000 + ::getpid() % 1000); }
+
+hmcast::GroupId test_group(std::uint64_t which) {
+  return (static_cast<std::uint64_t>(::getpid()) << 16) ^ (which * 0x9e3779b97f4a7c15ULL);
+}
+
+sk::SocketConfig config() {
+  sk::SocketConfig c;
+  c.group_port = test_port();
+  return c;
+}
+
+Bytes pattern(std::size_t n, std::uint32_t salt) {
+  Bytes b(n);
+  for (std::size_t i = 0; i < n; ++i) b[i] = static_cast<std::byte>((i * 131U + salt * 7U + (i >> 9U)) & 0xffU);
+  return b;
+}
+
+/// A real hmcast datagram: a `stable` packet of `group` from `src`, numbered by `seq`.
+Bytes datagram(hmcast::GroupId group, hmcast::MemberId src, hmcast::Seq seq) {
+  return w::encode(w::Header{w::Type::stable, group, 1, src}, w::Stable{src, seq, seq});
+}
+
+/// The seq of a datagram of ours (`group`), or 0 for anything else.
+hmcast::Seq seq_of(const sk::Inbound& in, hmcast::GroupId group) {
+  auto r = w::decode(in.bytes);
+  if (!r.ok() || r.packet.header.group != group) return 0;
+  const auto* s = std::get_if<w::Stable>(&r.packet.body);
+  return s == nullptr ? 0 : s->highest;
+}
+
+/// Drives endpoints from this thread (as their progress threads would) until
+/// `done()` holds or `timeout` passes; what each receives goes to `got[i]`.
+bool pump(const std::vector<sk::Endpoint*>& eps, std::vector<std::vector<sk::Inbound>>& got,
+          const std::function<bool()>& done, std::chrono::milliseconds timeout) {
+  got.resize(eps.size());
+  const auto end = Clock::now() + timeout;
+  for (;;) {
+    if (done()) return true;
+    if (Clock::now() >= end) return false;
+    for (std::size_t i = 0; i < eps.size(); ++i)
+      while (auto in = eps[i]->wait(Clock::now() + 200us)) got[i].push_back(std::move(*in));
+  }
+}
+
+std::vector<hmcast::Seq> seqs(const std::vector<sk::Inbound>& got, hmcast::GroupId group) {
+  std::vector<hmcast::Seq> s;
+  for (const auto& in : got)
+    if (in.datagram && seq_of(in, group) != 0) s.push_back(seq_of(in, group));
+  return s;
+}
+
+std::vector<const sk::Inbound*> frames_from(const std::vector<sk::Inbound>& got, hmcast::MemberId from) {
+  std::vector<const sk::Inbound*> f;
+  for (const auto& in : got)
+    if (!in.datagram && in.from == from) f.push_back(&in);
+  return f;
+}
+
+void connect_all(const std::vector<sk::Endpoint*>& eps) {
+  for (auto* a : eps)
+    for (auto* b : eps)
+      if (a != b) a->add_peer(b->id(), "127.0.0.1", b->tcp_port());
+}
+
+/// A plain TCP client to 127.0.0.1:port (blocking, with a 50 ms receive timeout).
+int raw_client(std::uint16_t port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  REQUIRE(fd >= 0);
+  timeval tv{0, 50'000};
+  REQUIRE(::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv) == 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port);
+  REQUIRE(::inet_pton(AF_INET, "127.0.0.1", &a.sin_addr) == 1);
+  REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+  return fd;
+}
+
+void send_all(int fd, const Bytes& b) {
+  std::size_t off = 0;
+  while (off < b.size()) {
+    const ssize_t n = ::send(fd, b.data() + off, b.size() - off, MSG_NOSIGNAL);
+    REQUIRE(n > 0);
+    off += static_cast<std::size_t>(n);
+  }
+}
+
+/// Pumps `ep` until the raw client's connection is closed by it (EOF or reset).
+bool dropped_by(sk::Endpoint& ep, int fd, std::chrono::milliseconds timeout) {
+  const auto end = Clock::now() + timeout;
+  while (Clock::now() < end) {
+    while (ep.wait(Clock::now() + 1ms)) {
+    }
+    std::byte b{};
+    const ssize_t n = ::recv(fd, &b, 1, 0);  // 50 ms timeout
+    if (n == 0 || (n < 0 && errno == ECONNRESET)) return true;
+  }
+  return false;
+}
+
+/// Equal bytes (compared without Catch printing megabytes of them on failure).
+bool same(const Bytes& got, const Bytes& want) {
+  if (got == want) return true;
+  std::size_t i = 0;
+  while (i < got.size() && i < want.size() && got[i] == want[i]) ++i;
+  UNSCOPED_INFO("sizes " << got.size() << " and " << want.size() << ", first difference at byte " << i);
+  return false;
+}
+
+Bytes frame(const Bytes& body) {
+  Bytes b;
+  const auto p = sk::encode_length(static_cast<std::uint32_t>(body.size()));
+  b.insert(b.end(), p.begin(), p.end());
+  b.insert(b.end(), body.begin(), body.end());
+  return b;
+}
+
+}  // namespace
+
+TEST_CASE("socket: frame reader cuts any byte stream into the frames written, and refuses long lengths",
+          "[socket]") {
+  const std::vector<std::size_t> sizes{0, 1, 0, 300, 70'000, 5, 0};
+  Bytes stream;
+  for (std::size_t i = 0; i < sizes.size(); ++i) {
+    const auto f = frame(pattern(sizes[i], static_cast<std::uint32_t>(i)));
+    stream.insert(stream.end(), f.begin(), f.end());
+  }
+  for (const std::size_t chunk : {std::size_t{1}, std::size_t{3}, std::size_t{4}, std::size_t{4096}, stream.size()}) {
+    INFO("chunk " << chunk);
+    sk::FrameReader r(100'000);
+    std::vector<Bytes> out;
+    bool ok = true;
+    for (std::size_t off = 0; off < stream.size(); off += chunk) {
+      const auto piece = std::span<const std::byte>(stream).subspan(off, std::min(chunk, stream.size() - off));
+      ok = r.feed(piece, [&](Bytes&& b) {
+        out.push_back(std::move(b));
+        return true;
+      }) && ok;
+    }
+    REQUIRE(ok);
+    REQUIRE(out.size() == sizes.size());
+    for (std::size_t i = 0; i < sizes.size(); ++i) CHECK(same(out[i], pattern(sizes[i], static_cast<std::uint32_t>(i))));
+    CHECK(r.partial() == 0);
+  }
+  sk::FrameReader r(100);
+  const Bytes bad{std::byte{0xff}, std::byte{0xff}, std::byte{0xff}, std::byte{0xff}};
+  CHECK_FALSE(r.feed(bad, [](Bytes&&) { return true; }));
+  CHECK_FALSE(r.feed(frame({}), [](Bytes&&) { return true; }));  // stays refused
+  const auto hello = sk::encode_hello(0xdeadbeef);
+  CHECK(sk::decode_hello(hello) == 0xdeadbeefU);
+  auto wrong = hello;
+  wrong[3] = std::byte{2};
+  CHECK_FALSE(sk::decode_hello(wrong).has_value());
+}
+
+TEST_CASE("socket: a datagram reaches every other endpoint on the host, and not its sender", "[socket]") {
+  const auto group = test_group(1);
+  sk::Endpoint a(1, config()), b(2, config()), c(3, config());
+  std::vector<std::vector<sk::Inbound>> got;
+  constexpr hmcast::Seq kCount = 20;
+  for (hmcast::Seq s = 1; s <= kCount; ++s) a.multicast(datagram(group, 1, s));
+  const bool arrived = pump({&a, &b, &c}, got, [&] {
+    return seqs(got[1], group).size() >= kCount && seqs(got[2], group).size() >= kCount;
+  }, 2000ms);
+  pump({&a, &b, &c}, got, [] { return false; }, 100ms);  // time for a stray copy to show up
+  INFO("if nothing arrives, check `ip route` (multicast on lo may need: ip route add 224.0.0.0/4 dev lo)");
+  REQUIRE(arrived);
+  std::vector<hmcast::Seq> want(kCount);
+  for (hmcast::Seq s = 1; s <= kCount; ++s) want[s - 1] = s;
+  CHECK(seqs(got[0], group).empty());  // not its own
+  CHECK(a.stats().datagrams_own >= kCount);
+  for (std::size_t i : {std::size_t{1}, std::size_t{2}}) {
+    auto s = seqs(got[i], group);
+    std::sort(s.begin(), s.end());
+    CHECK(s == want);  // each exactly once
+    for (const auto& in : got[i])
+      if (seq_of(in, group) != 0) CHECK(in.from == 1U);
+  }
+  CHECK(a.stats().datagrams_sent == kCount);
+
+  // Over the MTU: refused at the sender, with the fix in the message.
+  Bytes big(a.mtu() + 1);
+  CHECK_THROWS_AS(a.multicast(big), hmcast::Error);
+  CHECK_THROWS_WITH(a.multicast(big), Catch::Contains("ProtocolConfig::mtu"));
+}
+
+TEST_CASE("socket: unicast frames of 0 B, 1 B, 100 KB and 5 MB arrive intact and in order", "[socket]") {
+  sk::Endpoint a(1, config()), b(2, config()), c(3, config());
+  connect_all({&a, &b, &c});
+  const std::vector<std::size_t> sizes{0, 1, 100 * 1024, 5 * 1024 * 1024, 1, 0, 100 * 1024, 7};
+  for (std::size_t i = 0; i < sizes.size(); ++i) {
+    REQUIRE(a.unicast(2, pattern(sizes[i], static_cast<std::uint32_t>(i))));
+    REQUIRE(c.unicast(2, pattern(sizes[i], static_cast<std::uint32_t>(100 + i))));  // a second stream, interleaved
+  }
+  REQUIRE(b.unicast(1, pattern(10, 7)));
+  std::vector<std::vector<sk::Inbound>> got;
+  const bool arrived = pump({&a, &b, &c}, got, [&] {
+    return frames_from(got[1], 1).size() >= sizes.size() && frames_from(got[1], 3).size() >= sizes.size() &&
+           !frames_from(got[0], 2).empty();
+  }, 4000ms);
+  REQUIRE(arrived);
+  const auto from_a = frames_from(got[1], 1);
+  const auto from_c = frames_from(got[1], 3);
+  REQUIRE(from_a.size() == sizes.size());
+  REQUIRE(from_c.size() == sizes.size());
+  for (std::size_t i = 0; i < sizes.size(); ++i) {
+    INFO("frame " << i << " of " << sizes[i] << " bytes");
+    CHECK(same(from_a[i]->bytes, pattern(sizes[i], static_cast<std::uint32_t>(i))));
+    CHECK(same(from_c[i]->bytes, pattern(sizes[i], static_cast<std::uint32_t>(100 + i))));
+  }
+  CHECK(same(frames_from(got[0], 2).front()->bytes, pattern(10, 7)));
+  CHECK(got[2].empty());
+  CHECK(b.stats().frames_received == 2 * sizes.size());
+  CHECK(a.stats().frames_sent == sizes.size());
+}
+
+TEST_CASE("socket: a link to a closed or absent peer breaks, and unicast to it returns false", "[socket]") {
+  sk::Endpoint a(1, config());
+  auto c = std::make_unique<sk::Endpoint>(3, config());
+  a.add_peer(3, "127.0.0.1", c->tcp_port());
+  std::vector<std::vector<sk::Inbound>> got;
+
+  SECTION("unknown member") { CHECK_FALSE(a.unicast(42, pattern(1, 1))); }
+
+  SECTION("peer closed after the link was up") {
+    REQUIRE(a.unicast(3, pattern(1, 1)));
+    REQUIRE(pump({&a, c.get()}, got, [&] { return !frames_from(got[1], 1).empty(); }, 2000ms));
+    c->close();
+    bool broken = false;
+    const auto end = Clock::now() + 2000ms;
+    while (!broken && Clock::now() < end) {
+      broken = !a.unicast(3, pattern(100, 2));
+      (void)a.wait(Clock::now() + 1ms);  // notices the EOF
+    }
+    CHECK(broken);
+    CHECK_FALSE(a.unicast(3, pattern(1, 3)));  // stays broken
+    CHECK(a.stats().links_broken == 1);
+    CHECK_FALSE(c->unicast(1, pattern(1, 4)));  // closed endpoints send nothing
+  }
+
+  SECTION("peer gone before the first unicast (connection refused)") {
+    c.reset();  // its port now refuses connections
+    bool broken = false;
+    const auto end = Clock::now() + 2000ms;
+    while (!broken && Clock::now() < end) {
+      broken = !a.unicast(3, pattern(10, 5));
+      (void)a.wait(Clock::now() + 1ms);
+    }
+    CHECK(broken);
+  }
+
+  SECTION("naming the peer again gives the link another chance") {
+    c.reset();
+    const auto end = Clock::now() + 2000ms;
+    while (a.unicast(3, pattern(10, 5)) && Clock::now() < end) (void)a.wait(Clock::now() + 1ms);
+    REQUIRE_FALSE(a.unicast(3, pattern(10, 5)));
+    sk::Endpoint c2(3, config());
+    a.add_peer(3, "127.0.0.1", c2.tcp_port());
+    REQUIRE(a.unicast(3, pattern(10, 6)));
+    REQUIRE(pump({&a, &c2}, got, [&] { return !frames_from(got[1], 1).empty(); }, 2000ms));
+    CHECK(same(frames_from(got[1], 1).front()->bytes, pattern(10, 6)));
+  }
+}
+
+TEST_CASE("socket: a connection that breaks the framing is dropped and the endpoint keeps working", "[socket]") {
+  sk::Endpoint a(1, config()), b(2, config());
+  connect_all({&a, &b});
+  std::vector<std::vector<sk::Inbound>> got;
+  const int fd = raw_client(b.tcp_port());
+
+  SECTION("length prefix 0xFFFFFFFF in place of a hello") {
+    send_all(fd, Bytes(4, std::byte{0xff}));
+  }
+  SECTION("a hello of another version") {
+    auto hello = sk::encode_hello(9);
+    hello[3] = std::byte{7};
+    send_all(fd, frame(hello));
+  }
+  SECTION("a valid hello, then a length over the limit") {
+    send_all(fd, frame(sk::encode_hello(9)));
+    const auto len = sk::encode_length(static_cast<std::uint32_t>(sk::kDefaultMaxFrame + 1));
+    send_all(fd, Bytes(len.begin(), len.end()));
+  }
+  CHECK(dropped_by(b, fd, 2000ms));
+  ::close(fd);
+  CHECK(b.stats().connections_malformed == 1);
+
+  // Still serving its real peers, in both directions.
+  REQUIRE(a.unicast(2, pattern(1000, 1)));
+  REQUIRE(b.unicast(1, pattern(1000, 2)));
+  REQUIRE(pump({&a, &b}, got, [&] { return !frames_from(got[1], 1).empty() && !frames_from(got[0], 2).empty(); },
+               2000ms));
+  CHECK(same(frames_from(got[1], 1).front()->bytes, pattern(1000, 1)));
+  CHECK(same(frames_from(got[0], 2).front()->bytes, pattern(1000, 2)));
+}
+
+TEST_CASE("socket: output queued for a peer that stops reading is bounded: the link breaks", "[socket]") {
+  auto cfg = config();
+  cfg.max_output_bytes = 1U << 20;
+  sk::Endpoint a(1, cfg), b(2, config());  // b is never driven: it reads nothing
+  a.add_peer(2, "127.0.0.1", b.tcp_port());
+  bool refused = false;
+  for (int i = 0; i < 200 && !refused; ++i) {
+    refused = !a.unicast(2, pattern(256 * 1024, 1));
+    (void)a.wait(Clock::now());  // completes the connection and sends what the kernel takes
+  }
+  CHECK(refused);
+  CHECK_FALSE(a.unicast(2, pattern(1, 1)));
+  CHECK(a.stats().links_broken == 1);
+}
+
+TEST_CASE("socket: the seeded fault layer drops or duplicates received datagrams", "[socket]") {
+  const auto group = test_group(2);
+  hmcast::FaultConfig lossy;
+  lossy.datagram_loss = 1.0;
+  hmcast::FaultConfig dupy;
+  dupy.datagram_duplicate = 1.0;
+  sk::Endpoint s(1, config()), l(2, config(), lossy), d(3, config(), dupy);
+  constexpr hmcast::Seq kCount = 20;
+  for (hmcast::Seq q = 1; q <= kCount; ++q) s.multicast(datagram(group, 1, q));
+  std::vector<std::vector<sk::Inbound>> got;
+  REQUIRE(pump({&s, &l, &d}, got, [&] { return seqs(got[2], group).size() >= 2 * kCount; }, 2000ms));
+  pump({&s, &l, &d}, got, [] { return false; }, 100ms);
+  CHECK(seqs(got[1], group).empty());
+  CHECK(l.stats().datagrams_fault_dropped >= kCount);
+  auto dup = seqs(got[2], group);
+  CHECK(dup.size() == 2 * kCount);
+  std::sort(dup.begin(), dup.end());
+  for (hmcast::Seq q = 1; q <= kCount; ++q) {
+    CHECK(dup[2 * (q - 1)] == q);
+    CHECK(dup[2 * (q - 1) + 1] == q);
+  }
+}
+
+TEST_CASE("socket: progress threads drain while other threads send (as a Node uses it)", "[socket]") {
+  const auto group = test_group(3);
+  sk::Endpoint a(1, config()), b(2, config()), c(3, config());
+  connect_all({&a, &b, &c});
+  std::vector<sk::Endpoint*> eps{&a, &b, &c};
+  std::atomic<bool> stop{false};
+  std::mutex mu;
+  std::vector<std::vector<sk::Inbound>> got(3);
+  std::vector<std::thread> progress;
+  for (std::size_t i = 0; i < 3; ++i) {
+    progress.emplace_back([&, i] {
+      while (!stop.load()) {
+        auto in = eps[i]->wait(Clock::now() + 50ms);
+        if (in) {
+          std::lock_guard lock(mu);
+          got[i].push_back(std::move(*in));
+        }
+      }
+    });
+  }
+  constexpr std::uint32_t kFrames = 100;
+  constexpr hmcast::Seq kDatagrams = 30;
+  auto size_of = [](std::uint32_t k) { return static_cast<std::size_t>((k * 7919U) % 40'000U); };
+  std::thread other([&] {
+    for (std::uint32_t k = 0; k < kFrames; ++k) (void)c.unicast(2, pattern(size_of(k), 1000 + k));
+  });
+  bool all_sent = true;
+  for (std::uint32_t k = 0; k < kFrames; ++k) all_sent = a.unicast(2, pattern(size_of(k), k)) && all_sent;
+  for (hmcast::Seq q = 1; q <= kDatagrams; ++q) a.multicast(datagram(group, 1, q));
+  other.join();
+  const auto end = Clock::now() + 4000ms;
+  bool arrived = false;
+  while (!arrived && Clock::now() < end) {
+    {
+      std::lock_guard lock(mu);
+      arrived = frames_from(got[1], 1).size() >= kFrames && frames_from(got[1], 3).size() >= kFrames &&
+                seqs(got[1], group).size() >= kDatagrams && seqs(got[2], group).size() >= kDatagrams;
+    }
+    if (!arrived) std::this_thread::sleep_for(5ms);
+  }
+  stop = true;
+  for (auto* ep : eps) ep->wake();
+  for (auto& t : progress) t.join();
+  CHECK(all_sent);
+  REQUIRE(arrived);
+  const auto from_a = frames_from(got[1], 1);
+  const auto from_c = frames_from(got[1], 3);
+  REQUIRE(from_a.size() == kFrames);
+  REQUIRE(from_c.size() == kFrames);
+  std::size_t bad = 0;
+  for (std::uint32_t k = 0; k < kFrames; ++k) {
+    bad += from_a[k]->bytes == pattern(size_of(k), k) ? 0U : 1U;
+    bad += from_c[k]->bytes == pattern(size_of(k), 1000 + k) ? 0U : 1U;
+  }
+  CHECK(bad == 0);
+  CHECK(seqs(got[0], group).empty());
+}
+
+TEST_CASE("socket: a bad configuration or a refused system call is an exception that says what to do",
+          "[socket]") {
+  auto cfg = config();
+  cfg.group_address = "10.1.2.3";
+  CHECK_THROWS_WITH(sk::Endpoint(1, cfg), Catch::Contains("not an IPv4 multicast address"));
+  cfg = config();
+  cfg.mtu = 70'000;
+  CHECK_THROWS_AS(sk::Endpoint(1, cfg), hmcast::Error);
+  cfg = config();
+  cfg.interface_address = "203.0.113.77";  // TEST-NET-3: no interface of this host has it
+  try {
+    sk::Endpoint e(1, cfg);
+    FAIL("joined a group on an interface that does not exist");
+  } catch (const sk::TransportError& e) {
+    INFO(e.what());
+    CHECK_THAT(e.what(), Catch::Contains("cannot join multicast group") && Catch::Contains("interface_address"));
+    CHECK(e.error() != 0);
+  }
+  sk::Endpoint a(1, config());
+  CHECK_THROWS_AS(a.add_peer(2, "127.0.0.1", 0), hmcast::Error);
+  CHECK_THROWS_WITH(a.unicast(2, Bytes(sk::kDefaultMaxFrame + 1)), Catch::Contains("max_frame"));
+  a.close();
+  CHECK_FALSE(a.wait(Clock::now() + 1h).has_value());  // closed: returns at once
+  a.multicast(datagram(1, 1, 1));                      // closed: nothing sent, no error
+  CHECK(a.stats().datagrams_sent == 0);
+}
