@@ -38,7 +38,7 @@ BroadcastResult Engine::broadcast(MessageBuffer message, TimeNs now, Outbox& out
     send_datagram(std::move(dgram), out);
   s.last_announced = s.known_stable;
   accept_message(s, seq, std::move(message), now, out);
-  flush_acks(now, out, std::nullopt);
+  flush_acks(now, out);
   return {BroadcastError::none, seq};
 }
 
@@ -85,9 +85,9 @@ void Engine::on_datagram(std::span<const std::byte> bytes, TimeNs now, Outbox& o
     ++stats_.invalid_dropped;  // control traffic never travels by datagram
     return;
   }
-  if (!admit(h, true, h.src)) return;
-  handle(res.packet, h.src, true, now, out);
-  flush_acks(now, out, std::nullopt);
+  if (!admit(h, h.src)) return;
+  handle(res.packet, h.src, now, out);
+  flush_acks(now, out);
 }
 
 void Engine::on_p2p(MemberId from, std::span<const std::byte> bytes, TimeNs now, Outbox& out) {
@@ -110,7 +110,7 @@ void Engine::on_p2p(MemberId from, std::span<const std::byte> bytes, TimeNs now,
       }
       const auto& nv = std::get<wire::NewView>(res.packet.body);
       install_view(View{h.view, nv.members}, now, out);
-      flush_acks(now, out, std::nullopt);
+      flush_acks(now, out);
       return;
     }
     // Sent by a member that installed the next view before us: keep it until we do.
@@ -126,12 +126,12 @@ void Engine::on_p2p(MemberId from, std::span<const std::byte> bytes, TimeNs now,
     future_.emplace_back(from, std::vector<std::byte>(bytes.begin(), bytes.end()));
     return;
   }
-  if (!admit(h, false, from)) return;
-  handle(res.packet, from, false, now, out);
-  flush_acks(now, out, std::nullopt);
+  if (!admit(h, from)) return;
+  handle(res.packet, from, now, out);
+  flush_acks(now, out);
 }
 
-bool Engine::admit(const wire::Header& h, bool datagram, MemberId from) {
+bool Engine::admit(const wire::Header& h, MemberId from) {
   if (h.group != group_) {
     ++stats_.wrong_group_dropped;
     return false;
@@ -148,7 +148,6 @@ bool Engine::admit(const wire::Header& h, bool datagram, MemberId from) {
     ++stats_.non_member_dropped;
     return false;
   }
-  (void)datagram;
   return true;
 }
 
@@ -158,7 +157,7 @@ void Engine::arm_stall(TimeNs now) {
   timers_.arm(now + pipeline_stall_ns_, ++timer_serial_, TimerKey{TimerKind::pipeline_stall, 0, 0});
 }
 
-void Engine::handle(const wire::Packet& p, MemberId from, bool datagram, TimeNs now, Outbox& out) {
+void Engine::handle(const wire::Packet& p, MemberId from, TimeNs now, Outbox& out) {
   if (p.header.type >= wire::Type::announce && p.header.type <= wire::Type::large_ack) pipeline_activity_ = now;
   std::visit(
       [&](const auto& body) {
@@ -206,7 +205,6 @@ void Engine::handle(const wire::Packet& p, MemberId from, bool datagram, TimeNs 
         }
       },
       p.body);
-  (void)datagram;
   arm_stall(now);
 }
 
@@ -436,7 +434,7 @@ void Engine::on_ack(MemberId from, const wire::Ack& a, TimeNs now, Outbox& out) 
   }
 }
 
-void Engine::flush_acks(TimeNs now, Outbox& out, std::optional<MemberId> force_parent) {
+void Engine::flush_acks(TimeNs now, Outbox& out) {
   if (acks_pending_.empty()) return;
   std::map<MemberId, std::vector<wire::AckEntry>> by_parent;
   for (auto it = acks_pending_.begin(); it != acks_pending_.end();) {
@@ -448,8 +446,7 @@ void Engine::flush_acks(TimeNs now, Outbox& out, std::optional<MemberId> force_p
     }
     const MemberId p = *s.parent;
     auto last = last_ack_to_.find(p);
-    const bool forced = force_parent && *force_parent == p;
-    if (!forced && last != last_ack_to_.end() && now < last->second + cfg_.ack_interval_ns) {
+    if (last != last_ack_to_.end() && now < last->second + cfg_.ack_interval_ns) {
       // Merge with whatever else becomes due for this parent in the interval.
       if (ack_flush_armed_.insert(p).second)
         timers_.arm(last->second + cfg_.ack_interval_ns, ack_flush_gen_[p] = ++timer_serial_,
@@ -699,7 +696,7 @@ void Engine::on_timer(TimeNs now, Outbox& out) {
       case TimerKind::pipeline_stall: break;
     }
   });
-  flush_acks(now, out, std::nullopt);
+  flush_acks(now, out);
 }
 
 // ---------------------------------------------------------------------------
@@ -708,7 +705,7 @@ void Engine::on_timer(TimeNs now, Outbox& out) {
 void Engine::on_link_failed(MemberId peer, TimeNs now, Outbox& out) {
   if (removed_) return;
   suspect(peer, now, out);
-  flush_acks(now, out, std::nullopt);
+  flush_acks(now, out);
 }
 
 void Engine::suspect(MemberId member, TimeNs now, Outbox& out) {

@@ -155,8 +155,8 @@ class Engine {
   };
 
   // Packet handling.
-  bool admit(const wire::Header& h, bool datagram, MemberId from);
-  void handle(const wire::Packet& p, MemberId from, bool datagram, TimeNs now, Outbox& out);
+  bool admit(const wire::Header& h, MemberId from);
+  void handle(const wire::Packet& p, MemberId from, TimeNs now, Outbox& out);
   void on_data(const wire::Data& d, TimeNs now, Outbox& out);
   void on_repair(MemberId from, const wire::Repair& r, TimeNs now, Outbox& out);
   void on_ack(MemberId from, const wire::Ack& a, TimeNs now, Outbox& out);
@@ -181,7 +181,7 @@ class Engine {
   void fire_child(Stream& s, std::uint32_t idx, TimeNs now, Outbox& out);
   void send_repairs(Stream& s, MemberId to, Seq from, Seq to_seq, Outbox& out);
   void maybe_pull(Stream& s, TimeNs now, Outbox& out);
-  void flush_acks(TimeNs now, Outbox& out, std::optional<MemberId> force_parent);
+  void flush_acks(TimeNs now, Outbox& out);
   void arm_announce(Stream& s, TimeNs now);
   void remulticast(Stream& s, Seq seq, Outbox& out);
 
