@@ -93,7 +93,7 @@ void Fabric::multicast(std::uint32_t from, std::vector<std::byte> bytes) {
 }
 
 void Fabric::send_reliable(std::uint32_t from, std::uint32_t to, std::vector<std::byte> frame,
-                           std::uint64_t wire_bytes, TimeNs overhead) {
+                           std::uint64_t wire_bytes, TimeNs overhead, Channel channel) {
   if (crashed_[from]) return;
   ++stats_.p2p_sent;
   if (crashed_[to]) {
@@ -107,7 +107,7 @@ void Fabric::send_reliable(std::uint32_t from, std::uint32_t to, std::vector<std
   TimeNs at = receive(to, tx, wire_bytes, speed, jitter);
   // Reliable links deliver in order. Bulk blocks and control frames use separate
   // channels (queue pairs), so a credit or ACK never waits behind a block.
-  auto& last = (overhead > 0 || wire_bytes > model_.control_bytes * 16 ? bulk_fifo_ : fifo_)[from];
+  auto& last = (channel == Channel::bulk ? bulk_fifo_ : fifo_)[from];
   if (last.empty()) last.assign(crashed_.size(), 0);
   at = std::max(at, last[to]);
   last[to] = at;
@@ -116,12 +116,14 @@ void Fabric::send_reliable(std::uint32_t from, std::uint32_t to, std::vector<std
 
 void Fabric::unicast(std::uint32_t from, std::uint32_t to, std::vector<std::byte> bytes) {
   const auto size = bytes.size();
-  send_reliable(from, to, std::move(bytes), size, 0);
+  // Frames too big to slip between data packets (whole-message repairs) go the bulk way.
+  send_reliable(from, to, std::move(bytes), size, 0,
+                size > model_.control_bytes * 16 ? Channel::bulk : Channel::control);
 }
 
 void Fabric::transfer(std::uint32_t from, std::uint32_t to, std::vector<std::byte> frame, std::uint64_t wire_bytes) {
   send_reliable(from, to, std::move(frame), std::max<std::uint64_t>(wire_bytes, model_.control_bytes + 1),
-                std::max<TimeNs>(model_.block_overhead_ns, 1));
+                model_.block_overhead_ns, Channel::bulk);
 }
 
 void Fabric::wake(std::uint32_t node, TimeNs at) { push(std::max(at, now_), Kind::timer, node, node, nullptr); }

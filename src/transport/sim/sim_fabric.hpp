@@ -108,8 +108,11 @@ class Fabric {
   [[nodiscard]] double link_speed(std::uint32_t from, std::uint32_t to) const;
   Slot transmit(std::uint32_t from, std::uint64_t bytes, double speed, TimeNs overhead);
   TimeNs receive(std::uint32_t to, Slot tx, std::uint64_t bytes, double speed, TimeNs extra_delay);
+  /// Reliable links keep order per channel: bulk blocks and control frames travel on
+  /// separate queue pairs, so a credit or ACK never waits behind a block.
+  enum class Channel : std::uint8_t { control, bulk };
   void send_reliable(std::uint32_t from, std::uint32_t to, std::vector<std::byte> frame, std::uint64_t wire_bytes,
-                     TimeNs overhead);
+                     TimeNs overhead, Channel channel);
   void push(TimeNs at, Kind kind, std::uint32_t node, std::uint32_t from,
             std::shared_ptr<const std::vector<std::byte>> bytes);
 
