@@ -297,6 +297,22 @@ bool Endpoint::unicast(MemberId to, std::vector<std::byte> bytes) {
   return true;
 }
 
+Endpoint::Connection& Endpoint::add_connection(int fd, std::uint32_t events) {
+  const std::uint64_t key = next_key_++;
+  epoll_event ev{};
+  ev.events = events;
+  ev.data.u64 = key;
+  if (::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev) != 0) {
+    const int e = errno;
+    close_fd(fd);
+    fail_sys(e, "cannot add a connection to the epoll set", "raise fs.epoll.max_user_watches");
+  }
+  Connection& c = conns_[key];
+  c.fd = fd;
+  c.key = key;
+  return c;
+}
+
 Endpoint::Connection* Endpoint::connect_to(MemberId to, Peer& peer) {
   int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (fd < 0)
@@ -320,18 +336,7 @@ Endpoint::Connection* Endpoint::connect_to(MemberId to, Peer& peer) {
     mark_broken(to);
     return nullptr;
   }
-  const std::uint64_t key = next_key_++;
-  epoll_event ev{};
-  ev.events = kConnEvents | (connecting ? std::uint32_t{EPOLLOUT} : 0U);
-  ev.data.u64 = key;
-  if (::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev) != 0) {
-    const int e = errno;
-    close_fd(fd);
-    fail_sys(e, "cannot add a connection to the epoll set", "raise fs.epoll.max_user_watches");
-  }
-  Connection& c = conns_[key];
-  c.fd = fd;
-  c.key = key;
+  Connection& c = add_connection(fd, kConnEvents | (connecting ? std::uint32_t{EPOLLOUT} : 0U));
   c.outgoing = true;
   c.connecting = connecting;
   c.watching_out = connecting;
@@ -339,7 +344,7 @@ Endpoint::Connection* Endpoint::connect_to(MemberId to, Peer& peer) {
   auto hello = encode_hello(id_);
   c.out_bytes = kLengthPrefix + hello.size();
   c.out.push_back(OutFrame{encode_length(static_cast<std::uint32_t>(hello.size())), std::move(hello)});
-  outgoing_[to] = key;
+  outgoing_[to] = c.key;
   return &c;
 }
 
@@ -549,18 +554,7 @@ void Endpoint::accept_connections() {
       close_fd(fd);
       continue;
     }
-    const std::uint64_t key = next_key_++;
-    epoll_event ev{};
-    ev.events = kConnEvents;
-    ev.data.u64 = key;
-    if (::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev) != 0) {
-      const int e = errno;
-      close_fd(fd);
-      fail_sys(e, "cannot add a connection to the epoll set", "raise fs.epoll.max_user_watches");
-    }
-    Connection& c = conns_[key];
-    c.fd = fd;
-    c.key = key;
+    Connection& c = add_connection(fd, kConnEvents);
     c.reader.set_limit(kHelloSize);  // nothing but a hello until the peer named itself
     ++accepted_;
     ++stats_.connections_accepted;

@@ -177,6 +177,8 @@ class Endpoint {
 
   // All with mu_ held.
   Connection* connect_to(MemberId to, Peer& peer);
+  /// Registers `fd` with the epoll set under a fresh key (closes it and throws on failure).
+  Connection& add_connection(int fd, std::uint32_t events);
   Flush flush(Connection& c);
   void watch_output(Connection& c, bool on);
   void drop(std::uint64_t key, bool peer_lost);
