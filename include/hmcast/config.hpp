@@ -47,14 +47,38 @@ struct ProtocolConfig {
   std::int64_t stable_announce_ns = 20'000;
 };
 
-/// Which fabric a Node uses. More come with later transports (socket, verbs).
+/// Which fabric a Node uses. More come with later transports (verbs).
 enum class TransportKind : std::uint8_t {
   /// Nodes in one process that name the same `fabric`; real threads and real time.
   /// For tests, examples and applications that want the API without a network.
   inproc,
+  /// Processes on any Linux hosts: UDP IP multicast for datagrams, TCP for reliable
+  /// links, and a membership manager reached over TCP (SocketOptions).
+  socket,
 };
 
-/// Seeded faults injected on the datagram path (tests; off by default).
+/// The socket transport. Members find each other through a membership manager: a
+/// standalone `hmcast manager --listen HOST:PORT`, or one member with embed_manager.
+/// The manager gives each group its own multicast address and port.
+struct SocketOptions {
+  /// HOST:PORT of the membership manager.
+  std::string manager = "127.0.0.1:17700";
+  /// Run the manager inside this Node, listening on `manager`. If this Node's
+  /// process dies, the group's members fail with ErrorCode::manager_lost.
+  bool embed_manager = false;
+  /// Local IPv4 address: the interface datagrams use, where reliable links listen,
+  /// and what peers are told to connect to.
+  std::string interface_address = "127.0.0.1";
+  /// IP_MULTICAST_TTL: 1 keeps datagrams on the local network.
+  std::uint8_t ttl = 1;
+  /// Largest datagram sent (hmcast header included). Above the network's MTU the
+  /// kernel fragments, and losing one fragment loses the datagram.
+  std::uint32_t mtu = 8192;
+};
+
+/// Seeded faults injected on the datagram path (tests; off by default). A Node also
+/// reads HMCAST_FAULT_LOSS, HMCAST_FAULT_DUP and HMCAST_FAULT_SEED from its
+/// environment; when set they override these fields.
 struct FaultConfig {
   double datagram_loss = 0.0;       // chance each received datagram is dropped
   double datagram_duplicate = 0.0;  // chance each received datagram is delivered twice
@@ -71,6 +95,8 @@ struct Config {
   std::uint32_t group_size = 1;
   /// join() fails with ErrorCode::join_timeout after this long.
   std::chrono::milliseconds join_timeout{10'000};
+  /// socket: how to reach the manager and which interface to use.
+  SocketOptions socket;
   /// Protocol tuning; empty means the transport's profile.
   std::optional<ProtocolConfig> protocol;
   FaultConfig faults;

@@ -14,6 +14,8 @@ enum class ErrorCode : std::uint8_t {
   closed,             // the Node or Group was destroyed while the operation waited
   join_timeout,       // fewer than Config::group_size members joined in time
   interrupted,        // a large message's transfer was cut by a view change: send it again
+  manager_lost,       // the membership manager is gone: views cannot change, so the group stops
+  transport_failed,   // the operating system refused the transport (the message names the call)
   invalid_config,
 };
 

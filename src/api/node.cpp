@@ -12,9 +12,15 @@
 #include <mutex>
 #include <thread>
 
+#include <cstdlib>
+
+#include "api/link.hpp"
 #include "core/wire.hpp"
 #include "hmcast/node.hpp"
-#include "transport/inproc/inproc_fabric.hpp"
+#include "membership/control_wire.hpp"
+#include "transport/socket/manager_client.hpp"
+#include "transport/socket/manager_server.hpp"
+#include "transport/socket/net_util.hpp"
 #include "ud_mcast/engine.hpp"
 
 namespace hmcast {
@@ -45,6 +51,34 @@ ProtocolConfig inproc_profile() {
   return p;
 }
 
+/// Processes on shared cores can be descheduled for many milliseconds: time alone
+/// must not remove a live member. A dead one is found at once anyway, by its
+/// control connection to the manager and its broken links.
+ProtocolConfig socket_profile(const SocketOptions& o) {
+  ProtocolConfig p = inproc_profile();
+  p.mtu = o.mtu;
+  p.repair_budget = 40;
+  return p;
+}
+
+double env_double(const char* name, double fallback) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == 0) return fallback;
+  char* end = nullptr;
+  const double d = std::strtod(v, &end);
+  if (end == v || *end != 0 || d < 0 || d > 1)
+    throw Error(ErrorCode::invalid_config, std::string(name) + "='" + v + "' is not a probability in [0, 1]");
+  return d;
+}
+
+FaultConfig faults_with_environment(FaultConfig f) {
+  f.datagram_loss = env_double("HMCAST_FAULT_LOSS", f.datagram_loss);
+  f.datagram_duplicate = env_double("HMCAST_FAULT_DUP", f.datagram_duplicate);
+  if (const char* seed = std::getenv("HMCAST_FAULT_SEED"); seed != nullptr && *seed != 0)
+    f.seed = std::strtoull(seed, nullptr, 10);
+  return f;
+}
+
 }  // namespace
 
 struct GroupState {
@@ -61,14 +95,17 @@ struct GroupState {
   Group::DeliverFn on_deliver;
   Group::ViewFn on_view;
   bool closed = false;
+  ErrorCode closed_code = ErrorCode::removed;
+  std::string closed_why = "this member is no longer in the group; join again";
   NodeState* node = nullptr;
 };
 
 struct NodeState {
   Config cfg;
   ProtocolConfig protocol;
-  std::shared_ptr<inproc::Fabric> fabric;
-  std::shared_ptr<inproc::Endpoint> endpoint;
+  std::unique_ptr<Link> link;  // inproc: from the start; socket: once join() has an id
+  std::unique_ptr<socket::ManagerServer> manager;  // socket with embed_manager
+  std::unique_ptr<socket::ManagerClient> control;  // socket: this member's manager connection
   std::mutex groups_mu;
   std::map<GroupId, std::shared_ptr<GroupState>> groups;
   std::atomic<bool> stop{false};
@@ -80,9 +117,9 @@ struct NodeState {
     std::vector<MemberId> broken_links;
     for (auto& a : out) {
       if (auto* d = std::get_if<action::SendDatagram>(&a)) {
-        fabric->multicast(endpoint->id(), d->bytes);
+        link->multicast(d->bytes);
       } else if (auto* p = std::get_if<action::SendP2P>(&a)) {
-        if (!fabric->unicast(endpoint->id(), p->to, std::move(p->bytes))) broken_links.push_back(p->to);
+        if (!link->unicast(p->to, std::move(p->bytes))) broken_links.push_back(p->to);
       } else if (auto* b = std::get_if<action::SendBlock>(&a)) {
         // In-process, the block travels inside its frame: the description plus the bytes.
         auto res = wire::decode(b->frame);
@@ -90,8 +127,7 @@ struct NodeState {
         if (!res.ok() || buf == g.large.end()) continue;  // cannot happen: the engine names held ranges
         auto block = std::get<wire::Block>(res.packet.body);
         block.payload = std::span<const std::byte>(*buf->second).subspan(b->offset, b->length);
-        if (!fabric->unicast(endpoint->id(), b->to, wire::encode(res.packet.header, block)))
-          broken_links.push_back(b->to);
+        if (!link->unicast(b->to, wire::encode(res.packet.header, block))) broken_links.push_back(b->to);
       } else if (auto* nb = std::get_if<action::NeedBuffer>(&a)) {
         // Refusing a buffer leaves the transfer to stall and be abandoned: it is bounded by config.
         if (nb->size > protocol.max_large_message) continue;
@@ -111,6 +147,8 @@ struct NodeState {
         g.large.erase({rel->sender, rel->seq});
       } else if (auto* dis = std::get_if<action::DiscardLarge>(&a)) {
         g.large.erase({dis->sender, dis->seq});
+      } else if (auto* rs = std::get_if<action::ReportSuspect>(&a)) {
+        if (control) control->report_suspect(g.engine->view().id, rs->member);
       } else {
         g.to_app.push_back(std::move(a));
       }
@@ -147,10 +185,17 @@ struct NodeState {
         const auto until = std::chrono::steady_clock::time_point(std::chrono::nanoseconds(next));
         deadline = std::min(deadline, std::max(until, now_tp));
       }
-      auto in = endpoint->wait(deadline);
-      while (in) {
-        dispatch(*in);
-        in = endpoint->wait(std::chrono::steady_clock::now());  // drain what is queued
+      try {
+        auto in = link->wait(deadline);
+        while (in) {
+          dispatch(*in);
+          in = link->wait(std::chrono::steady_clock::now());  // drain what is queued
+        }
+      } catch (const Error& e) {
+        // The transport is gone; nothing can complete any more.
+        for (auto& g : snapshot()) fail_all(*g, e.code(), e.what());
+        for (auto& g : snapshot()) run_callbacks(*g);
+        return;
       }
       for (auto& g : snapshot()) {
         {
@@ -243,6 +288,10 @@ struct NodeState {
 
   static void fail_all(GroupState& g, ErrorCode code, const std::string& why) {
     std::lock_guard lock(g.mu);
+    if (!g.closed) {
+      g.closed_code = code;
+      g.closed_why = why;
+    }
     g.closed = true;
     for (auto& [seq, p] : g.pending) p.set_exception(std::make_exception_ptr(Error(code, why)));
     for (auto& [seq, p] : g.pending_large) p.set_exception(std::make_exception_ptr(Error(code, why)));
@@ -254,41 +303,124 @@ struct NodeState {
 
 }  // namespace detail
 
+namespace detail {
+
+/// Join over the socket transport: get an id and addresses from the manager, open
+/// the endpoint, wait for the first view, then follow the manager's views.
+void join_socket(NodeState& s, const std::string& name, const std::shared_ptr<GroupState>& g,
+                 const rc_pipeline::PipelineConfig& large) {
+  if (s.control)
+    throw Error(ErrorCode::invalid_config,
+                "a Node on the socket transport joins one group: create another Node for '" + name + "'");
+  const auto deadline = std::chrono::steady_clock::now() + s.cfg.join_timeout;
+  const auto [host, port] = socket::split_host_port(s.cfg.socket.manager, "manager address");
+  s.control = std::make_unique<socket::ManagerClient>(host, port, deadline);
+  const auto welcome = s.control->join(name, s.cfg.group_size, deadline);
+  s.link = make_socket_link(welcome.member, welcome.multicast_address, welcome.multicast_port, s.cfg.socket,
+                                    s.cfg.faults);
+  s.control->listening(s.cfg.socket.interface_address, listening_port(*s.link));
+  const auto first = s.control->wait_view(deadline);
+  for (const auto& m : first.members)
+    if (m.id != welcome.member) s.link->add_peer(m.id, m.host, m.port);
+  g->engine = std::make_unique<ud_mcast::Engine>(welcome.group_id, welcome.member, membership::view_of(first),
+                                                 s.protocol, now_ns(), large);
+  g->engine->use_external_membership();
+  {
+    std::lock_guard lock(s.groups_mu);
+    s.groups[welcome.group_id] = g;
+  }
+  NodeState* node = &s;
+  std::weak_ptr<GroupState> weak = g;
+  s.control->start(
+      [node, weak](const membership::ViewPush& v) {
+        auto group = weak.lock();
+        if (!group) return;
+        for (const auto& m : v.members)
+          if (m.id != node->link->id()) node->link->add_peer(m.id, m.host, m.port);
+        {
+          std::lock_guard lock(group->mu);
+          Outbox out;
+          group->engine->apply_view(membership::view_of(v), now_ns(), out);
+          node->execute(*group, out);
+        }
+        node->link->wake();
+      },
+      [node, weak](const std::string& why) {
+        auto group = weak.lock();
+        if (!group) return;
+        NodeState::fail_all(*group, ErrorCode::manager_lost,
+                                    why + ": views can no longer change, so the group stops and pending broadcasts "
+                                          "fail; start the group again with a live manager");
+        node->link->wake();
+      });
+  s.progress = std::thread([node] { node->run(); });
+}
+
+}  // namespace detail
+
 Node::Node(Config config) : state_(std::make_shared<detail::NodeState>()) {
   if (config.group_size == 0) throw Error(ErrorCode::invalid_config, "Config::group_size must be at least 1");
+  config.faults = detail::faults_with_environment(config.faults);
   state_->cfg = config;
+  if (config.transport == TransportKind::socket) {
+    state_->protocol = config.protocol.value_or(detail::socket_profile(config.socket));
+    if (state_->protocol.mtu > config.socket.mtu)
+      throw Error(ErrorCode::invalid_config, "ProtocolConfig::mtu (" + std::to_string(state_->protocol.mtu) +
+                                                 ") is over SocketOptions::mtu (" + std::to_string(config.socket.mtu) +
+                                                 "): lower it, or leave Config::protocol empty");
+    if (config.socket.embed_manager) {
+      const auto [host, port] = socket::split_host_port(config.socket.manager, "manager address");
+      membership::CoordinatorConfig coordinator;
+      coordinator.seed = static_cast<std::uint64_t>(detail::now_ns());  // fresh group ids and addresses per run
+      try {
+        state_->manager = std::make_unique<socket::ManagerServer>(host, port, coordinator);
+      } catch (const socket::TransportError& e) {
+        throw Error(ErrorCode::transport_failed, e.what());
+      }
+    }
+    return;  // the link and the progress thread come with join(): the manager assigns the id
+  }
   state_->protocol = config.protocol.value_or(detail::inproc_profile());
-  state_->fabric = inproc::Fabric::named(config.fabric);
-  state_->endpoint = state_->fabric->attach(config.faults);
+  state_->link = detail::make_inproc_link(config.fabric, config.faults);
   state_->progress = std::thread([s = state_.get()] { s->run(); });
 }
 
 Node::~Node() {
   state_->stop = true;
-  state_->endpoint->wake();
-  state_->progress.join();
-  state_->fabric->detach(state_->endpoint->id());
+  if (state_->link) state_->link->wake();
+  if (state_->progress.joinable()) state_->progress.join();
   for (auto& g : state_->snapshot())
     detail::NodeState::fail_all(*g, ErrorCode::closed, "the Node was destroyed before the message completed");
+  if (state_->control) {
+    state_->control->leave();
+    state_->control.reset();  // joins its reader: no callback runs after this
+  }
+  if (state_->link) state_->link->close();
+  state_->manager.reset();
 }
 
-MemberId Node::id() const { return state_->endpoint->id(); }
+MemberId Node::id() const { return state_->link ? state_->link->id() : 0; }
 
 Group Node::join(const std::string& name) {
-  const GroupId gid = detail::group_id_of(name);
   auto g = std::make_shared<detail::GroupState>();
   g->node = state_.get();
+  rc_pipeline::PipelineConfig large;
+  large.block_size = state_->protocol.block_size;
+  if (state_->cfg.transport == TransportKind::socket) {
+    detail::join_socket(*state_, name, g, large);
+    return Group(g);
+  }
+  const GroupId gid = detail::group_id_of(name);
   {
     // Registered before the rendezvous so that no early frame of the group is lost...
     std::lock_guard lock(state_->groups_mu);
     if (state_->groups.count(gid) != 0) throw Error(ErrorCode::invalid_config, "this node already joined " + name);
   }
-  auto view = state_->fabric->rendezvous(gid, id(), state_->cfg.group_size, state_->cfg.join_timeout);
+  auto view = inproc::Fabric::named(state_->cfg.fabric)
+                  ->rendezvous(gid, id(), state_->cfg.group_size, state_->cfg.join_timeout);
   if (!view)
     throw Error(ErrorCode::join_timeout, "fewer than " + std::to_string(state_->cfg.group_size) + " members joined '" +
                                              name + "' in time: start the others, or lower Config::group_size");
-  rc_pipeline::PipelineConfig large;
-  large.block_size = state_->protocol.block_size;
   g->engine = std::make_unique<ud_mcast::Engine>(gid, id(), *view, state_->protocol, detail::now_ns(), large);
   {
     // ...and the engine exists before any frame is routed to it.
@@ -303,7 +435,7 @@ void Group::on_deliver(DeliverFn fn) {
     std::lock_guard lock(state_->mu);
     state_->on_deliver = std::move(fn);
   }
-  state_->node->endpoint->wake();  // hand over deliveries held so far
+  state_->node->link->wake();  // hand over deliveries held so far
 }
 
 void Group::on_view_change(ViewFn fn) {
@@ -324,8 +456,7 @@ Completion Group::broadcast(std::span<const std::byte> bytes, SendMode mode) {
   auto msg = std::make_shared<const std::vector<std::byte>>(bytes.begin(), bytes.end());
   std::unique_lock lock(state_->mu);
   for (;;) {
-    if (state_->closed || state_->engine->removed())
-      throw Error(ErrorCode::removed, "this member is no longer in the group; join again");
+    if (state_->closed || state_->engine->removed()) throw Error(state_->closed_code, state_->closed_why);
     if (state_->engine->window_has_room(msg->size())) break;
     if (mode == SendMode::fail)
       throw Error(ErrorCode::window_full, "sender window full: wait for a Completion or use SendMode::wait");
@@ -340,7 +471,7 @@ Completion Group::broadcast(std::span<const std::byte> bytes, SendMode mode) {
   state_->pending.emplace(res.seq, std::move(p));
   state_->node->execute(*state_, out);
   lock.unlock();
-  state_->node->endpoint->wake();  // the progress thread runs the self-delivery and completion
+  state_->node->link->wake();  // the progress thread runs the self-delivery and completion
   return c;
 }
 
@@ -354,8 +485,7 @@ Completion Group::broadcast_large(std::span<const std::byte> bytes, SendMode mod
   auto buf = std::make_shared<std::vector<std::byte>>(bytes.begin(), bytes.end());
   std::unique_lock lock(state_->mu);
   for (;;) {
-    if (state_->closed || state_->engine->removed())
-      throw Error(ErrorCode::removed, "this member is no longer in the group; join again");
+    if (state_->closed || state_->engine->removed()) throw Error(state_->closed_code, state_->closed_why);
     if (state_->engine->pipeline().queued() < state_->engine->pipeline().config().queue_limit) break;
     if (mode == SendMode::fail)
       throw Error(ErrorCode::window_full, "large-message queue full: wait for a Completion or use SendMode::wait");
@@ -375,7 +505,7 @@ Completion Group::broadcast_large(std::span<const std::byte> bytes, SendMode mod
   state_->pending_large.emplace(res.seq, std::move(p));
   state_->node->execute(*state_, out);
   lock.unlock();
-  state_->node->endpoint->wake();
+  state_->node->link->wake();
   return c;
 }
 

@@ -45,6 +45,11 @@ struct ViewInstalled {
 struct Removed {
   ViewId view = 0;
 };
+/// External membership only: tell the view authority that `member` seems gone
+/// (its link broke, or it ignored a whole repair budget).
+struct ReportSuspect {
+  MemberId member = 0;
+};
 
 // The large path. The engine never touches a large message's bytes: it names the
 // ranges, and the runtime moves them between the two members' buffers.
@@ -106,7 +111,8 @@ struct ReleaseLarge {
 using Action = std::variant<action::SendDatagram, action::SendP2P, action::Deliver, action::Completed,
                             action::ViewInstalled, action::Removed, action::SendBlock, action::NeedBuffer,
                             action::DeliverLarge, action::CompletedLarge, action::FailedLarge,
-                            action::DiscardLarge, action::BlockAccepted, action::ReleaseLarge>;
+                            action::DiscardLarge, action::BlockAccepted, action::ReleaseLarge,
+                            action::ReportSuspect>;
 using Outbox = std::vector<Action>;
 
 }  // namespace hmcast

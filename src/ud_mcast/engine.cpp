@@ -104,7 +104,7 @@ void Engine::on_p2p(MemberId from, std::span<const std::byte> bytes, TimeNs now,
   }
   if (h.group == group_ && h.view > view_.id) {
     if (h.type == wire::Type::new_view) {
-      if (from != manager()) {
+      if (external_membership_ || from != manager()) {
         ++stats_.non_member_dropped;
         return;
       }
@@ -708,10 +708,23 @@ void Engine::on_link_failed(MemberId peer, TimeNs now, Outbox& out) {
   flush_acks(now, out);
 }
 
+void Engine::use_external_membership() {
+  external_membership_ = true;
+  manager_.reset();
+}
+
+void Engine::apply_view(View next, TimeNs now, Outbox& out) {
+  if (next.id <= view_.id) return;
+  install_view(std::move(next), now, out);
+  flush_acks(now, out);
+}
+
 void Engine::suspect(MemberId member, TimeNs now, Outbox& out) {
   if (member == self_ || !view_.contains(member) || !suspected_.insert(member).second) return;
   ++stats_.suspicions;
-  if (manager_) {
+  if (external_membership_) {
+    out.emplace_back(action::ReportSuspect{member});
+  } else if (manager_) {
     if (auto next = manager_->on_suspect(self_, member)) publish_view(*next, now, out);
   } else {
     send_p2p(manager(), wire::Suspect{member}, out);
@@ -742,7 +755,7 @@ void Engine::install_view(View next, TimeNs now, Outbox& out) {
     out.emplace_back(action::Removed{view_.id});
     return;
   }
-  if (manager() == self_) {
+  if (manager() == self_ && !external_membership_) {
     if (manager_) manager_->reset(view_);
     else manager_.emplace(view_);
   } else {

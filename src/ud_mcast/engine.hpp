@@ -92,6 +92,13 @@ class Engine {
   void on_timer(TimeNs now, Outbox& out);
   /// The transport lost its reliable link to `peer`: suspect it.
   void on_link_failed(MemberId peer, TimeNs now, Outbox& out);
+  /// Views come from an outside authority (the networked membership service)
+  /// instead of the view's lowest member: suspicions leave as ReportSuspect
+  /// actions, NewView frames are dropped, and apply_view() installs views. Call
+  /// before any other input.
+  void use_external_membership();
+  /// External membership: install `next` (ignored unless newer than the current view).
+  void apply_view(View next, TimeNs now, Outbox& out);
   /// When on_timer() next has work (kNever if none).
   [[nodiscard]] TimeNs next_wakeup() const { return timers_.next(); }
 
@@ -206,6 +213,7 @@ class Engine {
   TimeNs view_start_ = 0;
   std::uint32_t window_;  // current sender window (slow start up to cfg_.window_messages)
   bool removed_ = false;
+  bool external_membership_ = false;
   std::map<MemberId, Stream> streams_;
   TimerQueue<TimerKey> timers_;
   std::set<MemberId> acks_pending_;             // streams with an ACK to send

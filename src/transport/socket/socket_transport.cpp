@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "hmcast/error.hpp"
+#include "transport/socket/net_util.hpp"
 
 namespace hmcast::socket {
 
@@ -30,71 +31,6 @@ constexpr int kDatagramsPerEvent = 64;
 constexpr int kAcceptsPerEvent = 64;
 constexpr std::size_t kScratch = 256U << 10;
 constexpr std::size_t kMaxUdpPayload = 65507;
-
-std::string errno_text(int e) {
-  std::string s = std::error_code(e, std::generic_category()).message();
-#if defined(__GLIBC_PREREQ)
-#if __GLIBC_PREREQ(2, 32)
-  if (const char* name = ::strerrorname_np(e)) return s + " (" + name + ")";
-#endif
-#endif
-  return s + " (errno " + std::to_string(e) + ")";
-}
-
-[[noreturn]] void fail_sys(int e, const std::string& what, const std::string& hint) {
-  throw TransportError(e, what + ": " + errno_text(e) + "; " + hint);
-}
-
-std::string to_string(const sockaddr_in& a) {
-  std::array<char, INET_ADDRSTRLEN> buf{};
-  if (::inet_ntop(AF_INET, &a.sin_addr, buf.data(), buf.size()) == nullptr) return "?";
-  return std::string(buf.data()) + ":" + std::to_string(ntohs(a.sin_port));
-}
-
-/// An IPv4 address: dotted quad, or a name that resolves to one.
-in_addr resolve_ipv4(const std::string& host, const std::string& what) {
-  in_addr a{};
-  if (::inet_pton(AF_INET, host.c_str(), &a) == 1) return a;
-  addrinfo hints{};
-  hints.ai_family = AF_INET;
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* res = nullptr;
-  const int rc = ::getaddrinfo(host.c_str(), nullptr, &hints, &res);
-  if (rc != 0 || res == nullptr) {
-    const std::string why = rc == EAI_SYSTEM ? errno_text(errno) : ::gai_strerror(rc);
-    if (res != nullptr) ::freeaddrinfo(res);
-    throw Error(ErrorCode::invalid_config, "cannot resolve " + what + " '" + host + "': " + why +
-                                               "; give an IPv4 address or a name that resolves to one");
-  }
-  sockaddr_in sin{};
-  std::memcpy(&sin, res->ai_addr, std::min<std::size_t>(sizeof sin, res->ai_addrlen));
-  ::freeaddrinfo(res);
-  return sin.sin_addr;
-}
-
-sockaddr_in make_addr(in_addr a, std::uint16_t port) {
-  sockaddr_in s{};
-  s.sin_family = AF_INET;
-  s.sin_addr = a;
-  s.sin_port = htons(port);
-  return s;
-}
-
-sockaddr* as_sockaddr(sockaddr_in* a) { return reinterpret_cast<sockaddr*>(a); }
-
-template <class T>
-void set_option(int fd, int level, int name, const T& value, const std::string& what, const std::string& hint) {
-  if (::setsockopt(fd, level, name, &value, sizeof value) != 0) fail_sys(errno, what, hint);
-}
-
-/// close(2) on a socket we own: the descriptor is released whatever it reports
-/// (EINTR included, on Linux), and nothing useful can be done about an error here.
-void close_fd(int& fd) {
-  if (fd >= 0) {
-    [[maybe_unused]] const int rc = ::close(fd);
-    fd = -1;
-  }
-}
 
 MemberId header_src(std::span<const std::byte> b) {
   return decode_u32(std::span<const std::byte, 4>(b.subspan(20, 4)));

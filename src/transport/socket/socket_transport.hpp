@@ -44,6 +44,7 @@
 #include "transport/inproc/inproc_fabric.hpp"
 #include "transport/sim/sim_rng.hpp"
 #include "transport/socket/framing.hpp"
+#include "transport/socket/net_util.hpp"
 
 namespace hmcast::socket {
 
@@ -76,16 +77,6 @@ struct SocketConfig {
   std::size_t max_output_bytes = std::size_t{256} << 20;
   /// Connections accepted at once; more are closed as they arrive.
   std::size_t max_connections = 1024;
-};
-
-/// A system call failed; `error()` is its errno. The message says what to do.
-class TransportError : public std::runtime_error {
- public:
-  TransportError(int err, const std::string& what) : std::runtime_error(what), errno_(err) {}
-  [[nodiscard]] int error() const noexcept { return errno_; }
-
- private:
-  int errno_;
 };
 
 /// Counters for tests and diagnostics (a snapshot).

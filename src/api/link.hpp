@@ -1,0 +1,53 @@
+// What a Node needs of a transport: datagram multicast, reliable point-to-point
+// frames, and a wait for what arrives. One adapter per transport kind, so the
+// Node's runtime (node.cpp) is the same over all of them.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "hmcast/config.hpp"
+#include "hmcast/types.hpp"
+#include "transport/inproc/inproc_fabric.hpp"
+
+namespace hmcast::socket {
+class Endpoint;
+}
+
+namespace hmcast::detail {
+
+using Inbound = inproc::Inbound;
+
+class Link {
+ public:
+  virtual ~Link() = default;
+  [[nodiscard]] virtual MemberId id() const = 0;
+  virtual void multicast(const std::vector<std::byte>& bytes) = 0;
+  /// False: the link to `to` is broken (the protocol then suspects it).
+  virtual bool unicast(MemberId to, std::vector<std::byte> bytes) = 0;
+  /// What arrived, or nothing when woken or at the deadline. Throws
+  /// hmcast::Error(transport_failed) if the transport itself failed.
+  virtual std::optional<Inbound> wait(std::chrono::steady_clock::time_point deadline) = 0;
+  virtual void wake() = 0;
+  /// Where peer `id` listens (transports that need addresses; others ignore it).
+  virtual void add_peer(MemberId id, const std::string& host, std::uint16_t port) = 0;
+  /// Stop sending and receiving; peers see this member's links break.
+  virtual void close() = 0;
+};
+
+/// A node of the in-process fabric named `fabric`.
+std::unique_ptr<Link> make_inproc_link(const std::string& fabric, const FaultConfig& faults);
+
+/// A socket endpoint for member `self` of a group whose datagrams use
+/// multicast_address:port (IPv4, host order).
+std::unique_ptr<Link> make_socket_link(MemberId self, std::uint32_t multicast_address, std::uint16_t multicast_port,
+                                       const SocketOptions& options, const FaultConfig& faults);
+
+/// The port a socket link's reliable links listen on (0 for other links).
+std::uint16_t listening_port(const Link& link);
+
+}  // namespace hmcast::detail

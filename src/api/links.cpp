@@ -1,0 +1,94 @@
+// The transport adapters behind detail::Link.
+#include <arpa/inet.h>
+
+#include "api/link.hpp"
+#include "hmcast/error.hpp"
+#include "transport/socket/socket_transport.hpp"
+
+namespace hmcast::detail {
+
+namespace {
+
+class InprocLink final : public Link {
+ public:
+  InprocLink(const std::string& fabric, const FaultConfig& faults)
+      : fabric_(inproc::Fabric::named(fabric)), endpoint_(fabric_->attach(faults)) {}
+  ~InprocLink() override { close(); }
+  InprocLink(const InprocLink&) = delete;
+  InprocLink& operator=(const InprocLink&) = delete;
+
+  [[nodiscard]] MemberId id() const override { return endpoint_->id(); }
+  void multicast(const std::vector<std::byte>& bytes) override { fabric_->multicast(endpoint_->id(), bytes); }
+  bool unicast(MemberId to, std::vector<std::byte> bytes) override {
+    return fabric_->unicast(endpoint_->id(), to, std::move(bytes));
+  }
+  std::optional<Inbound> wait(std::chrono::steady_clock::time_point deadline) override {
+    return endpoint_->wait(deadline);
+  }
+  void wake() override { endpoint_->wake(); }
+  void add_peer(MemberId, const std::string&, std::uint16_t) override {}
+  void close() override {
+    if (!closed_) fabric_->detach(endpoint_->id());
+    closed_ = true;
+  }
+
+  std::shared_ptr<inproc::Fabric> fabric_;
+  std::shared_ptr<inproc::Endpoint> endpoint_;
+  bool closed_ = false;
+};
+
+class SocketLink final : public Link {
+ public:
+  SocketLink(MemberId self, const socket::SocketConfig& cfg, const FaultConfig& faults)
+      : endpoint_(std::make_unique<socket::Endpoint>(self, cfg, faults)) {}
+
+  [[nodiscard]] MemberId id() const override { return endpoint_->id(); }
+  void multicast(const std::vector<std::byte>& bytes) override { endpoint_->multicast(bytes); }
+  bool unicast(MemberId to, std::vector<std::byte> bytes) override { return endpoint_->unicast(to, std::move(bytes)); }
+  std::optional<Inbound> wait(std::chrono::steady_clock::time_point deadline) override {
+    try {
+      return endpoint_->wait(deadline);
+    } catch (const socket::TransportError& e) {
+      throw Error(ErrorCode::transport_failed, e.what());
+    }
+  }
+  void wake() override { endpoint_->wake(); }
+  void add_peer(MemberId id, const std::string& host, std::uint16_t port) override {
+    endpoint_->add_peer(id, host, port);
+  }
+  void close() override { endpoint_->close(); }
+
+  std::unique_ptr<socket::Endpoint> endpoint_;
+};
+
+}  // namespace
+
+std::unique_ptr<Link> make_inproc_link(const std::string& fabric, const FaultConfig& faults) {
+  return std::make_unique<InprocLink>(fabric, faults);
+}
+
+std::unique_ptr<Link> make_socket_link(MemberId self, std::uint32_t multicast_address, std::uint16_t multicast_port,
+                                       const SocketOptions& options, const FaultConfig& faults) {
+  socket::SocketConfig cfg;
+  in_addr a{};
+  a.s_addr = htonl(multicast_address);
+  char text[INET_ADDRSTRLEN] = {};
+  cfg.group_address = ::inet_ntop(AF_INET, &a, text, sizeof text) != nullptr ? text : "";
+  cfg.group_port = multicast_port;
+  cfg.interface_address = options.interface_address;
+  cfg.listen_address = options.interface_address;
+  cfg.ttl = options.ttl;
+  cfg.mtu = options.mtu;
+  try {
+    return std::make_unique<SocketLink>(self, cfg, faults);
+  } catch (const socket::TransportError& e) {
+    throw Error(ErrorCode::transport_failed, e.what());
+  }
+}
+
+std::uint16_t listening_port(const Link& link) {
+  if (const auto* s = dynamic_cast<const SocketLink*>(&link)) return s->endpoint_->tcp_port();
+  return 0;
+}
+
+}  // namespace hmcast::detail

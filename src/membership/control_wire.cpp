@@ -1,0 +1,146 @@
+#include "membership/control_wire.hpp"
+
+#include <algorithm>
+
+#include "core/byte_io.hpp"
+
+namespace hmcast::membership {
+
+namespace {
+
+// "HMC" (hmcast membership control), the version, then a type byte.
+constexpr std::byte kMagic0{'H'};
+constexpr std::byte kMagic1{'M'};
+constexpr std::byte kMagic2{'C'};
+
+void put_string(wire::Writer& w, const std::string& s) {
+  const auto n = std::min(s.size(), kMaxControlString);  // encoders of ours never pass longer
+  w.u8(static_cast<std::uint8_t>(n));
+  w.bytes(std::as_bytes(std::span(s.data(), n)));
+}
+
+std::string get_string(wire::Reader& r) {
+  const auto n = r.u8();
+  auto b = r.bytes(n);
+  return {reinterpret_cast<const char*>(b.data()), b.size()};
+}
+
+}  // namespace
+
+std::vector<std::byte> encode(const ControlMessage& m) {
+  std::vector<std::byte> out{kMagic0, kMagic1, kMagic2, std::byte{kControlVersion},
+                             static_cast<std::byte>(m.index())};
+  wire::Writer w(out);
+  std::visit(
+      [&](const auto& msg) {
+        using T = std::decay_t<decltype(msg)>;
+        if constexpr (std::is_same_v<T, Join>) {
+          put_string(w, msg.group);
+          w.u32(msg.expected_size);
+        } else if constexpr (std::is_same_v<T, Welcome>) {
+          w.u64(msg.group_id);
+          w.u32(msg.member);
+          w.u32(msg.multicast_address);
+          w.u16(msg.multicast_port);
+        } else if constexpr (std::is_same_v<T, Listening>) {
+          put_string(w, msg.host);
+          w.u16(msg.port);
+        } else if constexpr (std::is_same_v<T, ViewPush>) {
+          w.u64(msg.view);
+          w.u32(static_cast<std::uint32_t>(msg.members.size()));
+          for (const auto& a : msg.members) {
+            w.u32(a.id);
+            put_string(w, a.host);
+            w.u16(a.port);
+          }
+        } else if constexpr (std::is_same_v<T, SuspectReport>) {
+          w.u64(msg.view);
+          w.u32(msg.member);
+        } else if constexpr (std::is_same_v<T, Refused>) {
+          put_string(w, msg.reason);
+        }
+      },
+      m);
+  return out;
+}
+
+std::optional<ControlMessage> decode_control(std::span<const std::byte> bytes) {
+  if (bytes.size() < 5 || bytes[0] != kMagic0 || bytes[1] != kMagic1 || bytes[2] != kMagic2 ||
+      bytes[3] != std::byte{kControlVersion})
+    return std::nullopt;
+  wire::Reader r(bytes.subspan(5));
+  std::optional<ControlMessage> m;
+  switch (std::to_integer<std::uint8_t>(bytes[4])) {
+    case 0: {
+      Join j;
+      j.group = get_string(r);
+      j.expected_size = r.u32();
+      m = j;
+      break;
+    }
+    case 1: {
+      Welcome w;
+      w.group_id = r.u64();
+      w.member = r.u32();
+      w.multicast_address = r.u32();
+      w.multicast_port = r.u16();
+      m = w;
+      break;
+    }
+    case 2: {
+      Listening l;
+      l.host = get_string(r);
+      l.port = r.u16();
+      m = l;
+      break;
+    }
+    case 3: {
+      ViewPush v;
+      v.view = r.u64();
+      const auto n = r.u32();
+      // Each member takes at least 7 bytes: refuse counts the input cannot hold
+      // before reserving anything.
+      if (n > kMaxViewMembers || n > r.remaining() / 7) return std::nullopt;
+      v.members.reserve(n);
+      for (std::uint32_t i = 0; i < n && r.ok(); ++i) {
+        MemberAddress a;
+        a.id = r.u32();
+        a.host = get_string(r);
+        a.port = r.u16();
+        if (!v.members.empty() && a.id <= v.members.back().id) return std::nullopt;  // sorted, distinct
+        v.members.push_back(std::move(a));
+      }
+      m = std::move(v);
+      break;
+    }
+    case 4: {
+      SuspectReport s;
+      s.view = r.u64();
+      s.member = r.u32();
+      m = s;
+      break;
+    }
+    case 5:
+      m = Leave{};
+      break;
+    case 6: {
+      Refused f;
+      f.reason = get_string(r);
+      m = f;
+      break;
+    }
+    default:
+      return std::nullopt;
+  }
+  if (!r.ok() || r.remaining() != 0) return std::nullopt;
+  return m;
+}
+
+View view_of(const ViewPush& v) {
+  View out{v.view, {}};
+  out.members.reserve(v.members.size());
+  for (const auto& a : v.members) out.members.push_back(a.id);
+  return out;
+}
+
+}  // namespace hmcast::membership

@@ -1,0 +1,84 @@
+// The membership control protocol: what a member and the membership manager say
+// to each other over one TCP connection (framed like the socket transport's links,
+// socket/framing.hpp). Versioned, and decoded with bounds checks like wire.hpp:
+// a malformed message decodes to nothing and the connection is dropped.
+//
+//   member -> manager   Join{group, expected_size}     ask for an id in `group`
+//   manager -> member   Welcome{group_id, member, multicast address and port}
+//   member -> manager   Listening{host, port}           where peers reach our links
+//   manager -> member   ViewPush{view id, members with addresses}
+//   member -> manager   Suspect{view, member}           a link broke / budget spent
+//   member -> manager   Leave{}                         graceful goodbye
+//   manager -> member   Refused{reason}                 and the manager hangs up
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "hmcast/types.hpp"
+
+namespace hmcast::membership {
+
+inline constexpr std::uint8_t kControlVersion = 1;
+/// Longest string field (group names, host names, reasons).
+inline constexpr std::size_t kMaxControlString = 255;
+/// Most members a ViewPush may name.
+inline constexpr std::size_t kMaxViewMembers = 65536;
+
+struct MemberAddress {
+  MemberId id = 0;
+  std::string host;
+  std::uint16_t port = 0;
+  friend bool operator==(const MemberAddress&, const MemberAddress&) = default;
+};
+
+struct Join {
+  std::string group;
+  std::uint32_t expected_size = 0;
+  friend bool operator==(const Join&, const Join&) = default;
+};
+struct Welcome {
+  GroupId group_id = 0;
+  MemberId member = 0;
+  std::uint32_t multicast_address = 0;  // IPv4, host byte order
+  std::uint16_t multicast_port = 0;
+  friend bool operator==(const Welcome&, const Welcome&) = default;
+};
+struct Listening {
+  std::string host;
+  std::uint16_t port = 0;
+  friend bool operator==(const Listening&, const Listening&) = default;
+};
+struct ViewPush {
+  ViewId view = 0;
+  std::vector<MemberAddress> members;  // sorted by id
+  friend bool operator==(const ViewPush&, const ViewPush&) = default;
+};
+struct SuspectReport {
+  ViewId view = 0;
+  MemberId member = 0;
+  friend bool operator==(const SuspectReport&, const SuspectReport&) = default;
+};
+struct Leave {
+  friend bool operator==(const Leave&, const Leave&) = default;
+};
+struct Refused {
+  std::string reason;
+  friend bool operator==(const Refused&, const Refused&) = default;
+};
+
+using ControlMessage = std::variant<Join, Welcome, Listening, ViewPush, SuspectReport, Leave, Refused>;
+
+std::vector<std::byte> encode(const ControlMessage& m);
+/// Nothing if `bytes` is not exactly one well-formed message of this version.
+std::optional<ControlMessage> decode_control(std::span<const std::byte> bytes);
+
+/// The plain view (ids only) of a ViewPush.
+View view_of(const ViewPush& v);
+
+}  // namespace hmcast::membership

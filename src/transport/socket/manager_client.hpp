@@ -1,0 +1,70 @@
+// A member's control connection to the membership manager (manager_server.hpp).
+//
+// join() and wait_view() block the caller (Node::join); after start(), views and
+// the loss of the manager are reported on the client's reader thread. Sends are
+// small and may come from any thread.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "membership/control_wire.hpp"
+
+namespace hmcast::socket {
+
+class ManagerClient {
+ public:
+  using ViewFn = std::function<void(const membership::ViewPush&)>;
+  using LostFn = std::function<void(const std::string& why)>;
+
+  /// Connects to the manager at host:port, retrying until `deadline` (the manager
+  /// may start a moment after its members). Throws hmcast::Error(join_timeout) if
+  /// it cannot be reached by then.
+  ManagerClient(const std::string& host, std::uint16_t port, std::chrono::steady_clock::time_point deadline);
+  /// Closes the connection (the manager treats it as this member leaving).
+  ~ManagerClient();
+  ManagerClient(const ManagerClient&) = delete;
+  ManagerClient& operator=(const ManagerClient&) = delete;
+
+  /// Asks to join `group` of `expected_size` members. Throws hmcast::Error:
+  /// invalid_config with the manager's reason if refused, join_timeout past `deadline`.
+  membership::Welcome join(const std::string& group, std::uint32_t expected_size,
+                           std::chrono::steady_clock::time_point deadline);
+  /// Says where this member's reliable links listen.
+  void listening(const std::string& host, std::uint16_t port);
+  /// Waits for the first view. Throws like join().
+  membership::ViewPush wait_view(std::chrono::steady_clock::time_point deadline);
+  /// From now on, views go to `on_view` and the loss of the manager to `on_lost`
+  /// (once), both on the reader thread.
+  void start(ViewFn on_view, LostFn on_lost);
+  void report_suspect(ViewId view, MemberId member);
+  /// Says goodbye; the manager removes this member by a new view.
+  void leave();
+  [[nodiscard]] std::string manager_address() const { return address_; }
+
+ private:
+  void send(const membership::ControlMessage& m);
+  void read_loop();
+  /// The next queued message, or throws at the deadline or when the manager is gone.
+  membership::ControlMessage next(std::chrono::steady_clock::time_point deadline, const char* waiting_for);
+
+  std::string address_;
+  int fd_ = -1;
+  std::mutex send_mu_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<membership::ControlMessage> queue_;  // before start()
+  bool lost_ = false;
+  std::string lost_why_;
+  ViewFn on_view_;
+  LostFn on_lost_;
+  std::thread reader_;
+};
+
+}  // namespace hmcast::socket

@@ -1,0 +1,202 @@
+#include "transport/socket/manager_server.hpp"
+
+#include <cerrno>
+#include <map>
+
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include "transport/socket/framing.hpp"
+#include "transport/socket/net_util.hpp"
+
+namespace hmcast::socket {
+
+namespace {
+
+// Members only send small messages; anything longer is not one of ours.
+constexpr std::size_t kMaxMemberFrame = 1024;
+
+struct Conn {
+  int fd = -1;
+  FrameReader reader{kMaxMemberFrame};
+  std::vector<std::byte> out;  // framed bytes not yet written
+  bool closing = false;        // close once `out` is written
+};
+
+/// Write what the kernel takes; false if the connection failed.
+bool flush(Conn& c) {
+  while (!c.out.empty()) {
+    const ssize_t n = ::send(c.fd, c.out.data(), c.out.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return errno == EAGAIN || errno == EWOULDBLOCK;
+    }
+    c.out.erase(c.out.begin(), c.out.begin() + n);
+  }
+  return true;
+}
+
+}  // namespace
+
+ManagerServer::ManagerServer(const std::string& host, std::uint16_t port, membership::CoordinatorConfig cfg,
+                             ViewLog log)
+    : coordinator_(cfg), log_(std::move(log)) {
+  auto addr = make_addr(resolve_ipv4(host, "manager listen address"), port);
+  listen_fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (listen_fd_ < 0) fail_sys(errno, "cannot create the manager's socket", "raise ulimit -n");
+  try {
+    const int one = 1;
+    set_option(listen_fd_, SOL_SOCKET, SO_REUSEADDR, one, "SO_REUSEADDR", "this kernel refuses a standard option");
+    if (::bind(listen_fd_, as_sockaddr(&addr), sizeof addr) != 0)
+      fail_sys(errno, "the manager cannot listen on " + to_string(addr),
+               "pick a free port (--listen HOST:PORT) or stop the process holding it");
+    if (::listen(listen_fd_, 512) != 0) fail_sys(errno, "listen() failed for the manager", "check ulimit -n");
+    sockaddr_in bound{};
+    socklen_t len = sizeof bound;
+    if (::getsockname(listen_fd_, as_sockaddr(&bound), &len) != 0) fail_sys(errno, "getsockname() failed", "retry");
+    port_ = ntohs(bound.sin_port);
+    wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (wake_fd_ < 0) fail_sys(errno, "cannot create an eventfd", "raise ulimit -n");
+  } catch (...) {
+    close_fd(wake_fd_);
+    close_fd(listen_fd_);
+    throw;
+  }
+  thread_ = std::thread([this] { run(); });
+}
+
+ManagerServer::~ManagerServer() {
+  stop_ = true;
+  const std::uint64_t one = 1;
+  [[maybe_unused]] const ssize_t n = ::write(wake_fd_, &one, sizeof one);
+  thread_.join();
+  close_fd(wake_fd_);
+  close_fd(listen_fd_);
+}
+
+ManagerStats ManagerServer::stats() const {
+  std::lock_guard lock(stats_mu_);
+  return stats_;
+}
+
+void ManagerServer::run() {
+  std::map<membership::ConnId, Conn> conns;
+  membership::ConnId next_id = 1;
+  std::vector<std::byte> buf(64 * 1024);
+
+  const auto close_conn = [&](membership::ConnId id) {
+    auto it = conns.find(id);
+    if (it == conns.end()) return;
+    close_fd(it->second.fd);
+    conns.erase(it);
+  };
+  const auto apply = [&](std::vector<membership::ControlOut> outs) {
+    for (auto& o : outs) {
+      auto it = conns.find(o.conn);
+      if (it == conns.end()) continue;
+      Conn& c = it->second;
+      if (o.message) {
+        const auto body = membership::encode(*o.message);
+        const auto prefix = encode_length(static_cast<std::uint32_t>(body.size()));
+        c.out.insert(c.out.end(), prefix.begin(), prefix.end());
+        c.out.insert(c.out.end(), body.begin(), body.end());
+      }
+      if (o.close) c.closing = true;
+    }
+    auto issued = coordinator_.take_issued();
+    {
+      std::lock_guard lock(stats_mu_);
+      stats_.views_issued += issued.size();
+    }
+    if (log_)
+      for (const auto& v : issued) log_(v);
+  };
+  const auto lost = [&](membership::ConnId id) {
+    close_conn(id);
+    apply(coordinator_.on_disconnect(id));
+  };
+
+  while (!stop_.load()) {
+    // Write first: a closing connection goes once its goodbye is out.
+    std::vector<membership::ConnId> gone;
+    for (auto& [id, c] : conns) {
+      if (!flush(c)) gone.push_back(id);
+      else if (c.closing && c.out.empty()) gone.push_back(id);
+    }
+    for (auto id : gone) lost(id);
+
+    std::vector<pollfd> fds{{wake_fd_, POLLIN, 0}, {listen_fd_, POLLIN, 0}};
+    std::vector<membership::ConnId> ids;
+    for (auto& [id, c] : conns) {
+      short ev = c.closing ? 0 : POLLIN;
+      if (!c.out.empty()) ev = static_cast<short>(ev | POLLOUT);
+      fds.push_back({c.fd, ev, 0});
+      ids.push_back(id);
+    }
+    if (::poll(fds.data(), fds.size(), 200) < 0) {
+      if (errno == EINTR) continue;
+      break;  // cannot happen with valid descriptors; members then see manager_lost
+    }
+    if ((fds[0].revents & POLLIN) != 0) {
+      std::uint64_t v = 0;
+      [[maybe_unused]] const ssize_t n = ::read(wake_fd_, &v, sizeof v);
+    }
+    if ((fds[1].revents & POLLIN) != 0) {
+      for (;;) {
+        const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0) break;  // EAGAIN, or a transient error: the next poll retries
+        const int one = 1;
+        (void)::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        conns[next_id++].fd = fd;
+        std::lock_guard lock(stats_mu_);
+        ++stats_.connections;
+      }
+    }
+    for (std::size_t i = 0; i < ids.size(); ++i) {
+      const auto revents = fds[i + 2].revents;
+      if (revents == 0) continue;
+      auto it = conns.find(ids[i]);
+      if (it == conns.end()) continue;
+      Conn& c = it->second;
+      if ((revents & (POLLERR | POLLNVAL)) != 0) {
+        lost(ids[i]);
+        continue;
+      }
+      if ((revents & (POLLIN | POLLHUP)) == 0 || c.closing) continue;
+      const ssize_t n = ::recv(c.fd, buf.data(), buf.size(), MSG_DONTWAIT);
+      if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+        lost(ids[i]);
+        continue;
+      }
+      if (n < 0) continue;
+      std::vector<std::vector<std::byte>> frames;
+      const bool good = c.reader.feed(std::span(buf.data(), static_cast<std::size_t>(n)), [&](std::vector<std::byte>&& f) {
+        frames.push_back(std::move(f));
+        return true;
+      });
+      bool bad = !good;
+      for (auto& f : frames) {
+        if (bad) break;
+        auto msg = membership::decode_control(f);
+        if (!msg) {
+          bad = true;
+          break;
+        }
+        apply(coordinator_.on_message(ids[i], *msg));
+        if (conns.count(ids[i]) == 0) break;
+      }
+      if (bad) {
+        {
+          std::lock_guard lock(stats_mu_);
+          ++stats_.malformed;
+        }
+        lost(ids[i]);  // a peer that breaks the protocol is not trusted further
+      }
+    }
+  }
+  for (auto& [id, c] : conns) close_fd(c.fd);
+}
+
+}  // namespace hmcast::socket

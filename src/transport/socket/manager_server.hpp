@@ -1,0 +1,60 @@
+// The membership manager on the network: a TCP server, one thread, that feeds the
+// sans-I/O Coordinator (membership/coordinator.hpp) with each member's control
+// messages and connection losses, and sends what it decides. A member's control
+// connection doubles as its failure detector: when its process dies, the kernel
+// closes the connection and the manager removes it by a new view at once.
+//
+// Runs standalone (`hmcast manager --listen ADDR`) or inside a member's Node
+// (SocketOptions::embed_manager). If the manager dies, members lose their control
+// connection and fail their pending operations (ErrorCode::manager_lost): views can
+// no longer change, so the group cannot promise completion any more.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "membership/coordinator.hpp"
+
+namespace hmcast::socket {
+
+struct ManagerStats {
+  std::uint64_t connections = 0;
+  std::uint64_t malformed = 0;  // connections dropped for a bad frame or message
+  std::uint64_t views_issued = 0;
+};
+
+class ManagerServer {
+ public:
+  using ViewLog = std::function<void(const membership::IssuedView&)>;
+
+  /// Listens on host:port (port 0: an ephemeral port, see port()) and starts serving.
+  /// Throws TransportError if the address cannot be bound.
+  ManagerServer(const std::string& host, std::uint16_t port, membership::CoordinatorConfig cfg, ViewLog log = {});
+  /// Stops serving and closes every connection (members see manager_lost).
+  ~ManagerServer();
+  ManagerServer(const ManagerServer&) = delete;
+  ManagerServer& operator=(const ManagerServer&) = delete;
+
+  [[nodiscard]] std::uint16_t port() const { return port_; }
+  [[nodiscard]] ManagerStats stats() const;
+
+ private:
+  void run();
+
+  membership::Coordinator coordinator_;
+  ViewLog log_;
+  int listen_fd_ = -1;
+  int wake_fd_ = -1;
+  std::uint16_t port_ = 0;
+  std::atomic<bool> stop_{false};
+  mutable std::mutex stats_mu_;
+  ManagerStats stats_;
+  std::thread thread_;
+};
+
+}  // namespace hmcast::socket

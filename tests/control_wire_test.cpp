@@ -1,0 +1,116 @@
+// The membership control protocol: round trips, rejection of malformed input, and
+// the Coordinator's decisions (ids, first view, removal, refusals).
+#include <catch2/catch.hpp>
+
+#include "membership/control_wire.hpp"
+#include "membership/coordinator.hpp"
+
+using namespace hmcast::membership;
+
+namespace {
+
+std::vector<ControlMessage> samples() {
+  return {Join{"weights", 8},
+          Welcome{0x1122334455667788ULL, 7, 0xEFFF0102U, 20001},
+          Listening{"10.0.0.2", 4242},
+          ViewPush{3, {{1, "10.0.0.1", 1000}, {4, "host-b", 1001}}},
+          ViewPush{9, {}},
+          SuspectReport{4, 2},
+          Leave{},
+          Refused{"group full"}};
+}
+
+template <class T>
+const T& expect(const std::vector<ControlOut>& outs, std::size_t i) {
+  REQUIRE(outs.size() > i);
+  REQUIRE(outs[i].message.has_value());
+  REQUIRE(std::holds_alternative<T>(*outs[i].message));
+  return std::get<T>(*outs[i].message);
+}
+
+}  // namespace
+
+TEST_CASE("control wire: every message round-trips", "[control]") {
+  for (const auto& m : samples()) {
+    const auto bytes = encode(m);
+    auto back = decode_control(bytes);
+    REQUIRE(back.has_value());
+    CHECK(*back == m);
+  }
+}
+
+TEST_CASE("control wire: truncated, extended, foreign and unsorted input is refused", "[control]") {
+  for (const auto& m : samples()) {
+    const auto bytes = encode(m);
+    for (std::size_t n = 0; n < bytes.size(); ++n)
+      CHECK_FALSE(decode_control(std::span(bytes).first(n)).has_value());
+    auto longer = bytes;
+    longer.push_back(std::byte{0});
+    CHECK_FALSE(decode_control(longer).has_value());
+    auto bad_version = bytes;
+    bad_version[3] = std::byte{99};
+    CHECK_FALSE(decode_control(bad_version).has_value());
+  }
+  auto unsorted = encode(ViewPush{1, {{5, "a", 1}, {2, "b", 2}}});
+  CHECK_FALSE(decode_control(unsorted).has_value());
+  // A member count the input cannot hold is refused before anything is reserved.
+  auto lying = encode(ViewPush{1, {}});
+  lying[13] = std::byte{0xff};
+  lying[14] = std::byte{0xff};
+  CHECK_FALSE(decode_control(lying).has_value());
+}
+
+TEST_CASE("coordinator: ids, the first view once all listen, removal on loss and report", "[control]") {
+  Coordinator c({});
+  auto w1 = expect<Welcome>(c.on_message(10, Join{"g", 3}), 0);
+  auto w2 = expect<Welcome>(c.on_message(11, Join{"g", 3}), 0);
+  auto w3 = expect<Welcome>(c.on_message(12, Join{"g", 3}), 0);
+  CHECK(w1.member == 1);
+  CHECK(w2.member == 2);
+  CHECK(w3.member == 3);
+  CHECK(w1.group_id == w3.group_id);
+  CHECK((w1.multicast_address >> 16) == 0xEFFFU);  // 239.255/16
+  CHECK(c.on_message(10, Listening{"h1", 1}).empty());
+  CHECK(c.on_message(11, Listening{"h2", 2}).empty());
+  auto formed = c.on_message(12, Listening{"h3", 3});
+  REQUIRE(formed.size() == 3);
+  const auto& v1 = expect<ViewPush>(formed, 0);
+  CHECK(v1.view == 1);
+  CHECK(view_of(v1).members == std::vector<hmcast::MemberId>{1, 2, 3});
+  CHECK(v1.members[1].host == "h2");
+  // A fourth member is refused: the group is complete.
+  auto late = c.on_message(13, Join{"g", 3});
+  CHECK(expect<Refused>(late, 0).reason.find("already complete") != std::string::npos);
+  CHECK(late[0].close);
+  // Member 3's connection drops: view 2 goes to 1 and 2.
+  auto lost = c.on_disconnect(12);
+  REQUIRE(lost.size() == 2);
+  CHECK(view_of(expect<ViewPush>(lost, 0)).members == std::vector<hmcast::MemberId>{1, 2});
+  CHECK(expect<ViewPush>(lost, 0).view == 2);
+  // Member 1 reports member 2: member 2 hears it is out (and is closed), member 1 gets view 3.
+  auto reported = c.on_message(10, SuspectReport{2, 2});
+  REQUIRE(reported.size() == 2);
+  CHECK(reported[0].conn == 11);
+  CHECK(reported[0].close);
+  CHECK(view_of(expect<ViewPush>(reported, 0)).members == std::vector<hmcast::MemberId>{1});
+  CHECK(reported[1].conn == 10);
+  CHECK(expect<ViewPush>(reported, 1).view == 3);
+  const auto issued = c.take_issued();
+  REQUIRE(issued.size() == 3);
+  CHECK(issued[1].left == std::vector<hmcast::MemberId>{3});
+}
+
+TEST_CASE("coordinator: refusals say what to do", "[control]") {
+  Coordinator c({});
+  (void)c.on_message(1, Join{"g", 2});
+  CHECK(expect<Refused>(c.on_message(2, Join{"g", 5}), 0).reason.find("same group size") != std::string::npos);
+  CHECK(expect<Refused>(c.on_message(3, Listening{"h", 1}), 0).reason.find("join a group first") != std::string::npos);
+  auto second_join = c.on_message(1, Join{"other", 2});
+  CHECK(expect<Refused>(second_join, 0).reason.find("once") != std::string::npos);
+  CHECK(second_join[0].close);
+  CHECK(expect<Refused>(c.on_message(4, Join{"", 2}), 0).reason.find("group name") != std::string::npos);
+  // Two runs of one name get different group ids and (almost surely) different addresses.
+  Coordinator a({1, {}, {}}), b({2, {}, {}});
+  CHECK(expect<Welcome>(a.on_message(1, Join{"g", 1}), 0).group_id !=
+        expect<Welcome>(b.on_message(1, Join{"g", 1}), 0).group_id);
+}

@@ -1,0 +1,214 @@
+// The public API over the socket transport: one process, real sockets on loopback,
+// a membership manager over TCP.
+#include <catch2/catch.hpp>
+
+#include <atomic>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "hmcast/hmcast.hpp"
+#include "transport/socket/manager_server.hpp"
+
+namespace {
+
+std::vector<std::byte> payload(hmcast::MemberId sender, std::uint32_t i, std::size_t size) {
+  std::vector<std::byte> b(size);
+  for (std::size_t k = 0; k < size; ++k) b[k] = static_cast<std::byte>((sender * 131 + i * 7 + k) & 0xffU);
+  return b;
+}
+
+// Mostly small messages, some over the datagram MTU, and every 25th on the large path.
+std::size_t size_of(std::uint32_t i) {
+  if (i % 25 == 24) return (3U << 20) + i;
+  return i % 7 == 0 ? 20000 + i : 1 + (i * 37) % 1400;
+}
+
+struct Received {
+  std::mutex mu;
+  std::map<std::pair<hmcast::MemberId, bool>, std::uint32_t> next;  // (sender, large) -> delivered
+  std::map<hmcast::MemberId, std::uint32_t> count;
+  std::uint64_t bad = 0;
+  std::uint64_t total = 0;
+  std::vector<hmcast::View> views;
+};
+
+hmcast::Config socket_config(std::uint16_t manager_port, std::uint32_t size) {
+  hmcast::Config cfg;
+  cfg.transport = hmcast::TransportKind::socket;
+  cfg.group_size = size;
+  cfg.socket.manager = "127.0.0.1:" + std::to_string(manager_port);
+  cfg.join_timeout = std::chrono::seconds(20);
+  return cfg;
+}
+
+/// Each member's message i of a sender is payload(sender, i): delivered in order per path.
+void watch(hmcast::Group& g, Received& r) {
+  g.on_deliver([&r](const hmcast::Delivery& d) {
+    std::lock_guard lock(r.mu);
+    const std::uint32_t n = r.count[d.sender]++;
+    const auto want = payload(d.sender, n, size_of(n));
+    (void)r.next[{d.sender, d.large}]++;
+    if (!std::equal(d.bytes.begin(), d.bytes.end(), want.begin(), want.end())) ++r.bad;
+    ++r.total;
+  });
+  g.on_view_change([&r](const hmcast::View& v, std::span<const hmcast::MemberId>) {
+    std::lock_guard lock(r.mu);
+    r.views.push_back(v);
+  });
+}
+
+template <class Pred>
+bool eventually(Pred pred, std::chrono::milliseconds limit = std::chrono::seconds(20)) {
+  const auto end = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < end) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return pred();
+}
+
+}  // namespace
+
+TEST_CASE("socket api: members find each other through the manager and deliver everything intact",
+          "[socket][api]") {
+  hmcast::socket::ManagerServer manager("127.0.0.1", 0, {});
+  constexpr std::uint32_t kNodes = 4;
+  constexpr std::uint32_t kMessages = 50;  // per sender; 2 of them large
+  std::vector<std::unique_ptr<hmcast::Node>> nodes;
+  std::vector<hmcast::Group> groups(kNodes);
+  std::vector<std::thread> joiners;
+  for (std::uint32_t i = 0; i < kNodes; ++i) {
+    auto cfg = socket_config(manager.port(), kNodes);
+    cfg.faults.datagram_loss = 0.03;
+    cfg.faults.seed = 7 + i;
+    nodes.push_back(std::make_unique<hmcast::Node>(cfg));
+  }
+  for (std::uint32_t i = 0; i < kNodes; ++i) joiners.emplace_back([&, i] { groups[i] = nodes[i]->join("sock"); });
+  for (auto& t : joiners) t.join();
+  std::vector<Received> got(kNodes);
+  for (std::uint32_t i = 0; i < kNodes; ++i) {
+    REQUIRE(groups[i].view().size() == kNodes);
+    CHECK(groups[i].self() == nodes[i]->id());
+    watch(groups[i], got[i]);
+  }
+  // Two senders, each its messages in order (small and large interleaved).
+  std::vector<std::thread> senders;
+  std::atomic<std::uint32_t> completed{0};
+  for (std::uint32_t i = 0; i < 2; ++i) {
+    senders.emplace_back([&, i] {
+      std::vector<hmcast::Completion> done;
+      for (std::uint32_t m = 0; m < kMessages; ++m) {
+        // A large and a small message of one sender may be delivered either way round:
+        // fence each large one, so the receivers' count-based check holds.
+        const bool large = size_of(m) > (1U << 20);
+        if (large)
+          for (auto& c : done) c.get();
+        auto c = groups[i].broadcast(payload(groups[i].self(), m, size_of(m)));
+        if (large) c.get();
+        done.push_back(c);
+      }
+      for (auto& c : done) {
+        c.get();
+        ++completed;
+      }
+    });
+  }
+  for (auto& t : senders) t.join();
+  CHECK(completed == 2 * kMessages);
+  CHECK(eventually([&] {
+    for (auto& r : got) {
+      std::lock_guard lock(r.mu);
+      if (r.total != 2 * kMessages) return false;
+    }
+    return true;
+  }));
+  for (std::uint32_t i = 0; i < kNodes; ++i) {
+    std::lock_guard lock(got[i].mu);
+    INFO("member " << i);
+    CHECK(got[i].bad == 0);
+    CHECK(got[i].total == 2 * kMessages);
+  }
+}
+
+TEST_CASE("socket api: a member that goes away is removed by a new view and the rest carry on", "[socket][api]") {
+  hmcast::socket::ManagerServer manager("127.0.0.1", 0, {});
+  constexpr std::uint32_t kNodes = 3;
+  std::vector<std::unique_ptr<hmcast::Node>> nodes;
+  std::vector<hmcast::Group> groups(kNodes);
+  std::vector<std::thread> joiners;
+  for (std::uint32_t i = 0; i < kNodes; ++i) nodes.push_back(std::make_unique<hmcast::Node>(socket_config(manager.port(), kNodes)));
+  for (std::uint32_t i = 0; i < kNodes; ++i) joiners.emplace_back([&, i] { groups[i] = nodes[i]->join("leave"); });
+  for (auto& t : joiners) t.join();
+  std::vector<Received> got(kNodes);
+  for (std::uint32_t i = 0; i < kNodes; ++i) watch(groups[i], got[i]);
+  groups[0].broadcast(payload(groups[0].self(), 0, size_of(0))).get();
+  const auto gone = nodes[2]->id();
+  nodes[2].reset();
+  CHECK(eventually([&] { return groups[0].view().size() == 2 && groups[1].view().size() == 2; }));
+  CHECK_FALSE(groups[0].view().contains(gone));
+  // The survivors still complete (against each other).
+  groups[1].broadcast(payload(groups[1].self(), 0, size_of(0))).get();
+  groups[0].broadcast(payload(groups[0].self(), 1, size_of(1))).get();
+  std::lock_guard lock(got[0].mu);
+  REQUIRE_FALSE(got[0].views.empty());
+  CHECK(got[0].views.back().size() == 2);
+}
+
+TEST_CASE("socket api: when the manager dies, members fail pending work with manager_lost", "[socket][api]") {
+  auto manager = std::make_unique<hmcast::socket::ManagerServer>("127.0.0.1", 0, hmcast::membership::CoordinatorConfig{});
+  auto cfg = socket_config(manager->port(), 2);
+  hmcast::Node a(cfg), b(cfg);
+  hmcast::Group ga, gb;
+  std::thread tb([&] { gb = b.join("orphan"); });
+  ga = a.join("orphan");
+  tb.join();
+  ga.broadcast(payload(ga.self(), 0, 10)).get();
+  manager.reset();
+  bool failed = eventually([&] {
+    try {
+      ga.broadcast(payload(ga.self(), 1, 10), hmcast::SendMode::fail);
+      return false;
+    } catch (const hmcast::Error& e) {
+      return e.code() == hmcast::ErrorCode::manager_lost;
+    }
+  });
+  CHECK(failed);
+}
+
+TEST_CASE("socket api: joining with no manager, or a mismatched group size, is a clear error", "[socket][api]") {
+  hmcast::socket::ManagerServer manager("127.0.0.1", 0, {});
+  {
+    auto cfg = socket_config(1, 2);  // nothing listens on port 1
+    cfg.join_timeout = std::chrono::milliseconds(300);
+    hmcast::Node n(cfg);
+    try {
+      n.join("x");
+      FAIL("joined without a manager");
+    } catch (const hmcast::Error& e) {
+      CHECK(e.code() == hmcast::ErrorCode::join_timeout);
+      CHECK_THAT(e.what(), Catch::Contains("hmcast manager"));
+    }
+  }
+  auto cfg2 = socket_config(manager.port(), 2);
+  cfg2.join_timeout = std::chrono::milliseconds(2000);
+  hmcast::Node first(cfg2);
+  std::thread t([&] {
+    try {
+      first.join("sizes");
+    } catch (const hmcast::Error&) {
+      // times out: its partner is refused
+    }
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  auto cfg3 = socket_config(manager.port(), 3);
+  hmcast::Node second(cfg3);
+  try {
+    second.join("sizes");
+    FAIL("a mismatched group size was accepted");
+  } catch (const hmcast::Error& e) {
+    CHECK(e.code() == hmcast::ErrorCode::invalid_config);
+    CHECK_THAT(e.what(), Catch::Contains("same group size"));
+  }
+  t.join();
+}
