@@ -7,5 +7,8 @@ namespace hmcast::tools {
 
 void add_sim_commands(CLI::App& app);
 void add_demo_command(CLI::App& app);
+void add_member_command(CLI::App& app);
+void add_manager_command(CLI::App& app);
+void add_soak_command(CLI::App& app);
 
 }  // namespace hmcast::tools

@@ -8,6 +8,9 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   hmcast::tools::add_demo_command(app);
   hmcast::tools::add_sim_commands(app);
+  hmcast::tools::add_member_command(app);
+  hmcast::tools::add_manager_command(app);
+  hmcast::tools::add_soak_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

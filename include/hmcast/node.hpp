@@ -53,6 +53,20 @@ struct Delivery {
   std::shared_ptr<const std::vector<std::byte>> buffer;  // owns `bytes`
 };
 
+/// Counters of one member of one group (a snapshot).
+struct GroupStats {
+  std::uint64_t delivered = 0;           // small-path messages delivered here
+  std::uint64_t completed = 0;           // own small messages all-acked
+  std::uint64_t large_delivered = 0;
+  std::uint64_t large_completed = 0;
+  std::uint64_t repairs_sent = 0;        // point-to-point retransmissions by this member
+  std::uint64_t views_installed = 0;     // after the first
+  std::uint64_t duplicates_dropped = 0;  // copies received again and dropped (never delivered)
+  /// Input dropped as bad: undecodable, oversized, wrong group, stale or future view,
+  /// from a non-member, or breaking the protocol; malformed reliable-link streams.
+  std::uint64_t bad_packets_dropped = 0;
+};
+
 enum class SendMode : std::uint8_t {
   wait,  // a full window blocks broadcast() until a message completes
   fail,  // a full window makes broadcast() throw Error{window_full}
@@ -96,6 +110,7 @@ class Group {
   Completion broadcast(std::span<const std::byte> bytes, SendMode mode = SendMode::wait);
   [[nodiscard]] View view() const;
   [[nodiscard]] MemberId self() const;
+  [[nodiscard]] GroupStats stats() const;
 
  private:
   friend class Node;

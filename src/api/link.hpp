@@ -35,6 +35,8 @@ class Link {
   virtual void wake() = 0;
   /// Where peer `id` listens (transports that need addresses; others ignore it).
   virtual void add_peer(MemberId id, const std::string& host, std::uint16_t port) = 0;
+  /// Input the transport dropped as malformed before the protocol saw it.
+  [[nodiscard]] virtual std::uint64_t bad_input() const { return 0; }
   /// Stop sending and receiving; peers see this member's links break.
   virtual void close() = 0;
 };

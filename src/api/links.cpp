@@ -57,6 +57,10 @@ class SocketLink final : public Link {
     endpoint_->add_peer(id, host, port);
   }
   void close() override { endpoint_->close(); }
+  [[nodiscard]] std::uint64_t bad_input() const override {
+    const auto st = endpoint_->stats();
+    return st.datagrams_oversized + st.connections_malformed;
+  }
 
   std::unique_ptr<socket::Endpoint> endpoint_;
 };

@@ -450,6 +450,25 @@ View Group::view() const {
 
 MemberId Group::self() const { return state_->engine->self(); }
 
+GroupStats Group::stats() const {
+  GroupStats out;
+  {
+    std::lock_guard lock(state_->mu);
+    const auto& e = state_->engine->stats();
+    const auto& p = state_->engine->pipeline().stats();
+    out.delivered = e.delivered;
+    out.completed = e.completed;
+    out.large_delivered = p.delivered;
+    out.large_completed = p.completed;
+    out.repairs_sent = e.repairs_sent;
+    out.views_installed = e.views_installed;
+    out.duplicates_dropped = e.duplicates_dropped + p.duplicate_blocks;
+    out.bad_packets_dropped = e.bad_packets() + p.invalid_dropped;
+  }
+  out.bad_packets_dropped += state_->node->link->bad_input();
+  return out;
+}
+
 Completion Group::broadcast(std::span<const std::byte> bytes, SendMode mode) {
   const auto& cfg = state_->node->protocol;
   if (bytes.size() > cfg.max_small_message) return broadcast_large(bytes, mode);

@@ -1,0 +1,294 @@
+// `hmcast member`: one member process of a group on the socket transport, as
+// started by `hmcast demo`, `hmcast soak` and the emulated cluster. It joins,
+// broadcasts its share of the workload if its id is among the senders, checks
+// every byte it delivers, and reports on stdout as JSON lines:
+//   {"event":"joined", ...}  {"event":"view", ...}  {"event":"progress", ...}  {"event":"done", ...}
+// then stays (serving repairs to the others) until its stdin closes.
+#include <unistd.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <iostream>
+#include <map>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "commands.hpp"
+#include "hmcast/hmcast.hpp"
+#include "workload.hpp"
+
+namespace hmcast::tools {
+
+namespace {
+
+std::int64_t mono_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+struct MemberOptions {
+  std::string manager = "127.0.0.1:17700";
+  bool embed_manager = false;
+  std::string group = "demo";
+  std::uint32_t size = 8;
+  std::uint32_t senders = 4;
+  std::uint32_t messages = 100;
+  std::string sizes = "64,2KiB";
+  std::uint64_t seed = 1;
+  double loss = 0;
+  std::string interface_address = "127.0.0.1";
+  std::uint32_t mtu = 8192;
+  std::uint32_t progress_ms = 500;
+  std::uint32_t timeout_s = 600;
+};
+
+class Reporter {
+ public:
+  void emit(const nlohmann::json& j) {
+    std::lock_guard lock(mu_);
+    std::cout << j.dump() << std::endl;  // one line per event, flushed: the parent reads as we go
+  }
+
+ private:
+  std::mutex mu_;
+};
+
+/// What this member delivered, per sender.
+struct Ledger {
+  std::mutex mu;
+  std::map<MemberId, std::vector<std::uint8_t>> attempts_seen;  // per index: bit per attempt
+  std::map<std::pair<MemberId, bool>, std::int64_t> last_index;  // per (sender, large): FIFO check
+  std::uint64_t unique = 0, duplicates = 0, redelivered_after_resend = 0, corrupt = 0, unexpected = 0,
+                fifo_violations = 0, bytes = 0;
+  std::uint64_t digest = 0;
+  std::condition_variable changed;
+};
+
+int run_member(const MemberOptions& o) {
+  const SizeMix mix = SizeMix::parse(o.sizes);
+  Reporter out;
+  Config cfg;
+  cfg.transport = TransportKind::socket;
+  cfg.group_size = o.size;
+  cfg.socket.manager = o.manager;
+  cfg.socket.embed_manager = o.embed_manager;
+  cfg.socket.interface_address = o.interface_address;
+  cfg.socket.mtu = o.mtu;
+  cfg.join_timeout = std::chrono::seconds(60);
+  cfg.faults.datagram_loss = o.loss;
+  cfg.faults.seed = o.seed ^ static_cast<std::uint64_t>(::getpid());
+  Node node(cfg);
+  Group g = node.join(o.group);
+  const MemberId self = g.self();
+  const bool sender = self <= o.senders;
+  out.emit({{"event", "joined"}, {"member", self}, {"pid", ::getpid()}, {"sender", sender},
+            {"view", g.view().id}, {"t_ns", mono_ns()}});
+
+  Ledger led;
+  g.on_view_change([&](const View& v, std::span<const MemberId> left) {
+    out.emit({{"event", "view"}, {"member", self}, {"view", v.id}, {"members", v.members},
+              {"left", std::vector<MemberId>(left.begin(), left.end())}, {"t_ns", mono_ns()}});
+  });
+  g.on_deliver([&](const Delivery& d) {
+    auto c = check_message(o.seed, d.sender, d.bytes);
+    std::lock_guard lock(led.mu);
+    if (!c || d.sender > o.senders || c->index >= o.messages || c->attempt >= 8) {
+      ++led.unexpected;
+      return;
+    }
+    if (!c->intact || d.bytes.size() != mix.size_of(o.seed, d.sender, c->index)) {
+      ++led.corrupt;
+      return;
+    }
+    auto& seen = led.attempts_seen[d.sender];
+    if (seen.empty()) seen.resize(o.messages);
+    auto& bits = seen[c->index];
+    const auto bit = static_cast<std::uint8_t>(1U << c->attempt);
+    if ((bits & bit) != 0) {
+      ++led.duplicates;
+    } else if (bits != 0) {
+      ++led.redelivered_after_resend;
+      bits = static_cast<std::uint8_t>(bits | bit);
+    } else {
+      bits = bit;
+      ++led.unique;
+      led.bytes += d.bytes.size();
+      led.digest ^= message_digest(o.seed, d.sender, c->index, d.bytes.size());
+      // Per path, a sender's first attempts arrive in index order (resends come later).
+      auto& last = led.last_index.try_emplace({d.sender, d.large}, -1).first->second;
+      if (c->attempt == 0) {
+        if (static_cast<std::int64_t>(c->index) < last) ++led.fifo_violations;
+        last = c->index;
+      }
+    }
+    led.changed.notify_all();
+  });
+
+  // The sender: broadcast in order; a waiter thread records all-acked latencies and
+  // resends a large message that a view change interrupted.
+  std::vector<double> latencies_us;
+  std::atomic<std::uint64_t> completed{0}, resent{0}, send_failures{0};
+  std::string send_error;
+  std::mutex q_mu;
+  std::condition_variable q_cv;
+  struct InFlight {
+    Completion c;
+    std::int64_t t0;
+    std::uint32_t index;
+    std::uint32_t attempt;
+  };
+  std::deque<InFlight> queue;
+  bool sending_done = !sender;
+  std::thread send_thread, wait_thread;
+  const auto t_start = mono_ns();
+  if (sender) {
+    send_thread = std::thread([&] {
+      for (std::uint32_t i = 0; i < o.messages; ++i) {
+        try {
+          const auto size = mix.size_of(o.seed, self, i);
+          const auto t0 = mono_ns();
+          auto c = g.broadcast(make_message(o.seed, self, i, 0, size));
+          std::lock_guard lock(q_mu);
+          queue.push_back({c, t0, i, 0});
+          q_cv.notify_all();
+        } catch (const Error& e) {
+          ++send_failures;
+          std::lock_guard lock(q_mu);
+          send_error = e.what();
+          break;
+        }
+      }
+      std::lock_guard lock(q_mu);
+      sending_done = true;
+      q_cv.notify_all();
+    });
+    wait_thread = std::thread([&] {
+      for (;;) {
+        InFlight f;
+        {
+          std::unique_lock lock(q_mu);
+          q_cv.wait(lock, [&] { return !queue.empty() || sending_done; });
+          if (queue.empty()) return;
+          f = queue.front();
+          queue.pop_front();
+        }
+        for (;;) {
+          try {
+            f.c.get();
+            latencies_us.push_back(static_cast<double>(mono_ns() - f.t0) / 1e3);
+            ++completed;
+            break;
+          } catch (const Error& e) {
+            if (e.code() != ErrorCode::interrupted || f.attempt + 1 >= 8) {
+              ++send_failures;
+              std::lock_guard lock(q_mu);
+              send_error = e.what();
+              break;
+            }
+            ++resent;
+            ++f.attempt;
+            try {
+              f.c = g.broadcast(make_message(o.seed, self, f.index, f.attempt, mix.size_of(o.seed, self, f.index)));
+            } catch (const Error& e2) {
+              ++send_failures;
+              std::lock_guard lock(q_mu);
+              send_error = e2.what();
+              break;
+            }
+          }
+        }
+      }
+    });
+  }
+
+  // Watch stdin: the parent closes it when every member is done (or to stop us).
+  std::atomic<bool> stdin_closed{false};
+  std::thread stdin_thread([&] {
+    char buf[256];
+    while (::read(STDIN_FILENO, buf, sizeof buf) > 0) {
+    }
+    stdin_closed = true;
+    led.changed.notify_all();
+  });
+
+  const std::uint64_t expected = std::uint64_t{o.senders} * o.messages;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(o.timeout_s);
+  auto next_progress = std::chrono::steady_clock::now();
+  {
+    std::unique_lock lock(led.mu);
+    for (;;) {
+      const bool got_all = led.unique >= expected;
+      const bool sent_all = !sender || completed + send_failures >= o.messages;
+      if ((got_all && sent_all) || stdin_closed || std::chrono::steady_clock::now() >= deadline) break;
+      if (std::chrono::steady_clock::now() >= next_progress) {
+        const auto unique = led.unique;
+        lock.unlock();
+        out.emit({{"event", "progress"}, {"member", self}, {"delivered", unique}, {"completed", completed.load()}});
+        lock.lock();
+        next_progress = std::chrono::steady_clock::now() + std::chrono::milliseconds(o.progress_ms);
+      }
+      led.changed.wait_for(lock, std::chrono::milliseconds(std::min<std::uint32_t>(o.progress_ms, 200)));
+    }
+  }
+  const auto t_done = mono_ns();
+  if (send_thread.joinable()) send_thread.join();
+  if (wait_thread.joinable()) wait_thread.join();
+  const auto st = g.stats();
+  nlohmann::json done;
+  {
+    std::lock_guard lock(led.mu);
+    done = {{"event", "done"},
+            {"member", self},
+            {"sender", sender},
+            {"expected", expected},
+            {"delivered", led.unique},
+            {"bytes", led.bytes},
+            {"duplicates_delivered", led.duplicates},
+            {"redelivered_after_resend", led.redelivered_after_resend},
+            {"corrupt", led.corrupt},
+            {"unexpected", led.unexpected},
+            {"fifo_violations", led.fifo_violations},
+            {"digest", led.digest},
+            {"completed", completed.load()},
+            {"resent", resent.load()},
+            {"send_failures", send_failures.load()},
+            {"send_error", send_error},
+            {"latencies_us", latencies_us},
+            {"elapsed_s", static_cast<double>(t_done - t_start) / 1e9},
+            {"bad_packets_dropped", st.bad_packets_dropped},
+            {"repairs_sent", st.repairs_sent},
+            {"views_installed", st.views_installed},
+            {"t_ns", t_done}};
+  }
+  out.emit(done);
+  stdin_thread.join();  // stay a member until the parent says all are done
+  return 0;
+}
+
+}  // namespace
+
+void add_member_command(CLI::App& app) {
+  auto* cmd = app.add_subcommand("member", "One member process on the socket transport (started by demo and soak)");
+  auto o = std::make_shared<MemberOptions>();
+  cmd->add_option("--manager", o->manager, "HOST:PORT of the membership manager")->capture_default_str();
+  cmd->add_flag("--embed-manager", o->embed_manager, "Run the manager in this process, listening on --manager");
+  cmd->add_option("--group", o->group, "Group name")->capture_default_str();
+  cmd->add_option("--size", o->size, "Group size")->check(CLI::Range(1U, 65536U))->capture_default_str();
+  cmd->add_option("--senders", o->senders, "Members with ids 1..S broadcast")->capture_default_str();
+  cmd->add_option("--messages", o->messages, "Messages per sender")->capture_default_str();
+  cmd->add_option("--sizes", o->sizes, "Message sizes with weights, e.g. 64,2KiB:30,1MiB:1")->capture_default_str();
+  cmd->add_option("--seed", o->seed, "Workload seed (the same at every member)")->capture_default_str();
+  cmd->add_option("--loss", o->loss, "Datagram loss injected on receive")->check(CLI::Range(0.0, 1.0));
+  cmd->add_option("--interface", o->interface_address, "Local IPv4 address")->capture_default_str();
+  cmd->add_option("--mtu", o->mtu, "Largest datagram")->check(CLI::Range(256U, 65507U))->capture_default_str();
+  cmd->add_option("--progress-ms", o->progress_ms, "Progress report interval")->check(CLI::Range(10U, 60000U));
+  cmd->add_option("--timeout", o->timeout_s, "Give up after this many seconds")->check(CLI::Range(1U, 86400U));
+  cmd->callback([o] {
+    const int rc = run_member(*o);
+    if (rc != 0) throw CLI::RuntimeError(rc);
+  });
+}
+
+}  // namespace hmcast::tools

@@ -1,0 +1,49 @@
+// `hmcast soak`: N member processes, S senders, M messages each, optional loss and
+// SIGKILLed members; the verdict and the figures as one JSON line.
+#include <iostream>
+
+#include "commands.hpp"
+#include "group_runner.hpp"
+
+namespace hmcast::tools {
+
+void add_soak_command(CLI::App& app) {
+  auto* cmd = app.add_subcommand("soak", "Many processes, many messages, loss and kills; a JSON verdict");
+  auto o = std::make_shared<GroupRunOptions>();
+  o->sizes = "64:40,512:20,2KiB:20,8KiB:15,64KiB:5";
+  o->messages = 1000;
+  o->progress_ms = 100;
+  o->group = "soak";
+  auto json = std::make_shared<bool>(false);
+  auto transport = std::make_shared<std::string>("socket");
+  cmd->add_option("--procs", o->procs, "Member processes")->check(CLI::Range(1U, 1024U))->capture_default_str();
+  cmd->add_option("--senders", o->senders, "Members that broadcast")->capture_default_str();
+  cmd->add_option("--messages", o->messages, "Messages per sender")->capture_default_str();
+  cmd->add_option("--sizes", o->sizes, "Sizes with weights (SIZE[:WEIGHT],...)")->capture_default_str();
+  cmd->add_option("--loss", o->loss, "Datagram loss at each receiver")->check(CLI::Range(0.0, 0.5));
+  cmd->add_option("--kill", o->kill, "Non-sender members SIGKILLed mid-run");
+  cmd->add_option("--seed", o->seed, "Workload, fault and kill seed")->capture_default_str();
+  cmd->add_option("--transport", *transport, "socket (the simulator has `hmcast sim small`)")->capture_default_str();
+  cmd->add_option("--prefix", o->prefix, "Command words before each member ({i}: its index), e.g. ip netns exec hm{i}")
+      ->expected(0, -1)->delimiter(' ');
+  cmd->add_option("--interface-template", o->interface_template, "Each member's address ({i}: its index)")
+      ->capture_default_str();
+  cmd->add_option("--manager-host", o->manager_host, "Address the manager listens on")->capture_default_str();
+  cmd->add_option("--mtu", o->mtu, "Largest datagram")->check(CLI::Range(256U, 65507U))->capture_default_str();
+  cmd->add_option("--timeout", o->timeout_s, "Seconds before the run is called failed")->capture_default_str();
+  cmd->add_flag("--json", *json, "Print the result as one JSON line (last line of output)");
+  cmd->callback([o, json, transport] {
+    if (*transport != "socket")
+      throw CLI::ValidationError("--transport", "only 'socket' runs processes; for the simulator use `hmcast sim small`");
+    o->progress = &std::cerr;
+    const auto r = run_group(*o);
+    if (*json) {
+      std::cout << r.to_json().dump() << std::endl;
+    } else {
+      std::cout << r.to_json().dump(2) << std::endl;
+    }
+    if (!r.delivered_ok) throw CLI::RuntimeError(3);
+  });
+}
+
+}  // namespace hmcast::tools

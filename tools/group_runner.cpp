@@ -1,0 +1,356 @@
+#include "group_runner.hpp"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <climits>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <ostream>
+#include <stdexcept>
+
+#include "transport/sim/sim_rng.hpp"
+#include "transport/socket/manager_server.hpp"
+#include "workload.hpp"
+
+extern char** environ;
+
+namespace hmcast::tools {
+
+namespace {
+
+std::int64_t mono_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+std::string substitute(std::string s, std::uint32_t i) {
+  for (auto pos = s.find("{i}"); pos != std::string::npos; pos = s.find("{i}"))
+    s.replace(pos, 3, std::to_string(i));
+  return s;
+}
+
+std::string self_exe() {
+  std::array<char, PATH_MAX> buf{};
+  const ssize_t n = ::readlink("/proc/self/exe", buf.data(), buf.size() - 1);
+  if (n <= 0) throw std::runtime_error("cannot find this program's path (/proc/self/exe): is /proc mounted?");
+  return {buf.data(), static_cast<std::size_t>(n)};
+}
+
+struct Child {
+  std::uint32_t index = 0;  // 1-based
+  pid_t pid = -1;
+  int in_fd = -1;   // its stdin (we write nothing; closing it says "stop")
+  int out_fd = -1;  // its stdout
+  std::string pending;
+  bool exited = false;  // stdout closed
+  bool killed = false;
+  std::optional<std::uint32_t> member;
+  bool sender = false;
+  bool done = false;
+  nlohmann::json done_report;
+  std::uint64_t delivered = 0;
+  std::vector<std::pair<std::uint64_t, std::int64_t>> views;      // (view id, t_ns)
+  std::vector<std::vector<std::uint32_t>> view_members;
+};
+
+pid_t spawn(const std::vector<std::string>& argv, int& in_fd, int& out_fd) {
+  int in_pipe[2];
+  int out_pipe[2];
+  if (::pipe2(in_pipe, O_CLOEXEC) != 0) throw std::runtime_error(std::string("pipe2: ") + std::strerror(errno));
+  if (::pipe2(out_pipe, O_CLOEXEC) != 0) throw std::runtime_error(std::string("pipe2: ") + std::strerror(errno));
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_adddup2(&fa, in_pipe[0], STDIN_FILENO);
+  posix_spawn_file_actions_adddup2(&fa, out_pipe[1], STDOUT_FILENO);
+  std::vector<char*> args;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  pid_t pid = -1;
+  const int rc = ::posix_spawnp(&pid, args[0], &fa, nullptr, args.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  ::close(in_pipe[0]);
+  ::close(out_pipe[1]);
+  if (rc != 0) {
+    ::close(in_pipe[1]);
+    ::close(out_pipe[0]);
+    throw std::runtime_error("cannot start '" + argv[0] + "': " + std::strerror(rc));
+  }
+  in_fd = in_pipe[1];
+  out_fd = out_pipe[0];
+  return pid;
+}
+
+double percentile(std::vector<double>& v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const auto idx = static_cast<std::size_t>(p * static_cast<double>(v.size() - 1) + 0.5);
+  return v[std::min(idx, v.size() - 1)];
+}
+
+}  // namespace
+
+nlohmann::json GroupRunReport::to_json() const {
+  return {{"procs", procs},
+          {"senders", senders},
+          {"messages_sent", messages_sent},
+          {"completed", completed},
+          {"resent", resent},
+          {"delivered_ok", delivered_ok},
+          {"duplicates_delivered", duplicates_delivered},
+          {"redelivered_after_resend", redelivered_after_resend},
+          {"missing", missing},
+          {"corrupt", corrupt},
+          {"fifo_violations", fifo_violations},
+          {"digests_agree", digests_agree},
+          {"members_verified", members_verified},
+          {"survivors", survivors},
+          {"views_installed", views_installed},
+          {"view_change_ms", view_change_ms},
+          {"bad_packets_dropped", bad_packets_dropped},
+          {"repairs_sent", repairs_sent},
+          {"bytes_broadcast", bytes_broadcast},
+          {"wall_s", wall_s},
+          {"latency_p50_us", latency_p50_us},
+          {"latency_p99_us", latency_p99_us},
+          {"latency_max_us", latency_max_us},
+          {"throughput_mb_s", throughput_mb_s},
+          {"timed_out", timed_out},
+          {"problems", problems},
+          {"manager_views", manager_views}};
+}
+
+GroupRunReport run_group(const GroupRunOptions& o) {
+  if (o.senders == 0 || o.senders > o.procs) throw std::invalid_argument("--senders must be in [1, --procs]");
+  if (o.kill > o.procs - o.senders)
+    throw std::invalid_argument("--kill must leave the senders alive: at most --procs minus --senders");
+  const SizeMix mix = SizeMix::parse(o.sizes);
+  GroupRunReport rep;
+  rep.procs = o.procs;
+  rep.senders = o.senders;
+  rep.messages_sent = std::uint64_t{o.senders} * o.messages;
+
+  std::mutex views_mu;
+  nlohmann::json views_log = nlohmann::json::array();
+  socket::ManagerServer manager(
+      o.manager_host, 0,
+      membership::CoordinatorConfig{static_cast<std::uint64_t>(mono_ns()), std::nullopt, std::nullopt},
+      [&](const membership::IssuedView& v) {
+        std::lock_guard lock(views_mu);
+        views_log.push_back({{"view", v.view.id}, {"members", v.view.members.size()}, {"left", v.left},
+                             {"t_ns", mono_ns()}});
+      });
+  const std::string manager_addr = o.manager_host + ":" + std::to_string(manager.port());
+  const std::string exe = self_exe();
+  std::vector<Child> kids(o.procs);
+  const std::uint64_t expected = rep.messages_sent;
+  for (std::uint32_t i = 0; i < o.procs; ++i) {
+    Child& c = kids[i];
+    c.index = i + 1;
+    std::vector<std::string> argv;
+    for (const auto& w : o.prefix) argv.push_back(substitute(w, c.index));
+    argv.insert(argv.end(), {exe, "member", "--manager", manager_addr, "--group", o.group, "--size",
+                             std::to_string(o.procs), "--senders", std::to_string(o.senders), "--messages",
+                             std::to_string(o.messages), "--sizes", o.sizes, "--seed", std::to_string(o.seed),
+                             "--loss", std::to_string(o.loss), "--interface", substitute(o.interface_template, c.index),
+                             "--mtu", std::to_string(o.mtu), "--progress-ms", std::to_string(o.progress_ms),
+                             "--timeout", std::to_string(o.timeout_s)});
+    c.pid = spawn(argv, c.in_fd, c.out_fd);
+  }
+
+  sim::Rng rng(o.seed ^ 0x6b696c6cULL);
+  std::vector<std::pair<std::uint32_t, std::int64_t>> kills;  // (member id, t_ns)
+  bool killed_yet = o.kill == 0;
+  bool stopping = false;
+  std::int64_t first_join = 0;
+  std::int64_t last_done = 0;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(o.timeout_s + 30);
+  auto next_progress = std::chrono::steady_clock::now();
+  std::array<char, 65536> buf{};
+
+  const auto handle_line = [&](Child& c, const std::string& line) {
+    nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+    if (j.is_discarded() || !j.is_object() || !j.contains("event")) return;
+    const std::string ev = j["event"];
+    if (ev == "joined") {
+      c.member = j["member"].get<std::uint32_t>();
+      c.sender = j["sender"].get<bool>();
+      if (first_join == 0) first_join = j["t_ns"].get<std::int64_t>();
+    } else if (ev == "view") {
+      c.views.emplace_back(j["view"].get<std::uint64_t>(), j["t_ns"].get<std::int64_t>());
+      c.view_members.push_back(j["members"].get<std::vector<std::uint32_t>>());
+    } else if (ev == "progress") {
+      c.delivered = j["delivered"].get<std::uint64_t>();
+    } else if (ev == "done") {
+      c.done = true;
+      c.delivered = j["delivered"].get<std::uint64_t>();
+      c.done_report = std::move(j);
+      last_done = std::max(last_done, c.done_report["t_ns"].get<std::int64_t>());
+    }
+  };
+
+  for (;;) {
+    std::vector<pollfd> fds;
+    std::vector<Child*> who;
+    for (auto& c : kids)
+      if (!c.exited) {
+        fds.push_back({c.out_fd, POLLIN, 0});
+        who.push_back(&c);
+      }
+    if (fds.empty()) break;
+    if (::poll(fds.data(), fds.size(), 50) < 0 && errno != EINTR) break;
+    for (std::size_t k = 0; k < fds.size(); ++k) {
+      if ((fds[k].revents & (POLLIN | POLLHUP | POLLERR)) == 0) continue;
+      Child& c = *who[k];
+      const ssize_t n = ::read(c.out_fd, buf.data(), buf.size());
+      if (n <= 0) {
+        c.exited = true;
+        ::close(c.out_fd);
+        continue;
+      }
+      c.pending.append(buf.data(), static_cast<std::size_t>(n));
+      for (auto nl = c.pending.find('\n'); nl != std::string::npos; nl = c.pending.find('\n')) {
+        handle_line(c, c.pending.substr(0, nl));
+        c.pending.erase(0, nl + 1);
+      }
+    }
+    const bool all_joined = std::all_of(kids.begin(), kids.end(), [](const Child& c) { return c.member.has_value(); });
+    std::uint64_t delivered = 0;
+    for (const auto& c : kids) delivered += c.killed ? 0 : c.delivered;
+    // Kill once the group is well under way: a fifth of all deliveries done.
+    if (!killed_yet && all_joined && delivered * 5 >= expected * o.procs) {
+      std::vector<Child*> candidates;
+      for (auto& c : kids)
+        if (!c.sender && !c.killed) candidates.push_back(&c);
+      for (std::uint32_t k = 0; k < o.kill && !candidates.empty(); ++k) {
+        const auto pick = rng.below(candidates.size());
+        Child* victim = candidates[pick];
+        candidates.erase(candidates.begin() + static_cast<std::ptrdiff_t>(pick));
+        ::kill(victim->pid, SIGKILL);
+        victim->killed = true;
+        kills.emplace_back(*victim->member, mono_ns());
+        if (o.progress != nullptr)
+          *o.progress << "killed member " << *victim->member << " (pid " << victim->pid << ") with SIGKILL"
+                      << std::endl;
+      }
+      killed_yet = true;
+    }
+    if (o.progress != nullptr && std::chrono::steady_clock::now() >= next_progress && all_joined) {
+      *o.progress << "progress: " << delivered << " of " << expected * (o.procs - kills.size())
+                  << " deliveries" << std::endl;
+      next_progress = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+    }
+    const bool all_done = std::all_of(kids.begin(), kids.end(), [](const Child& c) { return c.killed || c.done || c.exited; });
+    if (!stopping && killed_yet && all_done) {
+      stopping = true;  // every survivor is done: let them go
+      for (auto& c : kids) ::close(c.in_fd);
+    }
+    if (std::chrono::steady_clock::now() >= deadline) {
+      rep.timed_out = true;
+      for (auto& c : kids)
+        if (!c.exited) ::kill(c.pid, SIGKILL);
+      if (!stopping)
+        for (auto& c : kids) ::close(c.in_fd);
+      stopping = true;
+    }
+  }
+  for (auto& c : kids) {
+    int status = 0;
+    while (::waitpid(c.pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    if (!c.killed && !rep.timed_out && !(WIFEXITED(status) && WEXITSTATUS(status) == 0))
+      rep.problems.push_back("member process " + std::to_string(c.index) + " exited abnormally (status " +
+                             std::to_string(status) + ")");
+  }
+
+  // Judge.
+  std::uint64_t expected_digest = 0;
+  for (std::uint32_t s = 1; s <= o.senders; ++s)
+    for (std::uint32_t i = 0; i < o.messages; ++i) {
+      const auto size = mix.size_of(o.seed, s, i);
+      expected_digest ^= message_digest(o.seed, s, i, size);
+      rep.bytes_broadcast += size;
+    }
+  std::vector<double> lat;
+  rep.digests_agree = true;
+  std::uint64_t max_view = 0;
+  for (auto& c : kids) {
+    if (c.killed) continue;
+    ++rep.survivors;
+    if (!c.done) {
+      rep.missing += expected;
+      rep.problems.push_back("member " + std::to_string(c.index) + " never reported done");
+      rep.digests_agree = false;
+      continue;
+    }
+    const auto& d = c.done_report;
+    const auto got = d["delivered"].get<std::uint64_t>();
+    rep.missing += expected > got ? expected - got : 0;
+    rep.duplicates_delivered += d["duplicates_delivered"].get<std::uint64_t>();
+    rep.redelivered_after_resend += d["redelivered_after_resend"].get<std::uint64_t>();
+    rep.corrupt += d["corrupt"].get<std::uint64_t>() + d["unexpected"].get<std::uint64_t>();
+    rep.fifo_violations += d["fifo_violations"].get<std::uint64_t>();
+    rep.bad_packets_dropped += d["bad_packets_dropped"].get<std::uint64_t>();
+    rep.repairs_sent += d["repairs_sent"].get<std::uint64_t>();
+    rep.completed += d["completed"].get<std::uint64_t>();
+    rep.resent += d["resent"].get<std::uint64_t>();
+    if (d["send_failures"].get<std::uint64_t>() > 0)
+      rep.problems.push_back("member " + std::to_string(*c.member) + ": " + d["send_error"].get<std::string>());
+    const bool digest_ok = d["digest"].get<std::uint64_t>() == expected_digest;
+    rep.digests_agree = rep.digests_agree && digest_ok;
+    if (digest_ok && got == expected && d["duplicates_delivered"].get<std::uint64_t>() == 0 &&
+        d["corrupt"].get<std::uint64_t>() == 0 && d["fifo_violations"].get<std::uint64_t>() == 0)
+      ++rep.members_verified;
+    for (const auto& x : d["latencies_us"]) lat.push_back(x.get<double>());
+    // Views of the run, not of the members leaving at its end.
+    for (const auto& [id, t] : c.views)
+      if (t <= last_done) max_view = std::max(max_view, id);
+  }
+  rep.views_installed = max_view;
+  for (const auto& [victim, t_kill] : kills) {
+    for (const auto& c : kids) {
+      if (c.killed) continue;
+      std::optional<std::int64_t> seen;
+      for (std::size_t v = 0; v < c.views.size(); ++v) {
+        const auto& m = c.view_members[v];
+        if (c.views[v].second >= t_kill && std::find(m.begin(), m.end(), victim) == m.end()) {
+          seen = c.views[v].second;
+          break;
+        }
+      }
+      if (!seen) {
+        rep.problems.push_back("member " + std::to_string(c.index) + " never installed a view without killed member " +
+                               std::to_string(victim));
+        rep.view_change_ms = -1;
+        break;
+      }
+      if (rep.view_change_ms >= 0)
+        rep.view_change_ms = std::max(rep.view_change_ms, static_cast<double>(*seen - t_kill) / 1e6);
+    }
+  }
+  {
+    std::lock_guard lock(views_mu);
+    rep.manager_views = views_log;
+  }
+  rep.latency_p50_us = percentile(lat, 0.50);
+  rep.latency_p99_us = percentile(lat, 0.99);
+  rep.latency_max_us = lat.empty() ? 0 : lat.back();
+  rep.wall_s = first_join > 0 && last_done > first_join ? static_cast<double>(last_done - first_join) / 1e9 : 0;
+  rep.throughput_mb_s = rep.wall_s > 0 ? static_cast<double>(rep.bytes_broadcast) / 1e6 / rep.wall_s : 0;
+  if (rep.timed_out) rep.problems.push_back("the run timed out");
+  rep.delivered_ok = !rep.timed_out && rep.survivors == o.procs - kills.size() &&
+                     rep.members_verified == rep.survivors && rep.missing == 0 && rep.duplicates_delivered == 0 &&
+                     rep.corrupt == 0 && rep.fifo_violations == 0 && rep.digests_agree &&
+                     rep.completed == rep.messages_sent && rep.problems.empty();
+  return rep;
+}
+
+}  // namespace hmcast::tools

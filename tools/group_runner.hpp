@@ -1,0 +1,70 @@
+// Runs a group of `hmcast member` processes on the socket transport and judges
+// the outcome: starts a membership manager in this process, spawns the members
+// (optionally through a prefix such as `ip netns exec hm{i}`), follows their JSON
+// reports, kills members on request, and aggregates what every survivor saw.
+// Used by `hmcast demo`, `hmcast soak` and `hmcast bench`.
+#pragma once
+
+#include <cstdint>
+#include <iosfwd>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace hmcast::tools {
+
+struct GroupRunOptions {
+  std::uint32_t procs = 8;
+  std::uint32_t senders = 4;
+  std::uint32_t messages = 100;
+  std::string sizes = "64,2KiB";
+  std::uint64_t seed = 1;
+  double loss = 0;
+  std::uint32_t kill = 0;  // non-sender members SIGKILLed mid-run
+  std::string group = "demo";
+  /// Command words put in front of each member; "{i}" becomes its 1-based index.
+  std::vector<std::string> prefix;
+  /// Each member's local address; "{i}" becomes its 1-based index.
+  std::string interface_template = "127.0.0.1";
+  /// Where the manager listens (reachable from every member).
+  std::string manager_host = "127.0.0.1";
+  std::uint32_t mtu = 8192;
+  std::uint32_t timeout_s = 600;
+  std::uint32_t progress_ms = 250;
+  std::ostream* progress = nullptr;  // where progress lines go (none if null)
+};
+
+struct GroupRunReport {
+  std::uint32_t procs = 0;
+  std::uint32_t senders = 0;
+  std::uint64_t messages_sent = 0;  // senders x messages
+  std::uint64_t completed = 0;      // all-acked at their senders
+  std::uint64_t resent = 0;         // large messages sent again after a view change cut them
+  bool delivered_ok = false;
+  std::uint64_t duplicates_delivered = 0;
+  std::uint64_t redelivered_after_resend = 0;
+  std::uint64_t missing = 0;
+  std::uint64_t corrupt = 0;
+  std::uint64_t fifo_violations = 0;
+  bool digests_agree = false;
+  std::uint32_t members_verified = 0;  // survivors whose every check passed
+  std::uint32_t survivors = 0;
+  std::uint64_t views_installed = 0;
+  double view_change_ms = 0;  // max over kills and survivors: kill -> new view without the victim
+  std::uint64_t bad_packets_dropped = 0;
+  std::uint64_t repairs_sent = 0;
+  std::uint64_t bytes_broadcast = 0;  // payload bytes of all messages, once
+  double wall_s = 0;                  // first member joined -> last member done
+  double latency_p50_us = 0, latency_p99_us = 0, latency_max_us = 0;
+  double throughput_mb_s = 0;  // bytes_broadcast / wall_s: what each member received per second
+  bool timed_out = false;
+  std::vector<std::string> problems;  // what went wrong, readable
+  nlohmann::json manager_views = nlohmann::json::array();  // each view the manager issued: id, size, who left
+
+  [[nodiscard]] nlohmann::json to_json() const;
+};
+
+GroupRunReport run_group(const GroupRunOptions& o);
+
+}  // namespace hmcast::tools

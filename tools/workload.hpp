@@ -1,0 +1,54 @@
+// The messages the multi-process tools (demo, soak, bench) broadcast, and how a
+// member checks what it delivered. Every byte is a function of (seed, sender,
+// index, attempt), so any member can regenerate what it should have received and
+// compare: no central record, no trust in the transport.
+//
+// Layout of a message: u32 index, u32 attempt (little-endian), then pseudo-random
+// bytes. `attempt` counts sends of one index: a large message cut by a view
+// change is sent again, and a member that delivered the first attempt delivers
+// the second too (the API's documented behaviour), which is told apart from a
+// protocol duplicate (the same attempt twice).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "hmcast/types.hpp"
+
+namespace hmcast::tools {
+
+inline constexpr std::size_t kMessageHeader = 8;
+
+/// Sizes with weights, e.g. "64,2KiB:30,1MiB:1" (weight 1 when omitted).
+struct SizeMix {
+  std::vector<std::pair<std::uint64_t, std::uint32_t>> sizes;  // (bytes, weight)
+  /// Parses the list; throws std::invalid_argument with what is wrong.
+  static SizeMix parse(const std::string& spec);
+  [[nodiscard]] std::string to_string() const;
+  /// The size of message `index` of `sender`: drawn by weight, the same everywhere.
+  [[nodiscard]] std::uint64_t size_of(std::uint64_t seed, MemberId sender, std::uint32_t index) const;
+};
+
+/// Parses "4096", "2KiB", "1MiB", "3GiB" (also K, M, G and KB, MB, GB as powers of 1024).
+std::uint64_t parse_size(const std::string& text);
+std::string format_size(std::uint64_t bytes);
+
+std::vector<std::byte> make_message(std::uint64_t seed, MemberId sender, std::uint32_t index, std::uint32_t attempt,
+                                    std::uint64_t size);
+
+struct Checked {
+  std::uint32_t index = 0;
+  std::uint32_t attempt = 0;
+  bool intact = false;  // every byte is what (seed, sender, index, attempt) gives
+};
+/// Reads the header and checks the bytes; nothing if there is no header.
+std::optional<Checked> check_message(std::uint64_t seed, MemberId sender, std::span<const std::byte> bytes);
+
+/// An order-independent digest of a set of messages (sender, index, attempt 0 content).
+std::uint64_t message_digest(std::uint64_t seed, MemberId sender, std::uint32_t index, std::uint64_t size);
+
+}  // namespace hmcast::tools
