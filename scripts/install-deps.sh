@@ -11,6 +11,7 @@ PACKAGES=(
   nlohmann-json3-dev
   libcli11-dev
   clang libclang-rt-14-dev
+  iproute2
 )
 missing=()
 for p in "${PACKAGES[@]}"; do
