@@ -42,6 +42,8 @@ struct MemberOptions {
   std::uint32_t mtu = 8192;
   std::uint32_t progress_ms = 500;
   std::uint32_t timeout_s = 600;
+  bool serial = false;      // a sender waits for each completion before the next broadcast
+  bool timestamps = false;  // report send and delivery times of member 1's messages
 };
 
 class Reporter {
@@ -63,6 +65,7 @@ struct Ledger {
   std::uint64_t unique = 0, duplicates = 0, redelivered_after_resend = 0, corrupt = 0, unexpected = 0,
                 fifo_violations = 0, bytes = 0;
   std::uint64_t digest = 0;
+  std::vector<std::int64_t> deliver_ns;  // of member 1's messages, by index (with timestamps)
   std::condition_variable changed;
 };
 
@@ -87,11 +90,14 @@ int run_member(const MemberOptions& o) {
             {"view", g.view().id}, {"t_ns", mono_ns()}});
 
   Ledger led;
+  if (o.timestamps) led.deliver_ns.assign(o.messages, 0);
+  std::vector<std::int64_t> send_ns(o.timestamps ? o.messages : 0, 0);
   g.on_view_change([&](const View& v, std::span<const MemberId> left) {
     out.emit({{"event", "view"}, {"member", self}, {"view", v.id}, {"members", v.members},
               {"left", std::vector<MemberId>(left.begin(), left.end())}, {"t_ns", mono_ns()}});
   });
   g.on_deliver([&](const Delivery& d) {
+    const auto t_delivered = mono_ns();  // before the check, which reads every byte
     auto c = check_message(o.seed, d.sender, d.bytes);
     std::lock_guard lock(led.mu);
     if (!c || d.sender > o.senders || c->index >= o.messages || c->attempt >= 8) {
@@ -113,6 +119,7 @@ int run_member(const MemberOptions& o) {
       bits = static_cast<std::uint8_t>(bits | bit);
     } else {
       bits = bit;
+      if (!led.deliver_ns.empty() && d.sender == 1) led.deliver_ns[c->index] = t_delivered;
       ++led.unique;
       led.bytes += d.bytes.size();
       led.digest ^= message_digest(o.seed, d.sender, c->index, d.bytes.size());
@@ -148,8 +155,11 @@ int run_member(const MemberOptions& o) {
       for (std::uint32_t i = 0; i < o.messages; ++i) {
         try {
           const auto size = mix.size_of(o.seed, self, i);
+          auto msg = make_message(o.seed, self, i, 0, size);
           const auto t0 = mono_ns();
-          auto c = g.broadcast(make_message(o.seed, self, i, 0, size));
+          if (!send_ns.empty()) send_ns[i] = t0;
+          auto c = g.broadcast(msg);
+          if (o.serial) (void)c.wait_for(std::chrono::seconds(o.timeout_s));
           std::lock_guard lock(q_mu);
           queue.push_back({c, t0, i, 0});
           q_cv.notify_all();
@@ -256,6 +266,8 @@ int run_member(const MemberOptions& o) {
             {"send_failures", send_failures.load()},
             {"send_error", send_error},
             {"latencies_us", latencies_us},
+            {"send_ns", send_ns},
+            {"deliver_ns", led.deliver_ns},
             {"elapsed_s", static_cast<double>(t_done - t_start) / 1e9},
             {"bad_packets_dropped", st.bad_packets_dropped},
             {"repairs_sent", st.repairs_sent},
@@ -285,6 +297,8 @@ void add_member_command(CLI::App& app) {
   cmd->add_option("--mtu", o->mtu, "Largest datagram")->check(CLI::Range(256U, 65507U))->capture_default_str();
   cmd->add_option("--progress-ms", o->progress_ms, "Progress report interval")->check(CLI::Range(10U, 60000U));
   cmd->add_option("--timeout", o->timeout_s, "Give up after this many seconds")->check(CLI::Range(1U, 86400U));
+  cmd->add_flag("--serial", o->serial, "Wait for each completion before the next broadcast (latency runs)");
+  cmd->add_flag("--timestamps", o->timestamps, "Report send and delivery times of member 1's messages");
   cmd->callback([o] {
     const int rc = run_member(*o);
     if (rc != 0) throw CLI::RuntimeError(rc);

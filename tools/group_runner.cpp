@@ -123,6 +123,8 @@ nlohmann::json GroupRunReport::to_json() const {
           {"latency_p99_us", latency_p99_us},
           {"latency_max_us", latency_max_us},
           {"throughput_mb_s", throughput_mb_s},
+          {"last_delivery_p50_us", last_delivery_p50_us},
+          {"last_delivery_p99_us", last_delivery_p99_us},
           {"timed_out", timed_out},
           {"problems", problems},
           {"manager_views", manager_views}};
@@ -163,6 +165,8 @@ GroupRunReport run_group(const GroupRunOptions& o) {
                              "--loss", std::to_string(o.loss), "--interface", substitute(o.interface_template, c.index),
                              "--mtu", std::to_string(o.mtu), "--progress-ms", std::to_string(o.progress_ms),
                              "--timeout", std::to_string(o.timeout_s)});
+    if (o.serial) argv.emplace_back("--serial");
+    if (o.timestamps) argv.emplace_back("--timestamps");
     c.pid = spawn(argv, c.in_fd, c.out_fd);
   }
 
@@ -339,6 +343,26 @@ GroupRunReport run_group(const GroupRunOptions& o) {
   {
     std::lock_guard lock(views_mu);
     rep.manager_views = views_log;
+  }
+  if (o.timestamps) {
+    // Per message of member 1: the latest delivery over the survivors.
+    std::vector<std::int64_t> sent, last(o.messages, 0);
+    for (const auto& c : kids) {
+      if (c.killed || !c.done) continue;
+      const auto& d = c.done_report;
+      if (c.member == 1u) sent = d["send_ns"].get<std::vector<std::int64_t>>();
+      const auto dl = d["deliver_ns"].get<std::vector<std::int64_t>>();
+      for (std::size_t i = 0; i < dl.size() && i < last.size(); ++i) last[i] = std::max(last[i], dl[i]);
+    }
+    std::vector<double> spans;
+    for (std::size_t i = 0; i < sent.size() && i < last.size(); ++i)
+      if (sent[i] > 0 && last[i] >= sent[i]) spans.push_back(static_cast<double>(last[i] - sent[i]) / 1e3);
+    rep.last_delivery_p50_us = percentile(spans, 0.50);
+    rep.last_delivery_p99_us = percentile(spans, 0.99);
+    if (!sent.empty() && sent.front() > 0) {
+      const auto end = *std::max_element(last.begin(), last.end());
+      rep.send_span_s = static_cast<double>(end - sent.front()) / 1e9;
+    }
   }
   rep.latency_p50_us = percentile(lat, 0.50);
   rep.latency_p99_us = percentile(lat, 0.99);

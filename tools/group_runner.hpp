@@ -33,6 +33,8 @@ struct GroupRunOptions {
   std::uint32_t timeout_s = 600;
   std::uint32_t progress_ms = 250;
   std::ostream* progress = nullptr;  // where progress lines go (none if null)
+  bool serial = false;      // senders wait for each completion (latency, not load)
+  bool timestamps = false;  // measure delivery at the last receiver of member 1's messages
 };
 
 struct GroupRunReport {
@@ -58,6 +60,9 @@ struct GroupRunReport {
   double wall_s = 0;                  // first member joined -> last member done
   double latency_p50_us = 0, latency_p99_us = 0, latency_max_us = 0;
   double throughput_mb_s = 0;  // bytes_broadcast / wall_s: what each member received per second
+  // With timestamps: broadcast() call -> the last member's delivery, member 1's messages.
+  double last_delivery_p50_us = 0, last_delivery_p99_us = 0;
+  double send_span_s = 0;  // member 1's first broadcast -> its last message's last delivery
   bool timed_out = false;
   std::vector<std::string> problems;  // what went wrong, readable
   nlohmann::json manager_views = nlohmann::json::array();  // each view the manager issued: id, size, who left

@@ -1,0 +1,184 @@
+// `hmcast bench`: latency and throughput by message size and group size.
+//   socket: real processes on loopback (or the emulated cluster through --prefix):
+//     latency    one sender, one message at a time: p50/p99 of all-acked completion
+//                at the sender and of delivery at the last receiver;
+//     throughput one sender streaming: bytes / (first broadcast -> last delivery).
+//   sim: the deterministic simulator (100 Gb/s, 2 us hops): the small path's
+//     all-acked latency under a stream, the large path's time per message.
+// Output: a table, and CSV (--csv FILE) and JSON (--json, the last line).
+#include <fstream>
+#include <iomanip>
+#include <iostream>
+#include <sstream>
+
+#include "commands.hpp"
+#include "group_runner.hpp"
+#include "hmcast/config.hpp"
+#include "transport/sim/large_scenario.hpp"
+#include "transport/sim/small_scenario.hpp"
+#include "workload.hpp"
+
+namespace hmcast::tools {
+
+namespace {
+
+struct Row {
+  std::string transport;
+  std::uint32_t procs = 0;
+  std::uint64_t size = 0;
+  std::uint32_t latency_messages = 0;
+  double complete_p50_us = 0, complete_p99_us = 0;
+  double deliver_p50_us = 0, deliver_p99_us = 0;
+  std::uint32_t throughput_messages = 0;
+  double throughput_mb_s = 0;
+  bool ok = false;
+};
+
+std::vector<std::string> split(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream in(s);
+  for (std::string item; std::getline(in, item, ',');)
+    if (!item.empty()) out.push_back(item);
+  return out;
+}
+
+/// Enough messages for stable percentiles without hours of copying large ones.
+std::uint32_t latency_count(std::uint64_t size, double scale) {
+  const double n = size <= (64U << 10) ? 400 : size <= (2U << 20) ? 40 : 6;
+  return std::max<std::uint32_t>(3, static_cast<std::uint32_t>(n * scale));
+}
+std::uint32_t throughput_count(std::uint64_t size, double scale) {
+  const double n = size <= 4096 ? 5000 : size <= (2U << 20) ? 200 : 8;
+  return std::max<std::uint32_t>(3, static_cast<std::uint32_t>(n * scale));
+}
+
+Row socket_row(std::uint32_t procs, std::uint64_t size, double scale, const GroupRunOptions& base) {
+  Row r;
+  r.transport = "socket";
+  r.procs = procs;
+  r.size = size;
+  GroupRunOptions o = base;
+  o.procs = procs;
+  o.senders = 1;
+  o.sizes = std::to_string(size);
+  o.timestamps = true;
+  o.group = "bench";
+  o.serial = true;
+  o.messages = r.latency_messages = latency_count(size, scale);
+  const auto lat = run_group(o);
+  r.complete_p50_us = lat.latency_p50_us;
+  r.complete_p99_us = lat.latency_p99_us;
+  r.deliver_p50_us = lat.last_delivery_p50_us;
+  r.deliver_p99_us = lat.last_delivery_p99_us;
+  o.serial = false;
+  o.messages = r.throughput_messages = throughput_count(size, scale);
+  const auto tp = run_group(o);
+  r.throughput_mb_s = tp.send_span_s > 0 ? static_cast<double>(tp.bytes_broadcast) / 1e6 / tp.send_span_s : 0;
+  r.ok = lat.delivered_ok && tp.delivered_ok;
+  return r;
+}
+
+Row sim_row(std::uint32_t procs, std::uint64_t size, double scale) {
+  Row r;
+  r.transport = "sim";
+  r.procs = procs;
+  r.size = size;
+  if (size <= ProtocolConfig{}.max_small_message) {
+    sim::SmallScenario sc;
+    sc.nodes = procs;
+    sc.senders = 1;
+    sc.messages = r.latency_messages = latency_count(size, scale);
+    sc.size = static_cast<std::uint32_t>(size);
+    const auto res = sim::run_small(sc);
+    r.complete_p50_us = res.completion_p50_us;
+    r.complete_p99_us = res.completion_p99_us;
+    r.ok = res.delivered_ok;
+  } else {
+    sim::LargeScenario sc;
+    sc.nodes = procs;
+    sc.size = size;
+    sc.messages = 1;
+    r.latency_messages = r.throughput_messages = 1;
+    const auto res = sim::run_large(sc);
+    r.complete_p50_us = r.complete_p99_us = res.sim_time_us;
+    r.deliver_p50_us = r.deliver_p99_us = res.last_delivery_us;
+    r.throughput_mb_s = res.last_delivery_us > 0 ? static_cast<double>(size) / res.last_delivery_us : 0;
+    r.ok = res.delivered_ok;
+  }
+  return r;
+}
+
+nlohmann::json to_json(const Row& r) {
+  return {{"transport", r.transport},          {"procs", r.procs},
+          {"size", r.size},                    {"latency_messages", r.latency_messages},
+          {"complete_p50_us", r.complete_p50_us}, {"complete_p99_us", r.complete_p99_us},
+          {"deliver_p50_us", r.deliver_p50_us},   {"deliver_p99_us", r.deliver_p99_us},
+          {"throughput_messages", r.throughput_messages}, {"throughput_mb_s", r.throughput_mb_s},
+          {"ok", r.ok}};
+}
+
+}  // namespace
+
+void add_bench_command(CLI::App& app) {
+  auto* cmd = app.add_subcommand("bench", "Latency and throughput by size and group size (socket and sim)");
+  auto transport = std::make_shared<std::string>("both");
+  auto procs = std::make_shared<std::string>("8");
+  auto sizes = std::make_shared<std::string>("64,2KiB,1MiB,64MiB");
+  auto scale = std::make_shared<double>(1.0);
+  auto csv = std::make_shared<std::string>();
+  auto json = std::make_shared<bool>(false);
+  auto base = std::make_shared<GroupRunOptions>();
+  cmd->add_option("--transport", *transport, "socket, sim or both")->capture_default_str();
+  cmd->add_option("--procs", *procs, "Group sizes, comma-separated")->capture_default_str();
+  cmd->add_option("--sizes", *sizes, "Message sizes, comma-separated")->capture_default_str();
+  cmd->add_option("--scale", *scale, "Multiply the message counts")->check(CLI::Range(0.01, 100.0));
+  cmd->add_option("--csv", *csv, "Also write the table as CSV to this file");
+  cmd->add_flag("--json", *json, "Print the rows as one JSON line (last line of output)");
+  cmd->add_option("--prefix", base->prefix, "Command words before each member ({i}: its index)")
+      ->expected(0, -1)->delimiter(' ');
+  cmd->add_option("--interface-template", base->interface_template, "Each member's address ({i}: its index)");
+  cmd->add_option("--manager-host", base->manager_host, "Address the manager listens on");
+  cmd->callback([=] {
+    if (*transport != "socket" && *transport != "sim" && *transport != "both")
+      throw CLI::ValidationError("--transport", "choose socket, sim or both");
+    std::vector<Row> rows;
+    std::cout << std::left << std::setw(8) << "path" << std::setw(7) << "procs" << std::setw(8) << "size"
+              << std::right << std::setw(14) << "complete p50" << std::setw(13) << "p99" << std::setw(15)
+              << "last-dlv p50" << std::setw(13) << "p99" << std::setw(12) << "MB/s" << "\n";
+    for (const auto& p : split(*procs)) {
+      const auto n = static_cast<std::uint32_t>(std::stoul(p));
+      for (const auto& s : split(*sizes)) {
+        const auto size = parse_size(s);
+        for (const char* t : {"sim", "socket"}) {
+          if (*transport != "both" && *transport != t) continue;
+          Row r = std::string(t) == "sim" ? sim_row(n, size, *scale) : socket_row(n, size, *scale, *base);
+          std::cout << std::left << std::setw(8) << r.transport << std::setw(7) << r.procs << std::setw(8)
+                    << format_size(r.size) << std::right << std::fixed << std::setprecision(1) << std::setw(11)
+                    << r.complete_p50_us << " us" << std::setw(10) << r.complete_p99_us << " us" << std::setw(12)
+                    << r.deliver_p50_us << " us" << std::setw(10) << r.deliver_p99_us << " us" << std::setw(12)
+                    << r.throughput_mb_s << (r.ok ? "" : "  FAILED") << std::endl;
+          rows.push_back(r);
+        }
+      }
+    }
+    if (!csv->empty()) {
+      std::ofstream f(*csv);
+      f << "transport,procs,size,latency_messages,complete_p50_us,complete_p99_us,deliver_p50_us,deliver_p99_us,"
+           "throughput_messages,throughput_mb_s,ok\n";
+      for (const auto& r : rows)
+        f << r.transport << "," << r.procs << "," << r.size << "," << r.latency_messages << "," << r.complete_p50_us
+          << "," << r.complete_p99_us << "," << r.deliver_p50_us << "," << r.deliver_p99_us << ","
+          << r.throughput_messages << "," << r.throughput_mb_s << "," << (r.ok ? 1 : 0) << "\n";
+      if (!f) throw std::runtime_error("cannot write " + *csv);
+    }
+    if (*json) {
+      nlohmann::json all = nlohmann::json::array();
+      for (const auto& r : rows) all.push_back(to_json(r));
+      std::cout << nlohmann::json{{"rows", all}}.dump() << std::endl;
+    }
+    for (const auto& r : rows)
+      if (!r.ok) throw CLI::RuntimeError(3);
+  });
+}
+
+}  // namespace hmcast::tools
