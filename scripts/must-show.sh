@@ -62,6 +62,8 @@ echo "$DEMO_OUT" | grep -q "verified:   8 of 8 members" && echo "$DEMO_OUT" | gr
 echo "met: demo --nodes 8 exits 0 with every member verified"
 SOAK_OK='d["delivered_ok"] and d["duplicates_delivered"] == 0 and d["missing"] == 0 and d["views_installed"] >= 2 and 0 <= d["view_change_ms"] <= 2000'
 run "$SOAK_OK" soak --procs 8 --senders 4 --messages 10000 --loss 0.02 --kill 1 --json
+run "$SOAK_OK"' and d["spray_datagrams"] > 0 and d["bad_packets_dropped"] > 0 and d["spray_tcp_disconnected"] == d["spray_tcp_attempts"] > 0' \
+  soak --procs 8 --senders 4 --messages 3000 --loss 0.02 --kill 1 --spray --json
 if [ "$(id -u)" -eq 0 ] && command -v ip >/dev/null; then
   run_cmd "$SOAK_OK" tests/cluster/soak.sh --procs 8 --senders 4 --messages 10000 --loss 0.02 --kill 1 --json
 else

@@ -75,6 +75,7 @@ TEST_CASE("socket api: members find each other through the manager and deliver e
   hmcast::socket::ManagerServer manager("127.0.0.1", 0, {});
   constexpr std::uint32_t kNodes = 4;
   constexpr std::uint32_t kMessages = 50;  // per sender; 2 of them large
+  std::vector<Received> got(kNodes);  // outlives the nodes: their callbacks write here until they go
   std::vector<std::unique_ptr<hmcast::Node>> nodes;
   std::vector<hmcast::Group> groups(kNodes);
   std::vector<std::thread> joiners;
@@ -86,7 +87,6 @@ TEST_CASE("socket api: members find each other through the manager and deliver e
   }
   for (std::uint32_t i = 0; i < kNodes; ++i) joiners.emplace_back([&, i] { groups[i] = nodes[i]->join("sock"); });
   for (auto& t : joiners) t.join();
-  std::vector<Received> got(kNodes);
   for (std::uint32_t i = 0; i < kNodes; ++i) {
     REQUIRE(groups[i].view().size() == kNodes);
     CHECK(groups[i].self() == nodes[i]->id());
@@ -134,13 +134,13 @@ TEST_CASE("socket api: members find each other through the manager and deliver e
 TEST_CASE("socket api: a member that goes away is removed by a new view and the rest carry on", "[socket][api]") {
   hmcast::socket::ManagerServer manager("127.0.0.1", 0, {});
   constexpr std::uint32_t kNodes = 3;
+  std::vector<Received> got(kNodes);  // outlives the nodes
   std::vector<std::unique_ptr<hmcast::Node>> nodes;
   std::vector<hmcast::Group> groups(kNodes);
   std::vector<std::thread> joiners;
   for (std::uint32_t i = 0; i < kNodes; ++i) nodes.push_back(std::make_unique<hmcast::Node>(socket_config(manager.port(), kNodes)));
   for (std::uint32_t i = 0; i < kNodes; ++i) joiners.emplace_back([&, i] { groups[i] = nodes[i]->join("leave"); });
   for (auto& t : joiners) t.join();
-  std::vector<Received> got(kNodes);
   for (std::uint32_t i = 0; i < kNodes; ++i) watch(groups[i], got[i]);
   groups[0].broadcast(payload(groups[0].self(), 0, size_of(0))).get();
   const auto gone = nodes[2]->id();

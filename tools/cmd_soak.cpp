@@ -32,6 +32,8 @@ void add_soak_command(CLI::App& app) {
   cmd->add_option("--mtu", o->mtu, "Largest datagram")->check(CLI::Range(256U, 65507U))->capture_default_str();
   cmd->add_option("--timeout", o->timeout_s, "Seconds before the run is called failed")->capture_default_str();
   cmd->add_flag("--json", *json, "Print the result as one JSON line (last line of output)");
+  cmd->add_flag("--spray", o->spray, "A hostile peer sprays garbage, truncated, oversized, stale-view and "
+                                     "non-member packets and malformed TCP streams at the group");
   cmd->callback([o, json, transport] {
     if (*transport != "socket")
       throw CLI::ValidationError("--transport", "only 'socket' runs processes; for the simulator use `hmcast sim small`");

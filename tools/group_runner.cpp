@@ -16,9 +16,13 @@
 #include <mutex>
 #include <ostream>
 #include <stdexcept>
+#include <thread>
+#include <atomic>
+#include <optional>
 
 #include "transport/sim/sim_rng.hpp"
 #include "transport/socket/manager_server.hpp"
+#include "sprayer.hpp"
 #include "workload.hpp"
 
 extern char** environ;
@@ -126,6 +130,9 @@ nlohmann::json GroupRunReport::to_json() const {
           {"last_delivery_p50_us", last_delivery_p50_us},
           {"last_delivery_p99_us", last_delivery_p99_us},
           {"timed_out", timed_out},
+          {"spray_datagrams", spray_datagrams},
+          {"spray_tcp_attempts", spray_tcp_attempts},
+          {"spray_tcp_disconnected", spray_tcp_disconnected},
           {"problems", problems},
           {"manager_views", manager_views}};
 }
@@ -142,6 +149,7 @@ GroupRunReport run_group(const GroupRunOptions& o) {
 
   std::mutex views_mu;
   nlohmann::json views_log = nlohmann::json::array();
+  std::optional<membership::IssuedView> first_view;
   socket::ManagerServer manager(
       o.manager_host, 0,
       membership::CoordinatorConfig{static_cast<std::uint64_t>(mono_ns()), std::nullopt, std::nullopt},
@@ -149,6 +157,7 @@ GroupRunReport run_group(const GroupRunOptions& o) {
         std::lock_guard lock(views_mu);
         views_log.push_back({{"view", v.view.id}, {"members", v.view.members.size()}, {"left", v.left},
                              {"t_ns", mono_ns()}});
+        if (!first_view) first_view = v;
       });
   const std::string manager_addr = o.manager_host + ":" + std::to_string(manager.port());
   const std::string exe = self_exe();
@@ -171,6 +180,10 @@ GroupRunReport run_group(const GroupRunOptions& o) {
   }
 
   sim::Rng rng(o.seed ^ 0x6b696c6cULL);
+  std::atomic<bool> stop_spray{false};
+  SprayStats spray_stats;
+  std::thread sprayer;
+  bool spray_started = false;
   std::vector<std::pair<std::uint32_t, std::int64_t>> kills;  // (member id, t_ns)
   bool killed_yet = o.kill == 0;
   bool stopping = false;
@@ -252,9 +265,23 @@ GroupRunReport run_group(const GroupRunOptions& o) {
                   << " deliveries" << std::endl;
       next_progress = std::chrono::steady_clock::now() + std::chrono::seconds(1);
     }
+    if (o.spray && all_joined && !spray_started) {
+      std::optional<membership::IssuedView> target;
+      {
+        std::lock_guard lock(views_mu);
+        target = first_view;
+      }
+      spray_started = target.has_value();
+      if (target)
+        sprayer = std::thread([&, t = *target] {
+          spray_stats = spray(t, substitute(o.interface_template, 1), o.seed, stop_spray);
+        });
+    }
     const bool all_done = std::all_of(kids.begin(), kids.end(), [](const Child& c) { return c.killed || c.done || c.exited; });
     if (!stopping && killed_yet && all_done) {
       stopping = true;  // every survivor is done: let them go
+      stop_spray = true;
+      if (sprayer.joinable()) sprayer.join();
       for (auto& c : kids) ::close(c.in_fd);
     }
     if (std::chrono::steady_clock::now() >= deadline) {
@@ -266,6 +293,13 @@ GroupRunReport run_group(const GroupRunOptions& o) {
       stopping = true;
     }
   }
+  stop_spray = true;
+  if (sprayer.joinable()) sprayer.join();
+  rep.spray_datagrams = spray_stats.datagrams;
+  rep.spray_tcp_attempts = spray_stats.tcp_attempts;
+  rep.spray_tcp_disconnected = spray_stats.tcp_disconnected;
+  if (o.spray && rep.spray_tcp_disconnected != rep.spray_tcp_attempts)
+    rep.problems.push_back("a member kept a TCP connection that sent it bad input");
   for (auto& c : kids) {
     int status = 0;
     while (::waitpid(c.pid, &status, 0) < 0 && errno == EINTR) {

@@ -35,6 +35,7 @@ struct GroupRunOptions {
   std::ostream* progress = nullptr;  // where progress lines go (none if null)
   bool serial = false;      // senders wait for each completion (latency, not load)
   bool timestamps = false;  // measure delivery at the last receiver of member 1's messages
+  bool spray = false;       // a hostile peer sprays bad input at the group while it runs (sprayer.hpp)
 };
 
 struct GroupRunReport {
@@ -64,6 +65,9 @@ struct GroupRunReport {
   double last_delivery_p50_us = 0, last_delivery_p99_us = 0;
   double send_span_s = 0;  // member 1's first broadcast -> its last message's last delivery
   bool timed_out = false;
+  std::uint64_t spray_datagrams = 0;        // bad datagrams sprayed at the group
+  std::uint64_t spray_tcp_attempts = 0;     // bad TCP streams sent to members' link ports
+  std::uint64_t spray_tcp_disconnected = 0; // ...that the member hung up on
   std::vector<std::string> problems;  // what went wrong, readable
   nlohmann::json manager_views = nlohmann::json::array();  // each view the manager issued: id, size, who left
 

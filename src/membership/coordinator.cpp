@@ -125,7 +125,7 @@ void Coordinator::push_view(Group& g, const std::vector<MemberId>& left, std::ve
     if (mem.address) v.members.push_back(*mem.address);
   g.view = v;
   for (const auto& [id, mem] : g.members) out.push_back(ControlOut{mem.conn, v, false});
-  issued_.push_back(IssuedView{g.name, view_of(v), left});
+  issued_.push_back(IssuedView{g.name, view_of(v), left, g.id, g.multicast_address, g.multicast_port, v});
 }
 
 }  // namespace hmcast::membership

@@ -45,11 +45,15 @@ struct ControlOut {
   bool close = false;                     // then the connection is closed
 };
 
-/// A view the coordinator issued (for logs and measurements).
+/// A view the coordinator issued (for logs, measurements and test tools).
 struct IssuedView {
   std::string group;
   View view;
   std::vector<MemberId> left;
+  GroupId group_id = 0;
+  std::uint32_t multicast_address = 0;
+  std::uint16_t multicast_port = 0;
+  ViewPush push;  // with addresses
 };
 
 class Coordinator {

@@ -357,7 +357,11 @@ void Endpoint::drop(std::uint64_t key, bool peer_lost) {
     auto o = outgoing_.find(*c.peer);
     if (o != outgoing_.end() && o->second == key) outgoing_.erase(o);
   }
-  if (peer_lost && c.peer) mark_broken(*c.peer);
+  // Only our own connection speaks for a peer's link: an accepted one carries a
+  // claimed identity (its hello), and a stranger claiming to be a member must not
+  // be able to break that member's link by misbehaving. A dead peer still shows,
+  // on our connection to it and on its control connection to the manager.
+  if (peer_lost && c.peer && c.outgoing) mark_broken(*c.peer);
 }
 
 std::optional<Inbound> Endpoint::wait(std::chrono::steady_clock::time_point deadline) {
