@@ -84,7 +84,9 @@ struct NodeState {
       } else if (auto* p = std::get_if<action::SendP2P>(&a)) {
         if (!fabric->unicast(endpoint->id(), p->to, std::move(p->bytes))) broken_links.push_back(p->to);
       } else if (auto* b = std::get_if<action::SendBlock>(&a)) {
-        // In-process, the block travels inside its frame: the description plus the bytes.
+        // In-process, a segment travels inside its frame: the description plus its bytes,
+        // read from our buffer at the segment's own offset (a relay forwards bytes it
+        // placed there when it accepted them, never a copy of the frame it got).
         auto res = wire::decode(b->frame);
         auto buf = g.large.find({b->sender, b->seq});
         if (!res.ok() || buf == g.large.end()) continue;  // cannot happen: the engine names held ranges
@@ -100,8 +102,10 @@ struct NodeState {
         g.engine->buffer_ready(nb->sender, nb->seq, more);
         execute(g, more);
       } else if (auto* acc = std::get_if<action::BlockAccepted>(&a)) {
+        // The one copy on the receiving side: the segment's bytes, straight to their final offset.
         auto buf = g.large.find({acc->sender, acc->seq});
-        if (buf != g.large.end() && acc->offset + g.inbound_payload.size() <= buf->second->size())
+        if (buf != g.large.end() && g.inbound_payload.size() == acc->length &&
+            acc->offset + acc->length <= buf->second->size())
           std::copy(g.inbound_payload.begin(), g.inbound_payload.end(),
                     buf->second->begin() + static_cast<std::ptrdiff_t>(acc->offset));
       } else if (auto* dl = std::get_if<action::DeliverLarge>(&a)) {
@@ -289,6 +293,7 @@ Group Node::join(const std::string& name) {
                                              name + "' in time: start the others, or lower Config::group_size");
   rc_pipeline::PipelineConfig large;
   large.block_size = state_->protocol.block_size;
+  large.segment_size = state_->protocol.segment_size;
   g->engine = std::make_unique<ud_mcast::Engine>(gid, id(), *view, state_->protocol, detail::now_ns(), large);
   {
     // ...and the engine exists before any frame is routed to it.
