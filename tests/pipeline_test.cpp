@@ -63,6 +63,10 @@ TEST_CASE("pipeline: randomized runs keep every promise", "[pipeline][random]") 
     sc.slow_links = static_cast<std::uint32_t>(rng.below(3));
     sc.slow_factor = 0.25 + 0.7 * rng.uniform();
     sc.crash = sc.nodes > 4 && rng.chance(0.25) ? 1U : 0U;
+    // Drawn last, so each seed keeps the run it had before segments existed, now cut up:
+    // a segment from 1 byte to past the block, a credit lead from none to the whole block.
+    sc.segment = 1 + rng.below(sc.block + sc.block / 4);
+    sc.credit_lead = rng.below(sc.block + 1);
     const auto r = hmcast::sim::run_large(sc);
     const bool ok = r.delivered_ok && r.completed == std::uint64_t{sc.messages} * std::min(sc.senders, sc.nodes) &&
                     (sc.crash == 0 || r.crashed == 0 || r.views_installed >= 2 || r.failures == 0);
@@ -105,4 +109,27 @@ TEST_CASE("pipeline: the binomial pipeline beats sequential send by about n-1", 
   REQUIRE(seq.delivered_ok);
   CHECK(seq.ratio_vs_unicast > 6.5);
   CHECK(pipe.ratio_vs_unicast < 1.15);
+}
+
+TEST_CASE("pipeline: cut-through segments and just-in-time credits hide the per-step latency", "[pipeline][segment]") {
+  // With 2 us links, store-and-forward blocks pay a block's latency and a credit's round
+  // at every step; with segments and early credits the run is as long as its steps.
+  hmcast::sim::LargeScenario sc;
+  sc.nodes = 64;
+  sc.size = 64U << 20;
+  sc.block = 1U << 20;
+  sc.latency_ns = 2'000;
+  const auto cut = hmcast::sim::run_large(sc);
+  INFO(cut.to_json());
+  REQUIRE(cut.delivered_ok);
+  const double ideal = static_cast<double>(cut.steps) / cut.blocks;  // (B + log2 n - 1) / B
+  CHECK(cut.ratio_vs_unicast <= ideal + 0.002);
+  CHECK(cut.segments_sent == 16 * cut.blocks_sent);
+
+  sc.segment = sc.block;  // whole blocks, store-and-forward
+  sc.credit_lead = 0;     // credits only once a block is complete
+  const auto whole = hmcast::sim::run_large(sc);
+  INFO(whole.to_json());
+  REQUIRE(whole.delivered_ok);
+  CHECK(whole.ratio_vs_unicast > ideal + 0.04);
 }

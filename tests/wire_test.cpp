@@ -280,12 +280,15 @@ std::vector<Sample> samples() {
   // Block
   s.push_back(sample("block placed by the transport, index 0", w::Block{2, 1, 0, 0, 65536, {}}));
   s.push_back(sample("block placed by the transport, empty", w::Block{2, 1, 0, 0, 0, {}}));
-  s.push_back(sample("block placed by the transport, max index/offset/length",
-                     w::Block{kU32Max, kU64Max, kU32Max, kMaxOffset, kMaxBlock32, {}}, kU64Max, kU64Max, kU32Max));
+  s.push_back(sample("block placed by the transport, max index/offset/length (the last block of the largest message)",
+                     w::Block{kU32Max, kU64Max, kU32Max, kMaxOffset - w::kMaxBlock, kMaxBlock32, {}}, kU64Max,
+                     kU64Max, kU32Max));
+  s.push_back(sample("segment placed by the transport, inside block 3", w::Block{2, 1, 3, 3 * 65536 + 4096, 4096, {}}));
   s.push_back(sample("block with its payload, index 0", w::Block{2, 3, 0, 0, 1000, pool(200, 1000)}));
   s.push_back(sample("block with its payload, index 3", w::Block{2, 3, 3, 3000, 1000, pool(3200, 1000)}));
-  s.push_back(sample("block with its payload, max index and offset",
-                     w::Block{kU32Max, kU64Max, kU32Max, kMaxOffset, 7, pool(9, 7)}, 0, 0, 0));
+  s.push_back(sample("block with its payload, max index and offset (the last 7 bytes of the largest message)",
+                     w::Block{kU32Max, kU64Max, kU32Max, kMaxOffset - 7, 7, pool(9, 7)}, 0, 0, 0));
+  s.push_back(sample("segment with its payload, the middle of block 3", w::Block{2, 3, 3, 3250, 500, pool(77, 500)}));
   // LargeAck
   s.push_back(sample("large ack", w::LargeAck{3, 1}));
   s.push_back(sample("large ack extreme values", w::LargeAck{kU32Max, kU64Max}, kU64Max, kU64Max, kU32Max));
@@ -723,7 +726,25 @@ TEST_CASE("wire: inconsistent fields are refused", "[wire]") {
     // offset > 2^62
     CHECK(decode_body(w::Block{2, 1, 0, kMaxOffset + 1, 10, {}}) == E::inconsistent);
     CHECK(decode_body(w::Block{2, 1, 0, kU64Max, 10, p10}) == E::inconsistent);
-    CHECK(decode_body(w::Block{2, 1, 0, kMaxOffset, 10, p10}) == E::none);
+    CHECK(decode_body(w::Block{2, 1, kU32Max, kU64Max, 10, p10}) == E::inconsistent);
+    // A segment must end inside the largest message (2^62 bytes)...
+    CHECK(decode_body(w::Block{2, 1, kU32Max, kMaxOffset - 10, 10, p10}) == E::none);
+    CHECK(decode_body(w::Block{2, 1, kU32Max, kMaxOffset - 9, 10, p10}) == E::inconsistent);
+    CHECK(decode_body(w::Block{2, 1, kU32Max, kMaxOffset, 0, {}}) == E::none);  // empty, at the very end
+    CHECK(decode_body(w::Block{2, 1, kU32Max, kMaxOffset, 1, {}}) == E::inconsistent);
+    // ...inside block `index` for some legal block size: blocks are at most kMaxBlock...
+    CHECK(decode_body(w::Block{2, 1, 0, kMaxOffset, 10, p10}) == E::inconsistent);  // block 0 cannot reach 2^62
+    CHECK(decode_body(w::Block{2, 1, 0, w::kMaxBlock - 10, 10, p10}) == E::none);
+    CHECK(decode_body(w::Block{2, 1, 0, w::kMaxBlock - 9, 10, p10}) == E::inconsistent);  // crosses into block 1
+    CHECK(decode_body(w::Block{2, 1, 5, 6 * w::kMaxBlock - 1, 1, {}}) == E::none);
+    CHECK(decode_body(w::Block{2, 1, 5, 6 * w::kMaxBlock - 1, 2, {}}) == E::inconsistent);
+    CHECK(decode_body(w::Block{2, 1, 5, 6 * w::kMaxBlock, 0, {}}) == E::none);  // empty, at the block's end
+    // ...and at least one byte each, so block `index` starts at offset `index` or later.
+    CHECK(decode_body(w::Block{2, 1, 5, 5, 1, {}}) == E::none);
+    CHECK(decode_body(w::Block{2, 1, 5, 4, 1, {}}) == E::inconsistent);
+    CHECK(decode_body(w::Block{2, 1, 5, 0, 10, p10}) == E::inconsistent);
+    CHECK(decode_body(w::Block{2, 1, kU32Max, 0, 0, {}}) == E::inconsistent);
+    CHECK(decode_body(w::Block{2, 1, 0, 0, 0, {}}) == E::none);  // the one block of an empty message
   }
   SECTION("list counts beyond the packet or the bound") {
     const w::Header h{w::Type::ack, 1, 1, 1};

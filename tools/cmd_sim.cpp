@@ -39,10 +39,15 @@ void add_large_command(CLI::App* simcmd) {
       ->transform(CLI::AsSizeValue(false))->capture_default_str();
   large->add_option("--block", sc->block, "Block size (suffixes KiB, MiB, GiB)")
       ->transform(CLI::AsSizeValue(false))->capture_default_str();
+  large->add_option("--segment", sc->segment, "Bytes moved as one transfer, forwarded as soon as held (suffixes KiB, MiB)")
+      ->transform(CLI::AsSizeValue(false))->capture_default_str();
+  large->add_option("--credit-lead", sc->credit_lead,
+                    "Next credit goes out when a receive has at most this many bytes to come (suffixes KiB, MiB)")
+      ->transform(CLI::AsSizeValue(false))->capture_default_str();
   large->add_option("--algo", *algo, "binomial_pipeline, chain, sequential or tree")->capture_default_str();
   large->add_option("--link-gbps", sc->link_gbps, "NIC bandwidth per direction")->check(CLI::PositiveNumber);
   large->add_option("--latency-us", *latency_us, "Per-link latency (us)")->check(CLI::Range(0.0, 1e6));
-  large->add_option("--block-overhead-us", *overhead_us, "Software cost per block (us)")->check(CLI::Range(0.0, 1e6));
+  large->add_option("--block-overhead-us", *overhead_us, "Software cost of posting one transfer (segment) (us)")->check(CLI::Range(0.0, 1e6));
   large->add_option("--slow-links", sc->slow_links, "Links the schedule uses, slowed to --slow-factor");
   large->add_option("--slow-nodes", sc->slow_nodes, "Nodes whose NIC runs at --slow-factor");
   large->add_option("--slow-factor", sc->slow_factor, "Speed of slow links/nodes")->check(CLI::Range(0.01, 1.0));
@@ -56,6 +61,7 @@ void add_large_command(CLI::App* simcmd) {
     const auto a = rc_pipeline::parse_algorithm(*algo);
     if (!a) throw std::invalid_argument("unknown --algo '" + *algo + "': use binomial_pipeline, chain, sequential or tree");
     if (sc->block == 0) throw std::invalid_argument("--block must be at least 1 byte");
+    if (sc->segment == 0) throw std::invalid_argument("--segment must be at least 1 byte");
     sc->algorithm = *a;
     sc->latency_ns = static_cast<TimeNs>(*latency_us * 1000.0);
     sc->block_overhead_ns = static_cast<TimeNs>(*overhead_us * 1000.0);

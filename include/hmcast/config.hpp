@@ -29,6 +29,11 @@ struct ProtocolConfig {
   std::uint64_t max_large_message = 16ULL << 30;
   /// Block size of the large path.
   std::uint64_t block_size = 1U << 20;
+  /// A block moves in segments of this many bytes (at most block_size), and a member
+  /// forwards each segment as soon as it holds it, instead of waiting for the whole
+  /// block. Smaller segments cut the delay each relay adds; each one is a separate
+  /// transfer, so it should take longer on the wire than posting it costs.
+  std::uint64_t segment_size = 64U << 10;
   /// First ACK after a quiet period goes at once; later ones are merged for this long.
   std::int64_t ack_interval_ns = 1'000;
   /// Round trip of one hop assumed until measured (scaled by tree level for timeouts).

@@ -121,7 +121,9 @@ struct NodeState {
       } else if (auto* p = std::get_if<action::SendP2P>(&a)) {
         if (!link->unicast(p->to, std::move(p->bytes))) broken_links.push_back(p->to);
       } else if (auto* b = std::get_if<action::SendBlock>(&a)) {
-        // In-process, the block travels inside its frame: the description plus the bytes.
+        // In-process, a segment travels inside its frame: the description plus its bytes,
+        // read from our buffer at the segment's own offset (a relay forwards bytes it
+        // placed there when it accepted them, never a copy of the frame it got).
         auto res = wire::decode(b->frame);
         auto buf = g.large.find({b->sender, b->seq});
         if (!res.ok() || buf == g.large.end()) continue;  // cannot happen: the engine names held ranges
@@ -136,8 +138,10 @@ struct NodeState {
         g.engine->buffer_ready(nb->sender, nb->seq, more);
         execute(g, more);
       } else if (auto* acc = std::get_if<action::BlockAccepted>(&a)) {
+        // The one copy on the receiving side: the segment's bytes, straight to their final offset.
         auto buf = g.large.find({acc->sender, acc->seq});
-        if (buf != g.large.end() && acc->offset + g.inbound_payload.size() <= buf->second->size())
+        if (buf != g.large.end() && g.inbound_payload.size() == acc->length &&
+            acc->offset + acc->length <= buf->second->size())
           std::copy(g.inbound_payload.begin(), g.inbound_payload.end(),
                     buf->second->begin() + static_cast<std::ptrdiff_t>(acc->offset));
       } else if (auto* dl = std::get_if<action::DeliverLarge>(&a)) {
@@ -406,6 +410,7 @@ Group Node::join(const std::string& name) {
   g->node = state_.get();
   rc_pipeline::PipelineConfig large;
   large.block_size = state_->protocol.block_size;
+  large.segment_size = state_->protocol.segment_size;
   if (state_->cfg.transport == TransportKind::socket) {
     detail::join_socket(*state_, name, g, large);
     return Group(g);
@@ -462,7 +467,7 @@ GroupStats Group::stats() const {
     out.large_completed = p.completed;
     out.repairs_sent = e.repairs_sent;
     out.views_installed = e.views_installed;
-    out.duplicates_dropped = e.duplicates_dropped + p.duplicate_blocks;
+    out.duplicates_dropped = e.duplicates_dropped + p.duplicate_segments;
     out.bad_packets_dropped = e.bad_packets() + p.invalid_dropped;
   }
   out.bad_packets_dropped += state_->node->link->bad_input();

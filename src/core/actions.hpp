@@ -56,7 +56,9 @@ struct ReportSuspect {
 
 /// Move bytes [offset, offset + length) of large message (sender, seq) from this
 /// member's buffer into `to`'s buffer at the same offset, then hand `to` the frame
-/// (a wire::Block description) once the bytes are in place.
+/// (a wire::Block description) once the bytes are in place. The range is one segment:
+/// a whole block or part of one, which the engine may name before the rest of its
+/// block has arrived here (it only names bytes this member holds).
 struct SendBlock {
   MemberId to = 0;
   MemberId sender = 0;
@@ -92,9 +94,9 @@ struct DiscardLarge {
   MemberId sender = 0;
   Seq seq = 0;
 };
-/// The block frame just handed to the engine is valid: its bytes belong at `offset`
-/// of the (sender, seq) buffer. (Runtimes that carry payloads in frames copy them
-/// now, after validation, never before.)
+/// The block frame (one segment) just handed to the engine is valid: its `length`
+/// bytes belong at `offset` of the (sender, seq) buffer. (Runtimes that carry payloads
+/// in frames copy them now, after validation, never before, and only this once.)
 struct BlockAccepted {
   MemberId sender = 0;
   Seq seq = 0;

@@ -248,8 +248,16 @@ DecodeError decode_block(Reader& r, Body& out) {
   b.length = r.u32();
   if (!r.ok()) return DecodeError::truncated;
   b.payload = r.bytes(r.remaining());
+  // A Block frame carries one segment of block `index`: bytes [offset, offset + length).
+  // The frame does not say the block size, so only what holds for every legal layout is
+  // checked here (the pipeline checks the rest against the announced one): the segment
+  // lies inside the largest message (2^62 bytes), every earlier block holds at least one
+  // byte (offset >= index), and no block is longer than kMaxBlock (the segment ends by
+  // (index + 1) * kMaxBlock). None of the sums can wrap: offset and the products stay
+  // below 2^63, length below 2^31.
   if (b.seq == 0 || b.length > kMaxBlock || (!b.payload.empty() && b.payload.size() != b.length) ||
-      b.offset > (1ULL << 62))
+      b.offset > (1ULL << 62) || b.offset + b.length > (1ULL << 62) || b.offset < b.index ||
+      b.offset + b.length > (std::uint64_t{b.index} + 1) * kMaxBlock)
     return DecodeError::inconsistent;
   out = b;
   return DecodeError::none;

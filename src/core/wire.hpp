@@ -38,7 +38,7 @@ enum class Type : std::uint8_t {
   // The large path (RC binomial pipeline):
   announce = 9,   // a large message exists: its size and layout (sent ahead of its blocks)
   ready = 10,     // receiver -> sender: credit for blocks (ready-for-block flow control)
-  block = 11,     // one block, or (transports that place data directly) its description
+  block = 11,     // one segment of a block, or (transports that place data directly) its description
   large_ack = 12, // child -> parent in the ACK tree: my subtree holds this large message
   ping = 13,      // no content: sent to a peer we wait on, so a dead one shows as a broken link
 };
@@ -121,11 +121,13 @@ struct Ready {
   std::uint32_t credit = 0;  // the receiver has buffer for this many blocks from us in all (cumulative)
 };
 
+/// One segment of a block: bytes [offset, offset + length) of the message, all inside
+/// block `index` (a block may move as one segment or several, see rc_pipeline/pipeline.hpp).
 struct Block {
   MemberId sender = 0;
   Seq seq = 0;
   std::uint32_t index = 0;
-  std::uint64_t offset = 0;
+  std::uint64_t offset = 0;  // from the start of the message, not of the block
   std::uint32_t length = 0;
   std::span<const std::byte> payload;  // empty (data placed by the transport) or `length` bytes
 };

@@ -59,6 +59,7 @@ Pipeline::Transfer& Pipeline::create(MemberId sender, Seq seq, std::uint64_t siz
   t.size = size;
   t.block_size = block_size;
   t.algorithm = algorithm;
+  t.segment_size = std::clamp<std::uint64_t>(cfg_.segment_size, 1, block_size);
   t.blocks = static_cast<std::uint32_t>(std::max<std::uint64_t>(1, (size + block_size - 1) / block_size));
   t.have.assign(t.blocks, false);
   t.source.assign(t.blocks, 0);
@@ -118,9 +119,13 @@ void Pipeline::buffer_ready(MemberId sender, Seq seq, Outbox& out) {
 }
 
 void Pipeline::grant(Transfer& t, Outbox& out) {
-  // Credit the next receives in schedule order, up to the window ahead of what we hold.
-  const std::uint64_t limit = std::min<std::uint64_t>(t.receive_order.size(),
-                                                      std::uint64_t{t.have_count} + cfg_.receive_window);
+  // Credit the next receives in schedule order, up to the window ahead of what we hold,
+  // and one more once a receive in progress is nearly done (just in time, see the header).
+  bool nearly_done = false;
+  for (const auto& [block, held] : t.filled)
+    nearly_done = nearly_done || block_length(t, block) - held <= cfg_.credit_lead_bytes;
+  const std::uint64_t limit = std::min<std::uint64_t>(
+      t.receive_order.size(), std::uint64_t{t.have_count} + cfg_.receive_window + (nearly_done ? 1 : 0));
   std::set<MemberId> changed;
   while (t.credits_granted < limit) {
     const MemberId p = t.receive_order[t.credits_granted++];
@@ -151,20 +156,39 @@ void Pipeline::on_ready(MemberId from, const wire::Ready& r, Outbox& out) {
   maybe_finish(key, out);
 }
 
+std::uint64_t Pipeline::block_length(const Transfer& t, std::uint32_t block) {
+  const std::uint64_t offset = std::uint64_t{block} * t.block_size;
+  return std::min(t.block_size, t.size - std::min(t.size, offset));
+}
+
 void Pipeline::pump(Transfer& t, Outbox& out) {
   while (t.next_send < t.sends.size()) {
     const auto& tr = t.sends[t.next_send];
     const MemberId to = view_.members[tr.to];
-    if (!t.have[tr.block] || t.sent_to[to] >= t.credit_from[to]) break;  // schedule order: wait for this one
-    const std::uint64_t offset = std::uint64_t{tr.block} * t.block_size;
-    const std::uint64_t length = std::min(t.block_size, t.size - std::min(t.size, offset));
-    wire::Block b{t.sender, t.seq, tr.block, offset, static_cast<std::uint32_t>(length), {}};
-    out.emplace_back(action::SendBlock{to, t.sender, t.seq, offset, length,
-                                       wire::encode(wire::Header{{}, group_, view_.id, self_}, b)});
-    ++t.sent_to[to];
+    // A credit stands for a whole block: it is needed before the first segment only.
+    if (t.send_progress == 0 && t.sent_to[to] >= t.credit_from[to]) break;  // schedule order: wait for it
+    const std::uint64_t start = std::uint64_t{tr.block} * t.block_size;
+    const std::uint64_t length = block_length(t, tr.block);
+    const auto filled = t.filled.find(tr.block);
+    const std::uint64_t held = t.have[tr.block] ? length : filled == t.filled.end() ? 0 : filled->second;
+    // Every segment we hold goes now (cut-through); the last one of a block may be short,
+    // and an empty block is one empty segment, sent once the block is "held".
+    do {
+      const std::uint64_t end = std::min(length, t.send_progress + t.segment_size);
+      if (!t.have[tr.block] && (end > held || end == t.send_progress)) return;  // wait for its bytes
+      const std::uint64_t offset = start + t.send_progress;
+      const auto len = static_cast<std::uint32_t>(end - t.send_progress);
+      wire::Block b{t.sender, t.seq, tr.block, offset, len, {}};
+      out.emplace_back(action::SendBlock{to, t.sender, t.seq, offset, len,
+                                         wire::encode(wire::Header{{}, group_, view_.id, self_}, b)});
+      if (t.send_progress == 0) ++t.sent_to[to];
+      ++stats_.segments_sent;
+      stats_.bytes_sent += len;
+      t.send_progress = end;
+    } while (t.send_progress < length);
     ++stats_.blocks_sent;
-    stats_.bytes_sent += length;
     ++t.next_send;
+    t.send_progress = 0;
   }
 }
 
@@ -176,21 +200,42 @@ void Pipeline::on_block(MemberId from, const wire::Block& b, Outbox& out) {
   }
   Transfer& t = it->second;
   const Key key = it->first;
-  const std::uint64_t offset = std::uint64_t{b.index} * t.block_size;
-  if (b.index >= t.blocks || !t.buffer || b.offset != offset ||
-      b.length != std::min(t.block_size, t.size - std::min(t.size, offset)) ||
-      view_.members[t.source[b.index]] != from || t.sender == self_) {
+  if (b.index >= t.blocks || !t.buffer || view_.members[t.source[b.index]] != from || t.sender == self_) {
     ++stats_.invalid_dropped;  // not what the schedule says this member sends us
     return;
   }
-  if (t.have[b.index]) {
-    ++stats_.duplicate_blocks;
+  // The segment must lie inside its block (which the message's end may cut short), and
+  // only an empty block is sent as an empty segment.
+  const std::uint64_t start = std::uint64_t{b.index} * t.block_size;
+  const std::uint64_t length = block_length(t, b.index);
+  if (b.offset < start || b.offset - start > length || b.length > length - (b.offset - start) ||
+      (b.length == 0 && length != 0)) {
+    ++stats_.invalid_dropped;
     return;
   }
-  t.have[b.index] = true;
-  out.emplace_back(action::BlockAccepted{t.sender, t.seq, offset, b.length});
-  ++t.have_count;
-  ++stats_.blocks_received;
+  const std::uint64_t at = b.offset - start;
+  const auto filled = t.filled.find(b.index);
+  const std::uint64_t held = t.have[b.index] ? length : filled == t.filled.end() ? 0 : filled->second;
+  if (t.have[b.index] || (b.length != 0 && at + b.length <= held)) {
+    ++stats_.duplicate_segments;  // every byte of it is here already
+    return;
+  }
+  if (at != held) {
+    // Segments of a block come in order over one FIFO link: a gap or an overlap means
+    // the sender does not follow the protocol.
+    ++stats_.invalid_dropped;
+    return;
+  }
+  out.emplace_back(action::BlockAccepted{t.sender, t.seq, b.offset, b.length});
+  ++stats_.segments_received;
+  if (held + b.length == length) {
+    if (filled != t.filled.end()) t.filled.erase(filled);
+    t.have[b.index] = true;
+    ++t.have_count;
+    ++stats_.blocks_received;
+  } else {
+    t.filled[b.index] = held + b.length;
+  }
   grant(t, out);
   pump(t, out);
   if (t.have_count == t.blocks && !t.delivered) {
@@ -249,7 +294,7 @@ void Pipeline::maybe_finish(const Key& key, Outbox& out) {
 std::set<MemberId> Pipeline::waiting_on() const {
   std::set<MemberId> peers;
   for (const auto& [key, t] : transfers_) {
-    if (t.next_send < t.sends.size()) {
+    if (t.next_send < t.sends.size() && t.send_progress == 0) {  // a send under way waits for our sources
       const MemberId to = view_.members[t.sends[t.next_send].to];
       if (t.credit_from.count(to) == 0 || t.sent_to.count(to) == 0 || t.sent_to.at(to) >= t.credit_from.at(to))
         peers.insert(to);

@@ -25,7 +25,13 @@ class LargeRun final : public Host {
     View v{1, {}};
     for (std::uint32_t i = 0; i < sc.nodes; ++i) v.members.push_back(i);
     const ProtocolConfig protocol = protocol_profile(sc.latency_ns);
-    rc_pipeline::PipelineConfig large{sc.block, sc.algorithm, 2, sc.messages + 4, sc.receive_window};
+    rc_pipeline::PipelineConfig large;
+    large.block_size = sc.block;
+    large.algorithm = sc.algorithm;
+    large.queue_limit = sc.messages + 4;
+    large.receive_window = sc.receive_window;
+    large.segment_size = sc.segment;
+    large.credit_lead_bytes = sc.credit_lead;
     for (std::uint32_t i = 0; i < sc.nodes; ++i)
       engines_.push_back(std::make_unique<ud_mcast::Engine>(kGroup, i, v, protocol, 0, large));
     const std::uint32_t senders = std::clamp<std::uint32_t>(sc.senders, 1, sc.nodes);
@@ -166,6 +172,7 @@ class LargeRun final : public Host {
     r.algorithm = std::string(rc_pipeline::to_string(sc_.algorithm));
     r.size = sc_.size;
     r.block = sc_.block;
+    r.segment = std::clamp<std::uint64_t>(sc_.segment, 1, sc_.block);
     r.completed = completed_.size();
     r.timed_out = r.completed != std::uint64_t{sc_.messages} * senders_.size();
     r.unicast_time_us = static_cast<double>(unicast_ns_) / 1000.0;
@@ -179,6 +186,7 @@ class LargeRun final : public Host {
     for (const auto& e : engines_) {
       r.invalid_dropped += e->pipeline().stats().invalid_dropped;
       r.blocks_sent += e->pipeline().stats().blocks_sent;
+      r.segments_sent += e->pipeline().stats().segments_sent;
     }
     r.views_installed = 1 + engines_[0]->stats().views_installed;
     r.bytes_on_wire = fabric_.stats().bytes_on_wire;
@@ -208,7 +216,8 @@ std::string LargeScenario::command_line() const {
   std::ostringstream o;
   o.precision(17);
   o << "build/bin/hmcast sim large --nodes " << nodes << " --senders " << senders << " --messages " << messages
-    << " --size " << size << " --block " << block << " --algo " << rc_pipeline::to_string(algorithm)
+    << " --size " << size << " --block " << block << " --segment " << segment
+    << " --credit-lead " << credit_lead << " --algo " << rc_pipeline::to_string(algorithm)
     << " --link-gbps " << link_gbps << " --latency-us " << static_cast<double>(latency_ns) / 1000.0
     << " --block-overhead-us " << static_cast<double>(block_overhead_ns) / 1000.0 << " --slow-links " << slow_links
     << " --slow-nodes " << slow_nodes << " --slow-factor " << slow_factor << " --crash " << crash
@@ -223,6 +232,7 @@ std::string LargeResult::to_json() const {
   j["algorithm"] = algorithm;
   j["size"] = size;
   j["block"] = block;
+  j["segment"] = segment;
   j["blocks"] = blocks;
   j["steps"] = steps;
   j["sim_time_us"] = sim_time_us;
@@ -241,6 +251,7 @@ std::string LargeResult::to_json() const {
   j["missing"] = missing;
   j["invalid_dropped"] = invalid_dropped;
   j["blocks_sent"] = blocks_sent;
+  j["segments_sent"] = segments_sent;
   j["bytes_on_wire"] = bytes_on_wire;
   j["timed_out"] = timed_out;
   j["violations"] = violations;

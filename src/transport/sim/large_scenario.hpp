@@ -1,12 +1,14 @@
 // A whole large-message run in the simulator: the RC pipeline over a bandwidth
-// model (full-duplex NICs, per-link latency, per-block overhead, slow links or
-// nodes), optional crashes, and a checker. Used by `hmcast sim large` and tests.
+// model (full-duplex NICs, per-link latency, a posting cost per transfer, slow
+// links or nodes), optional crashes, and a checker. Every segment of a block is a
+// transfer of its own bytes, so cut-through forwarding is modelled, not assumed. Used by `hmcast sim large` and tests.
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "rc_pipeline/pipeline.hpp"
 #include "rc_pipeline/schedule.hpp"
 #include "transport/sim/sim_fabric.hpp"
 
@@ -18,6 +20,8 @@ struct LargeScenario {
   std::uint32_t messages = 1;  // per sender
   std::uint64_t size = 64U << 20;
   std::uint64_t block = 1U << 20;
+  std::uint64_t segment = rc_pipeline::PipelineConfig{}.segment_size;  // bytes per transfer (cut-through)
+  std::uint64_t credit_lead = rc_pipeline::PipelineConfig{}.credit_lead_bytes;  // see rc_pipeline/pipeline.hpp
   rc_pipeline::Algorithm algorithm = rc_pipeline::Algorithm::binomial_pipeline;
   double link_gbps = 100.0;
   TimeNs latency_ns = 2'000;
@@ -38,6 +42,7 @@ struct LargeResult {
   std::string algorithm;
   std::uint64_t size = 0;
   std::uint64_t block = 0;
+  std::uint64_t segment = 0;
   std::uint32_t blocks = 0;
   std::uint32_t steps = 0;
   double sim_time_us = 0;       // last completion at a sender (all ACKed)
@@ -56,6 +61,7 @@ struct LargeResult {
   std::uint64_t missing = 0;
   std::uint64_t invalid_dropped = 0;
   std::uint64_t blocks_sent = 0;
+  std::uint64_t segments_sent = 0;
   std::uint64_t bytes_on_wire = 0;
   bool timed_out = false;
   std::vector<std::string> violations;

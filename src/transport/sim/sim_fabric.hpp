@@ -31,7 +31,7 @@ struct NetworkModel {
   TimeNs reorder_delay_ns = 6'000;  // how far back at most
   TimeNs jitter_ns = 200;           // extra uniform delay on every packet
   std::size_t control_bytes = 256;  // packets this small are scheduled past queued data (QP arbitration)
-  TimeNs block_overhead_ns = 0;     // software cost of posting one bulk block (sized transfers)
+  TimeNs block_overhead_ns = 0;     // software cost of posting one bulk transfer (one segment of a block)
   TimeNs link_failure_ns = 100'000; // a send to a crashed node fails at the sender after this long
 };
 
@@ -64,8 +64,10 @@ class Fabric {
 
   void multicast(std::uint32_t from, std::vector<std::byte> bytes);
   void unicast(std::uint32_t from, std::uint32_t to, std::vector<std::byte> bytes);
-  /// A bulk transfer: `frame` (its description) arrives as a p2p frame once `wire_bytes`
-  /// have crossed the link; the payload itself is not simulated.
+  /// A bulk transfer (one segment of a block): `frame` (its description) arrives as a
+  /// p2p frame once `wire_bytes` have crossed the link; the payload itself is not
+  /// simulated. Each transfer is booked on both NICs on its own, so a relay that
+  /// forwards a segment as soon as it arrives overlaps receiving and sending.
   void transfer(std::uint32_t from, std::uint32_t to, std::vector<std::byte> frame, std::uint64_t wire_bytes);
   /// A node whose NIC runs at `factor` of the link speed (0 < factor <= 1).
   void slow_node(std::uint32_t node, double factor) { node_speed_[node] = factor; }
@@ -124,6 +126,7 @@ class Fabric {
   std::uint64_t trace_ = 0;
   std::vector<bool> crashed_;
   std::vector<TimeNs> tx_free_;  // when each NIC's send side is idle again
+  std::vector<TimeNs> post_free_;  // when each node is done posting bulk transfers (block_overhead_ns each)
   std::vector<std::map<TimeNs, TimeNs>> rx_busy_;  // each NIC's booked receive intervals: start -> end
   std::vector<std::vector<TimeNs>> fifo_;  // last arrival per (from, to) control channel, for FIFO order
   std::vector<std::vector<TimeNs>> bulk_fifo_;  // the same for the bulk (block) channel
