@@ -397,7 +397,8 @@ Node::~Node() {
     detail::NodeState::fail_all(*g, ErrorCode::closed, "the Node was destroyed before the message completed");
   if (state_->control) {
     state_->control->leave();
-    state_->control.reset();  // joins its reader: no callback runs after this
+    state_->control->close();  // joins its reader: no callback (which reads `control`) runs after this
+    state_->control.reset();
   }
   if (state_->link) state_->link->close();
   state_->manager.reset();

@@ -43,9 +43,13 @@ ManagerClient::ManagerClient(const std::string& host, std::uint16_t port,
 }
 
 ManagerClient::~ManagerClient() {
-  ::shutdown(fd_, SHUT_RDWR);  // unblocks the reader
-  reader_.join();
+  close();
   close_fd(fd_);
+}
+
+void ManagerClient::close() {
+  ::shutdown(fd_, SHUT_RDWR);  // unblocks the reader
+  if (reader_.joinable()) reader_.join();
 }
 
 void ManagerClient::send(const membership::ControlMessage& m) {

@@ -46,6 +46,9 @@ class ManagerClient {
   void report_suspect(ViewId view, MemberId member);
   /// Says goodbye; the manager removes this member by a new view.
   void leave();
+  /// Closes the connection and waits for the reader thread: no callback runs after
+  /// this returns. (The destructor does it too.)
+  void close();
   [[nodiscard]] std::string manager_address() const { return address_; }
 
  private:
