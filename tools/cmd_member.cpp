@@ -17,16 +17,12 @@
 
 #include "commands.hpp"
 #include "hmcast/hmcast.hpp"
+#include "mono_clock.hpp"
 #include "workload.hpp"
 
 namespace hmcast::tools {
 
 namespace {
-
-std::int64_t mono_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
 
 struct MemberOptions {
   std::string manager = "127.0.0.1:17700";

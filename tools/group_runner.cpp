@@ -22,6 +22,7 @@
 
 #include "transport/sim/sim_rng.hpp"
 #include "transport/socket/manager_server.hpp"
+#include "mono_clock.hpp"
 #include "sprayer.hpp"
 #include "workload.hpp"
 
@@ -30,11 +31,6 @@ extern char** environ;
 namespace hmcast::tools {
 
 namespace {
-
-std::int64_t mono_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
 
 std::string substitute(std::string s, std::uint32_t i) {
   for (auto pos = s.find("{i}"); pos != std::string::npos; pos = s.find("{i}"))
@@ -93,9 +89,9 @@ pid_t spawn(const std::vector<std::string>& argv, int& in_fd, int& out_fd) {
   return pid;
 }
 
-double percentile(std::vector<double>& v, double p) {
+/// `v` sorted ascending.
+double percentile(const std::vector<double>& v, double p) {
   if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
   const auto idx = static_cast<std::size_t>(p * static_cast<double>(v.size() - 1) + 0.5);
   return v[std::min(idx, v.size() - 1)];
 }
@@ -391,6 +387,7 @@ GroupRunReport run_group(const GroupRunOptions& o) {
     std::vector<double> spans;
     for (std::size_t i = 0; i < sent.size() && i < last.size(); ++i)
       if (sent[i] > 0 && last[i] >= sent[i]) spans.push_back(static_cast<double>(last[i] - sent[i]) / 1e3);
+    std::sort(spans.begin(), spans.end());
     rep.last_delivery_p50_us = percentile(spans, 0.50);
     rep.last_delivery_p99_us = percentile(spans, 0.99);
     if (!sent.empty() && sent.front() > 0) {
@@ -398,6 +395,7 @@ GroupRunReport run_group(const GroupRunOptions& o) {
       rep.send_span_s = static_cast<double>(end - sent.front()) / 1e9;
     }
   }
+  std::sort(lat.begin(), lat.end());
   rep.latency_p50_us = percentile(lat, 0.50);
   rep.latency_p99_us = percentile(lat, 0.99);
   rep.latency_max_us = lat.empty() ? 0 : lat.back();

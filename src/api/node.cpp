@@ -15,6 +15,7 @@
 #include <cstdlib>
 
 #include "api/link.hpp"
+#include "core/name_hash.hpp"
 #include "core/wire.hpp"
 #include "hmcast/node.hpp"
 #include "membership/control_wire.hpp"
@@ -28,12 +29,6 @@ namespace hmcast {
 namespace detail {
 
 namespace {
-
-GroupId group_id_of(const std::string& name) {
-  std::uint64_t h = 0xcbf29ce484222325ULL;  // FNV-1a: stable across processes and builds
-  for (char c : name) h = (h ^ static_cast<unsigned char>(c)) * 0x100000001b3ULL;
-  return h;
-}
 
 TimeNs now_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
@@ -416,7 +411,7 @@ Group Node::join(const std::string& name) {
     detail::join_socket(*state_, name, g, large);
     return Group(g);
   }
-  const GroupId gid = detail::group_id_of(name);
+  const GroupId gid = name_hash(name);
   {
     // Registered before the rendezvous so that no early frame of the group is lost...
     std::lock_guard lock(state_->groups_mu);

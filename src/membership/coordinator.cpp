@@ -1,16 +1,8 @@
 #include "membership/coordinator.hpp"
 
+#include "core/name_hash.hpp"
+
 namespace hmcast::membership {
-
-namespace {
-
-std::uint64_t name_hash(const std::string& name) {
-  std::uint64_t h = 0xcbf29ce484222325ULL;  // FNV-1a
-  for (char c : name) h = (h ^ static_cast<unsigned char>(c)) * 0x100000001b3ULL;
-  return h;
-}
-
-}  // namespace
 
 void Coordinator::refuse(ConnId conn, const std::string& reason, std::vector<ControlOut>& out) {
   out.push_back(ControlOut{conn, Refused{reason.substr(0, kMaxControlString)}, true});
