@@ -13,11 +13,14 @@ std::vector<ControlMessage> samples() {
   return {Join{"weights", 8},
           Welcome{0x1122334455667788ULL, 7, 0xEFFF0102U, 20001},
           Listening{"10.0.0.2", 4242},
-          ViewPush{3, {{1, "10.0.0.1", 1000}, {4, "host-b", 1001}}},
-          ViewPush{9, {}},
+          ViewPush{3, {{1, "10.0.0.1", 1000}, {4, "host-b", 1001}}, {}, false},
+          ViewPush{9, {}, {}, false},
+          ViewPush{5, {{2, "a", 7}, {9, "b", 8}}, {{2, 17, 3}, {5, 1, 1}}, true},
           SuspectReport{4, 2},
           Leave{},
-          Refused{"group full"}};
+          Refused{"group full"},
+          FlushRequest{12},
+          Flushed{12, 40, 2}};
 }
 
 template <class T>
@@ -51,10 +54,13 @@ TEST_CASE("control wire: truncated, extended, foreign and unsorted input is refu
     bad_version[3] = std::byte{99};
     CHECK_FALSE(decode_control(bad_version).has_value());
   }
-  auto unsorted = encode(ViewPush{1, {{5, "a", 1}, {2, "b", 2}}});
+  auto unsorted = encode(ViewPush{1, {{5, "a", 1}, {2, "b", 2}}, {}, false});
   CHECK_FALSE(decode_control(unsorted).has_value());
+  CHECK_FALSE(decode_control(encode(ViewPush{1, {}, {{4, 1, 1}, {3, 1, 1}}, true})).has_value());
+  CHECK_FALSE(decode_control(encode(ViewPush{1, {}, {{4, 0, 1}}, true})).has_value());  // seqs start at 1
+  CHECK_FALSE(decode_control(encode(Flushed{1, 1, 0})).has_value());
   // A member count the input cannot hold is refused before anything is reserved.
-  auto lying = encode(ViewPush{1, {}});
+  auto lying = encode(ViewPush{1, {}, {}, false});
   lying[13] = std::byte{0xff};
   lying[14] = std::byte{0xff};
   CHECK_FALSE(decode_control(lying).has_value());
@@ -78,10 +84,6 @@ TEST_CASE("coordinator: ids, the first view once all listen, removal on loss and
   CHECK(v1.view == 1);
   CHECK(view_of(v1).members == std::vector<hmcast::MemberId>{1, 2, 3});
   CHECK(v1.members[1].host == "h2");
-  // A fourth member is refused: the group is complete.
-  auto late = c.on_message(13, Join{"g", 3});
-  CHECK(expect<Refused>(late, 0).reason.find("already complete") != std::string::npos);
-  CHECK(late[0].close);
   // Member 3's connection drops: view 2 goes to 1 and 2.
   auto lost = c.on_disconnect(12);
   REQUIRE(lost.size() == 2);
@@ -113,4 +115,59 @@ TEST_CASE("coordinator: refusals say what to do", "[control]") {
   Coordinator a({1, {}, {}}), b({2, {}, {}});
   CHECK(expect<Welcome>(a.on_message(1, Join{"g", 1}), 0).group_id !=
         expect<Welcome>(b.on_message(1, Join{"g", 1}), 0).group_id);
+}
+
+TEST_CASE("coordinator: a member joins a running group through a flush", "[control]") {
+  Coordinator c({});
+  for (ConnId k = 10; k < 13; ++k) (void)c.on_message(k, Join{"g", 3});
+  (void)c.on_message(10, Listening{"h1", 1});
+  (void)c.on_message(11, Listening{"h2", 2});
+  (void)c.on_message(12, Listening{"h3", 3});
+  // A joiner is welcomed; once it listens, every member of view 1 is asked to flush.
+  CHECK(expect<Welcome>(c.on_message(13, Join{"g", 3}), 0).member == 4);
+  auto flush = c.on_message(13, Listening{"h4", 4});
+  REQUIRE(flush.size() == 3);
+  for (std::size_t i = 0; i < 3; ++i) {
+    CHECK(flush[i].conn == 10 + i);
+    CHECK(expect<FlushRequest>(flush, i).view == 1);
+  }
+  // A second joiner during the flush waits for it (no second round of requests).
+  (void)c.on_message(14, Join{"g", 3});
+  CHECK(c.on_message(14, Listening{"h5", 5}).empty());
+  CHECK(c.on_message(10, Flushed{1, 5, 2}).empty());
+  CHECK(c.on_message(10, Flushed{1, 9, 9}).empty());  // said twice: the first answer stands
+  // Member 2 dies mid-flush: a view without it that does not end the pause.
+  auto lost = c.on_disconnect(11);
+  REQUIRE(lost.size() == 2);
+  const auto& v2 = expect<ViewPush>(lost, 0);
+  CHECK(v2.view == 2);
+  CHECK(view_of(v2).members == std::vector<hmcast::MemberId>{1, 3});
+  CHECK_FALSE(v2.ends_flush);
+  CHECK(v2.starts.empty());
+  // The last answer ends the flush: both joiners are in, with where each sender's streams start.
+  auto joined = c.on_message(12, Flushed{1, 1, 4});
+  REQUIRE(joined.size() == 4);
+  const auto& v3 = expect<ViewPush>(joined, 0);
+  CHECK(v3.view == 3);
+  CHECK(view_of(v3).members == std::vector<hmcast::MemberId>{1, 3, 4, 5});
+  CHECK(v3.ends_flush);
+  CHECK(v3.starts == std::vector<StreamStart>{{1, 5, 2}, {3, 1, 4}});
+  CHECK(joined[2].conn == 13);
+  CHECK(joined[3].conn == 14);
+  // A Flushed nobody asked for changes nothing.
+  CHECK(c.on_message(10, Flushed{3, 6, 2}).empty());
+}
+
+TEST_CASE("coordinator: a joiner that dies before its view costs no view of its own", "[control]") {
+  Coordinator c({});
+  (void)c.on_message(10, Join{"g", 1});
+  (void)c.on_message(10, Listening{"h1", 1});
+  (void)c.on_message(11, Join{"g", 1});
+  REQUIRE(c.on_message(11, Listening{"h2", 2}).size() == 1);  // the flush request to member 1
+  CHECK(c.on_disconnect(11).empty());
+  // The flush still ends, with the same members: the pause must be lifted.
+  auto ended = c.on_message(10, Flushed{1, 3, 1});
+  REQUIRE(ended.size() == 1);
+  CHECK(view_of(expect<ViewPush>(ended, 0)).members == std::vector<hmcast::MemberId>{1});
+  CHECK(expect<ViewPush>(ended, 0).ends_flush);
 }

@@ -212,3 +212,99 @@ TEST_CASE("socket api: joining with no manager, or a mismatched group size, is a
   }
   t.join();
 }
+
+namespace {
+
+/// Message i of a sender: its index in the first 4 bytes, then a pattern.
+std::vector<std::byte> indexed(hmcast::MemberId sender, std::uint32_t i) {
+  auto b = payload(sender, i, std::max<std::size_t>(size_of(i), 4));
+  for (int k = 0; k < 4; ++k) b[static_cast<std::size_t>(k)] = static_cast<std::byte>((i >> (8 * k)) & 0xffU);
+  return b;
+}
+
+struct Indices {
+  std::mutex mu;
+  std::map<hmcast::MemberId, std::vector<std::uint32_t>> got;  // per sender, in delivery order
+  std::uint64_t bad = 0;
+};
+
+void watch_indices(hmcast::Group& g, Indices& r) {
+  g.on_deliver([&r](const hmcast::Delivery& d) {
+    std::uint32_t i = 0;
+    for (int k = 3; k >= 0 && d.bytes.size() >= 4; --k)
+      i = (i << 8) | std::to_integer<std::uint32_t>(d.bytes[static_cast<std::size_t>(k)]);
+    const auto want = indexed(d.sender, i);
+    std::lock_guard lock(r.mu);
+    if (!std::equal(d.bytes.begin(), d.bytes.end(), want.begin(), want.end())) ++r.bad;
+    r.got[d.sender].push_back(i);
+  });
+}
+
+}  // namespace
+
+TEST_CASE("socket api: a member joins a running group and delivers from its view on", "[socket][api][join]") {
+  hmcast::socket::ManagerServer manager("127.0.0.1", 0, {});
+  constexpr std::uint32_t kNodes = 3;
+  std::vector<Indices> got(kNodes + 1);  // outlives the nodes
+  std::vector<std::unique_ptr<hmcast::Node>> nodes;
+  std::vector<hmcast::Group> groups(kNodes + 1);
+  std::vector<std::thread> joiners;
+  for (std::uint32_t i = 0; i < kNodes; ++i)
+    nodes.push_back(std::make_unique<hmcast::Node>(socket_config(manager.port(), kNodes)));
+  for (std::uint32_t i = 0; i < kNodes; ++i) joiners.emplace_back([&, i] { groups[i] = nodes[i]->join("late"); });
+  for (auto& t : joiners) t.join();
+  for (std::uint32_t i = 0; i < kNodes; ++i) watch_indices(groups[i], got[i]);
+
+  // Two senders broadcast without pause (small, fragmented and large messages) until
+  // the joiner has seen plenty of each, then 20 more each.
+  std::atomic<bool> joined_enough{false};
+  std::vector<std::uint32_t> sent(2, 0);
+  std::vector<std::thread> senders;
+  for (std::uint32_t s = 0; s < 2; ++s)
+    senders.emplace_back([&, s] {
+      std::vector<hmcast::Completion> done;
+      std::uint32_t i = 0;
+      for (std::uint32_t extra = 0; extra < 20 && i < 20000; ++i) {
+        done.push_back(groups[s].broadcast(indexed(groups[s].self(), i)));
+        if (joined_enough) ++extra;
+      }
+      for (auto& c : done) c.get();  // every member of the view holds each, the joiner too once in
+      sent[s] = i;
+    });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  nodes.push_back(std::make_unique<hmcast::Node>(socket_config(manager.port(), kNodes)));
+  groups[kNodes] = nodes[kNodes]->join("late");
+  watch_indices(groups[kNodes], got[kNodes]);
+  CHECK(groups[kNodes].view().size() == kNodes + 1);
+  CHECK(eventually([&] {
+    std::lock_guard lock(got[kNodes].mu);
+    return got[kNodes].got[groups[0].self()].size() >= 30 && got[kNodes].got[groups[1].self()].size() >= 30;
+  }));
+  joined_enough = true;
+  for (auto& t : senders) t.join();
+  // The joiner sends too, and everyone gets it.
+  groups[kNodes].broadcast(indexed(groups[kNodes].self(), 0)).get();
+
+  for (std::uint32_t m = 0; m <= kNodes; ++m) {
+    CHECK(eventually([&] {
+      std::lock_guard lock(got[m].mu);
+      return got[m].got[groups[0].self()].size() + got[m].got[groups[1].self()].size() >= (m < kNodes ? sent[0] + sent[1] : 40) &&
+             got[m].got[groups[kNodes].self()].size() == 1;
+    }));
+    std::lock_guard lock(got[m].mu);
+    INFO("member " << m);
+    CHECK(got[m].bad == 0);
+    for (std::uint32_t s = 0; s < 2; ++s) {
+      auto idx = got[m].got[groups[s].self()];
+      std::sort(idx.begin(), idx.end());
+      REQUIRE_FALSE(idx.empty());
+      // Exactly once each, contiguous, up to the last: from 0 for the first members,
+      // from where the flush left the stream for the joiner.
+      const std::uint32_t first = idx.front();
+      CHECK(idx.back() == sent[s] - 1);
+      CHECK(idx.size() == sent[s] - first);
+      if (m < kNodes) CHECK(first == 0);
+      else CHECK(first > 0);  // it joined mid-stream
+    }
+  }
+}

@@ -95,8 +95,8 @@ struct Config {
   /// inproc: nodes naming the same fabric see each other.
   std::string fabric = "default";
   /// Members a group waits for before its first view is installed. Every member of
-  /// a group must pass the same number (dynamic joins come with the networked
-  /// membership service).
+  /// a group must pass the same number. On the socket transport a member may join
+  /// later (with the same number): it comes in mid-stream (see Node::join).
   std::uint32_t group_size = 1;
   /// join() fails with ErrorCode::join_timeout after this long.
   std::chrono::milliseconds join_timeout{10'000};

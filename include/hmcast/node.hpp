@@ -130,6 +130,14 @@ class Node {
 
   /// Joins (or creates) the group `name` and returns once this node is in a view of
   /// Config::group_size members. Throws Error{join_timeout}.
+  ///
+  /// Socket transport, a group already running: the manager flushes the group (its
+  /// members' new broadcasts wait, SendMode::fail ones throw window_full, until
+  /// everything already sent is held by every member) and installs a view with this
+  /// node in it. From then on this node delivers every message sent in that view or
+  /// later, and none sent before: bringing it up to date (state transfer) is the
+  /// application's business, e.g. a snapshot broadcast by one member after the
+  /// view-change callback reports the newcomer.
   Group join(const std::string& name);
   [[nodiscard]] MemberId id() const;
 

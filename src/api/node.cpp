@@ -89,6 +89,10 @@ struct GroupState {
   std::deque<Action> to_app;  // deliveries, completions, views: for the progress thread
   Group::DeliverFn on_deliver;
   Group::ViewFn on_view;
+  // A flush (a member joins, membership/control_wire.hpp): new broadcasts wait
+  // until the view that ends it; Flushed goes out once ours are all-acked.
+  bool paused = false;
+  std::optional<ViewId> flush_view;
   bool closed = false;
   ErrorCode closed_code = ErrorCode::removed;
   std::string closed_why = "this member is no longer in the group; join again";
@@ -164,6 +168,15 @@ struct NodeState {
     }
   }
 
+  /// Answer a pending flush request once all our messages are all-acked. g.mu held.
+  void maybe_report_flushed(GroupState& g) {
+    if (!g.flush_view || !control) return;
+    const auto& e = *g.engine;
+    if (e.in_flight() != 0 || e.pipeline().sending()) return;
+    control->flushed(*g.flush_view, e.next_seq(), e.pipeline().next_seq());
+    g.flush_view.reset();  // answered; `paused` stays until the view that ends the flush
+  }
+
   std::vector<std::shared_ptr<GroupState>> snapshot() {
     std::lock_guard lock(groups_mu);
     std::vector<std::shared_ptr<GroupState>> v;
@@ -205,6 +218,7 @@ struct NodeState {
             g->engine->on_timer(now, out);
             execute(*g, out);
           }
+          maybe_report_flushed(*g);
         }
         run_callbacks(*g);
       }
@@ -236,6 +250,7 @@ struct NodeState {
     }
     execute(*g, out);
     g->inbound_payload = {};
+    maybe_report_flushed(*g);
   }
 
   void run_callbacks(GroupState& g) {
@@ -304,6 +319,14 @@ struct NodeState {
 
 namespace detail {
 
+/// What a view that ends a flush says of each sender's small stream (ViewPush::starts).
+std::map<MemberId, Seq> stream_floors(const membership::ViewPush& v) {
+  std::map<MemberId, Seq> floors;
+  if (v.ends_flush)
+    for (const auto& st : v.starts) floors[st.member] = st.next_small - 1;
+  return floors;
+}
+
 /// Join over the socket transport: get an id and addresses from the manager, open
 /// the endpoint, wait for the first view, then follow the manager's views.
 void join_socket(NodeState& s, const std::string& name, const std::shared_ptr<GroupState>& g,
@@ -324,6 +347,7 @@ void join_socket(NodeState& s, const std::string& name, const std::shared_ptr<Gr
   g->engine = std::make_unique<ud_mcast::Engine>(welcome.group_id, welcome.member, membership::view_of(first),
                                                  s.protocol, now_ns(), large);
   g->engine->use_external_membership();
+  g->engine->set_stream_floors(stream_floors(first));  // joining a running group: start where the flush left it
   {
     std::lock_guard lock(s.groups_mu);
     s.groups[welcome.group_id] = g;
@@ -339,10 +363,25 @@ void join_socket(NodeState& s, const std::string& name, const std::shared_ptr<Gr
         {
           std::lock_guard lock(group->mu);
           Outbox out;
+          group->engine->set_stream_floors(stream_floors(v));
           group->engine->apply_view(membership::view_of(v), now_ns(), out);
           node->execute(*group, out);
+          if (v.ends_flush) {
+            group->paused = false;
+            group->flush_view.reset();
+            group->room.notify_all();
+          }
+          node->maybe_report_flushed(*group);
         }
         node->link->wake();
+      },
+      [node, weak](ViewId view) {
+        auto group = weak.lock();
+        if (!group) return;
+        std::lock_guard lock(group->mu);
+        group->paused = true;
+        group->flush_view = view;
+        node->maybe_report_flushed(*group);
       },
       [node, weak](const std::string& why) {
         auto group = weak.lock();
@@ -477,9 +516,11 @@ Completion Group::broadcast(std::span<const std::byte> bytes, SendMode mode) {
   std::unique_lock lock(state_->mu);
   for (;;) {
     if (state_->closed || state_->engine->removed()) throw Error(state_->closed_code, state_->closed_why);
-    if (state_->engine->window_has_room(msg->size())) break;
+    if (!state_->paused && state_->engine->window_has_room(msg->size())) break;
     if (mode == SendMode::fail)
-      throw Error(ErrorCode::window_full, "sender window full: wait for a Completion or use SendMode::wait");
+      throw Error(ErrorCode::window_full, state_->paused ? "a member is joining the group: broadcasts resume once it "
+                                                           "is in (retry, or use SendMode::wait)"
+                                                         : "sender window full: wait for a Completion or use SendMode::wait");
     state_->room.wait_for(lock, std::chrono::milliseconds(50));
   }
   Outbox out;
@@ -506,9 +547,13 @@ Completion Group::broadcast_large(std::span<const std::byte> bytes, SendMode mod
   std::unique_lock lock(state_->mu);
   for (;;) {
     if (state_->closed || state_->engine->removed()) throw Error(state_->closed_code, state_->closed_why);
-    if (state_->engine->pipeline().queued() < state_->engine->pipeline().config().queue_limit) break;
+    if (!state_->paused && state_->engine->pipeline().queued() < state_->engine->pipeline().config().queue_limit)
+      break;
     if (mode == SendMode::fail)
-      throw Error(ErrorCode::window_full, "large-message queue full: wait for a Completion or use SendMode::wait");
+      throw Error(ErrorCode::window_full, state_->paused ? "a member is joining the group: broadcasts resume once it "
+                                                           "is in (retry, or use SendMode::wait)"
+                                                         : "large-message queue full: wait for a Completion or use "
+                                                           "SendMode::wait");
     state_->room.wait_for(lock, std::chrono::milliseconds(50));
   }
   // The buffer is in place before the engine can name it in a SendBlock.

@@ -53,11 +53,24 @@ std::vector<std::byte> encode(const ControlMessage& m) {
             put_string(w, a.host);
             w.u16(a.port);
           }
+          w.u8(msg.ends_flush ? 1 : 0);
+          w.u32(static_cast<std::uint32_t>(msg.starts.size()));
+          for (const auto& st : msg.starts) {
+            w.u32(st.member);
+            w.u64(st.next_small);
+            w.u64(st.next_large);
+          }
         } else if constexpr (std::is_same_v<T, SuspectReport>) {
           w.u64(msg.view);
           w.u32(msg.member);
         } else if constexpr (std::is_same_v<T, Refused>) {
           put_string(w, msg.reason);
+        } else if constexpr (std::is_same_v<T, FlushRequest>) {
+          w.u64(msg.view);
+        } else if constexpr (std::is_same_v<T, Flushed>) {
+          w.u64(msg.view);
+          w.u64(msg.next_small);
+          w.u64(msg.next_large);
         }
       },
       m);
@@ -110,6 +123,21 @@ std::optional<ControlMessage> decode_control(std::span<const std::byte> bytes) {
         if (!v.members.empty() && a.id <= v.members.back().id) return std::nullopt;  // sorted, distinct
         v.members.push_back(std::move(a));
       }
+      const auto flag = r.u8();
+      if (flag > 1) return std::nullopt;
+      v.ends_flush = flag == 1;
+      const auto k = r.u32();
+      if (k > kMaxViewMembers || k > r.remaining() / 20) return std::nullopt;  // 20 bytes each
+      v.starts.reserve(k);
+      for (std::uint32_t i = 0; i < k && r.ok(); ++i) {
+        StreamStart st;
+        st.member = r.u32();
+        st.next_small = r.u64();
+        st.next_large = r.u64();
+        if (st.next_small == 0 || st.next_large == 0) return std::nullopt;  // seqs start at 1
+        if (!v.starts.empty() && st.member <= v.starts.back().member) return std::nullopt;
+        v.starts.push_back(st);
+      }
       m = std::move(v);
       break;
     }
@@ -126,6 +154,21 @@ std::optional<ControlMessage> decode_control(std::span<const std::byte> bytes) {
     case 6: {
       Refused f;
       f.reason = get_string(r);
+      m = f;
+      break;
+    }
+    case 7: {
+      FlushRequest f;
+      f.view = r.u64();
+      m = f;
+      break;
+    }
+    case 8: {
+      Flushed f;
+      f.view = r.u64();
+      f.next_small = r.u64();
+      f.next_large = r.u64();
+      if (f.next_small == 0 || f.next_large == 0) return std::nullopt;
       m = f;
       break;
     }

@@ -6,10 +6,21 @@
 //   member -> manager   Join{group, expected_size}     ask for an id in `group`
 //   manager -> member   Welcome{group_id, member, multicast address and port}
 //   member -> manager   Listening{host, port}           where peers reach our links
-//   manager -> member   ViewPush{view id, members with addresses}
+//   manager -> member   ViewPush{view id, members with addresses, stream starts}
 //   member -> manager   Suspect{view, member}           a link broke / budget spent
 //   member -> manager   Leave{}                         graceful goodbye
 //   manager -> member   Refused{reason}                 and the manager hangs up
+//   manager -> member   FlushRequest{view}              a member wants in: pause
+//   member -> manager   Flushed{view, next seqs}        all I sent is all-acked
+//
+// Joining a running group (the flush): the manager asks every member of the
+// current view to stop starting broadcasts and to say when everything it has sent
+// is all-acked (Flushed, with the seq its next small and large message will get).
+// Once all have, every member holds every message sent so far, so the next view
+// can take in the joiners: its ViewPush names each sender's first seq in the new
+// view (`starts`) and ends the pause (`ends_flush`). A joiner delivers from there
+// on; older messages are not its business (state transfer is the application's).
+// A member lost during a flush is removed by a view that does not end the pause.
 #pragma once
 
 #include <cstddef>
@@ -24,7 +35,7 @@
 
 namespace hmcast::membership {
 
-inline constexpr std::uint8_t kControlVersion = 1;
+inline constexpr std::uint8_t kControlVersion = 2;
 /// Longest string field (group names, host names, reasons).
 inline constexpr std::size_t kMaxControlString = 255;
 /// Most members a ViewPush may name.
@@ -54,9 +65,19 @@ struct Listening {
   std::uint16_t port = 0;
   friend bool operator==(const Listening&, const Listening&) = default;
 };
+/// Where a sender's streams stand at a flush: its next small and large seqs.
+struct StreamStart {
+  MemberId member = 0;
+  Seq next_small = 1;
+  Seq next_large = 1;
+  friend bool operator==(const StreamStart&, const StreamStart&) = default;
+};
 struct ViewPush {
   ViewId view = 0;
   std::vector<MemberAddress> members;  // sorted by id
+  /// Set on the view that ends a flush: per member of the flushed view (sorted by id).
+  std::vector<StreamStart> starts;
+  bool ends_flush = false;
   friend bool operator==(const ViewPush&, const ViewPush&) = default;
 };
 struct SuspectReport {
@@ -72,7 +93,19 @@ struct Refused {
   friend bool operator==(const Refused&, const Refused&) = default;
 };
 
-using ControlMessage = std::variant<Join, Welcome, Listening, ViewPush, SuspectReport, Leave, Refused>;
+struct FlushRequest {
+  ViewId view = 0;
+  friend bool operator==(const FlushRequest&, const FlushRequest&) = default;
+};
+struct Flushed {
+  ViewId view = 0;  // the view the request named
+  Seq next_small = 1;
+  Seq next_large = 1;
+  friend bool operator==(const Flushed&, const Flushed&) = default;
+};
+
+using ControlMessage =
+    std::variant<Join, Welcome, Listening, ViewPush, SuspectReport, Leave, Refused, FlushRequest, Flushed>;
 
 std::vector<std::byte> encode(const ControlMessage& m);
 /// Nothing if `bytes` is not exactly one well-formed message of this version.

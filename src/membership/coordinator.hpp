@@ -8,7 +8,10 @@
 // - A group is created by its first Join, with the expected size that Join names;
 //   later Joins must name the same size. Ids are never reused within a group.
 // - The first view forms when `expected_size` members have said where they listen.
-//   Joins after that are refused (joining a running group is not supported yet).
+// - A Join after that (with the same expected size) is a joiner: once it listens,
+//   the manager flushes the current view (control_wire.hpp) and then issues a view
+//   with every joiner in it, the `starts` of each sender, and the end of the pause.
+//   Joiners that arrive during a flush wait for it and come in with it.
 // - A member is removed by a new view, pushed to every member of the old view
 //   (the removed one too, so a falsely suspected member learns it is out).
 // - Each group gets its own multicast address and port and a group id salted with
@@ -81,8 +84,13 @@ class Coordinator {
     std::uint32_t multicast_address = 0;
     std::uint16_t multicast_port = 0;
     MemberId next_id = 1;
-    std::map<MemberId, Member> members;  // joined and not gone
+    std::map<MemberId, Member> members;  // joined and not gone (joiners too)
     std::optional<ViewPush> view;        // once formed
+    // A flush in progress: members of the view that have not said Flushed yet,
+    // and what those that have said.
+    bool flushing = false;
+    std::set<MemberId> flush_pending;
+    std::vector<StreamStart> starts;
   };
   struct Session {
     std::string group;
@@ -91,7 +99,12 @@ class Coordinator {
 
   void refuse(ConnId conn, const std::string& reason, std::vector<ControlOut>& out);
   void remove(Group& g, MemberId member, std::vector<ControlOut>& out);
-  void push_view(Group& g, const std::vector<MemberId>& left, std::vector<ControlOut>& out);
+  /// Issues the next view: the current members without `left`, or (ending a
+  /// flush) every member that listens, joiners included.
+  void push_view(Group& g, const std::vector<MemberId>& left, bool ends_flush, std::vector<ControlOut>& out);
+  void start_flush(Group& g, std::vector<ControlOut>& out);
+  void maybe_end_flush(Group& g, std::vector<ControlOut>& out);
+  [[nodiscard]] static bool in_view(const Group& g, MemberId m);
 
   CoordinatorConfig cfg_;
   sim::Rng rng_;

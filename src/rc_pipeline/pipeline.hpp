@@ -129,6 +129,8 @@ class Pipeline {
   [[nodiscard]] const PipelineConfig& config() const { return cfg_; }
   /// The seq the next broadcast() will get.
   [[nodiscard]] Seq next_seq() const { return next_seq_; }
+  /// Own large messages in flight or queued.
+  [[nodiscard]] bool sending() const { return own_active_.has_value() || !queue_.empty(); }
 
  private:
   using Key = std::pair<MemberId, Seq>;

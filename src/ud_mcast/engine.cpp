@@ -221,8 +221,18 @@ Engine::Stream& Engine::stream(MemberId sender) {
   if (it != streams_.end()) return it->second;
   Stream& s = streams_[sender];
   s.sender = sender;
+  s.delivered = s.known_stable = floor_of(sender);  // a joiner starts where the flush left the stream
   place_in_tree(s, view_start_);
   return s;
+}
+
+Seq Engine::floor_of(MemberId sender) const {
+  auto it = floors_.find(sender);
+  return it == floors_.end() ? 0 : it->second;
+}
+
+void Engine::set_stream_floors(const std::map<MemberId, Seq>& floors) {
+  for (const auto& [sender, floor] : floors) floors_[sender] = std::max(floors_[sender], floor);
 }
 
 void Engine::place_in_tree(Stream& s, TimeNs now) {
@@ -247,6 +257,12 @@ void Engine::place_in_tree(Stream& s, TimeNs now) {
     } else if (old != s.children.end()) {
       link.have = old->have;
     }
+    // Up to the floor every member holds the messages or (a joiner) never needs them.
+    if (const Seq floor = floor_of(s.sender); floor > link.have) {
+      link.have = floor;
+      link.mask = 0;  // its bits counted from the old `have`
+    }
+    link.stable = std::max(link.stable, floor_of(s.sender));
     link.timeout = ack_tree::AckTimeout(cfg_.initial_hop_rtt_ns, tree.subtree_height(c), cfg_.min_timeout_ns,
                                         cfg_.max_timeout_ns, cfg_.ack_interval_ns);
     if (old != s.children.end()) link.timeout = old->timeout;

@@ -99,6 +99,13 @@ class Engine {
   void use_external_membership();
   /// External membership: install `next` (ignored unless newer than the current view).
   void apply_view(View next, TimeNs now, Outbox& out);
+  /// Joining a running group (the flush, membership/control_wire.hpp): every member
+  /// of the next view holds, or as a joiner is excused from, each sender's small
+  /// messages up to floors[sender]. Call before apply_view() of that view, or, for
+  /// the member that joins with it, before any input.
+  void set_stream_floors(const std::map<MemberId, Seq>& floors);
+  /// The seq the next broadcast() will get.
+  [[nodiscard]] Seq next_seq() const { return next_seq_; }
   /// When on_timer() next has work (kNever if none).
   [[nodiscard]] TimeNs next_wakeup() const { return timers_.next(); }
 
@@ -176,6 +183,7 @@ class Engine {
   Stream* stream_for(MemberId sender);
   void place_in_tree(Stream& s, TimeNs now);
   [[nodiscard]] MemberId root_of(MemberId sender) const;
+  [[nodiscard]] Seq floor_of(MemberId sender) const;
   [[nodiscard]] Seq subtree_stable(const Stream& s) const;
   void accept_message(Stream& s, Seq seq, MessageBuffer msg, TimeNs now, Outbox& out);
   void advance(Stream& s, TimeNs now, Outbox& out);
@@ -215,6 +223,7 @@ class Engine {
   bool removed_ = false;
   bool external_membership_ = false;
   std::map<MemberId, Stream> streams_;
+  std::map<MemberId, Seq> floors_;  // set_stream_floors()
   TimerQueue<TimerKey> timers_;
   std::set<MemberId> acks_pending_;             // streams with an ACK to send
   std::map<MemberId, TimeNs> last_ack_to_;      // coalescing per parent

@@ -84,13 +84,13 @@ void ManagerClient::read_loop() {
     const bool good = reader.feed(std::span(buf.data(), static_cast<std::size_t>(n)), [&](std::vector<std::byte>&& f) {
       auto m = membership::decode_control(f);
       if (!m) return false;
-      ViewFn deliver;
+      bool started = false;
       {
         std::lock_guard lock(mu_);
-        if (on_view_ && std::holds_alternative<membership::ViewPush>(*m)) deliver = on_view_;
-        else queue_.push_back(std::move(*m));
+        started = static_cast<bool>(on_view_);
+        if (!started) queue_.push_back(std::move(*m));
       }
-      if (deliver) deliver(std::get<membership::ViewPush>(*m));
+      if (started) dispatch(*m);  // after start() the callbacks are fixed: no lock needed
       cv_.notify_all();
       return true;
     });
@@ -147,21 +147,32 @@ membership::ViewPush ManagerClient::wait_view(std::chrono::steady_clock::time_po
   }
 }
 
-void ManagerClient::start(ViewFn on_view, LostFn on_lost) {
+void ManagerClient::dispatch(const membership::ControlMessage& m) {
+  if (const auto* v = std::get_if<membership::ViewPush>(&m)) on_view_(*v);
+  else if (const auto* f = std::get_if<membership::FlushRequest>(&m)) on_flush_(f->view);
+}
+
+void ManagerClient::start(ViewFn on_view, FlushFn on_flush, LostFn on_lost) {
   std::deque<membership::ControlMessage> early;
   bool lost = false;
   std::string why;
   {
+    // The reader queues messages until on_view_ is set, and sets nothing itself:
+    // handling the queued ones under the lock keeps them ahead of any it reads next.
     std::lock_guard lock(mu_);
-    on_view_ = std::move(on_view);
+    on_flush_ = std::move(on_flush);
     on_lost_ = std::move(on_lost);
+    on_view_ = std::move(on_view);
     early.swap(queue_);
+    for (auto& m : early) dispatch(m);
     lost = lost_;
     why = lost_why_;
   }
-  for (auto& m : early)
-    if (auto* v = std::get_if<membership::ViewPush>(&m)) on_view_(*v);
   if (lost && on_lost_) on_lost_(why);
+}
+
+void ManagerClient::flushed(ViewId view, Seq next_small, Seq next_large) {
+  send(membership::Flushed{view, next_small, next_large});
 }
 
 void ManagerClient::report_suspect(ViewId view, MemberId member) { send(membership::SuspectReport{view, member}); }

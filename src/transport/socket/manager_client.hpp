@@ -22,6 +22,8 @@ class ManagerClient {
  public:
   using ViewFn = std::function<void(const membership::ViewPush&)>;
   using LostFn = std::function<void(const std::string& why)>;
+  /// The manager asks this member to flush view `view` (control_wire.hpp).
+  using FlushFn = std::function<void(ViewId view)>;
 
   /// Connects to the manager at host:port, retrying until `deadline` (the manager
   /// may start a moment after its members). Throws hmcast::Error(join_timeout) if
@@ -40,9 +42,12 @@ class ManagerClient {
   void listening(const std::string& host, std::uint16_t port);
   /// Waits for the first view. Throws like join().
   membership::ViewPush wait_view(std::chrono::steady_clock::time_point deadline);
-  /// From now on, views go to `on_view` and the loss of the manager to `on_lost`
-  /// (once), both on the reader thread.
-  void start(ViewFn on_view, LostFn on_lost);
+  /// From now on, views go to `on_view`, flush requests to `on_flush` and the loss
+  /// of the manager to `on_lost` (once), all on the reader thread, in arrival order.
+  void start(ViewFn on_view, FlushFn on_flush, LostFn on_lost);
+  /// Answers a flush request: everything this member sent is all-acked, and its
+  /// next small and large messages will get these seqs.
+  void flushed(ViewId view, Seq next_small, Seq next_large);
   void report_suspect(ViewId view, MemberId member);
   /// Says goodbye; the manager removes this member by a new view.
   void leave();
@@ -53,6 +58,7 @@ class ManagerClient {
 
  private:
   void send(const membership::ControlMessage& m);
+  void dispatch(const membership::ControlMessage& m);
   void read_loop();
   /// The next queued message, or throws at the deadline or when the manager is gone.
   membership::ControlMessage next(std::chrono::steady_clock::time_point deadline, const char* waiting_for);
@@ -66,6 +72,7 @@ class ManagerClient {
   bool lost_ = false;
   std::string lost_why_;
   ViewFn on_view_;
+  FlushFn on_flush_;
   LostFn on_lost_;
   std::thread reader_;
 };
