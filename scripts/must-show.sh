@@ -62,6 +62,9 @@ SOAK_OK='d["delivered_ok"] and d["duplicates_delivered"] == 0 and d["missing"] =
 run "$SOAK_OK" soak --procs 8 --senders 4 --messages 10000 --loss 0.02 --kill 1 --json
 run "$SOAK_OK"' and d["spray_datagrams"] > 0 and d["bad_packets_dropped"] > 0 and d["spray_tcp_disconnected"] == d["spray_tcp_attempts"] > 0' \
   soak --procs 8 --senders 4 --messages 3000 --loss 0.02 --kill 1 --spray --json
+# Joining mid-stream: two members start once the group runs (mixed sizes, large ones too).
+run "$SOAK_OK"' and d["joined"] == 2 and d["joiner_delivered"] > 0 and d["joiner_first_index"] > 0 and d["views_installed"] >= 3' \
+  soak --procs 6 --senders 3 --messages 4000 --sizes 64:40,2KiB:30,64KiB:10,1MiB:1 --loss 0.02 --kill 1 --join 2 --json
 if [ "$(id -u)" -eq 0 ] && command -v ip >/dev/null; then
   run_cmd "$SOAK_OK" tests/cluster/soak.sh --procs 8 --senders 4 --messages 10000 --loss 0.02 --kill 1 --json
 else

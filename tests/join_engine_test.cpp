@@ -2,6 +2,7 @@
 // so far is all-acked), the view that takes the joiner in names where each sender's
 // stream stands (set_stream_floors). The joiner delivers from there on, is never
 // sent older messages, and its ACKs let the sender complete the new ones.
+#include <algorithm>
 #include <cstddef>
 #include <map>
 #include <memory>
@@ -36,6 +37,8 @@ struct Net {
   std::map<MemberId, std::vector<std::pair<MemberId, Seq>>> delivered;  // (sender, seq) per member
   std::map<MemberId, std::set<Seq>> completed;
   std::vector<std::pair<MemberId, Seq>> repairs_to;  // (to, seq) of every Repair frame
+  std::set<MemberId> cut_off;  // members nothing reaches (datagrams and frames are lost)
+  std::vector<std::pair<MemberId, Seq>> premature;  // own (sender, seq) completed before every live member delivered it
   hmcast::TimeNs now = 1'000'000;
 
   void add(MemberId id, const View& v, const std::map<MemberId, Seq>& floors) {
@@ -53,7 +56,7 @@ struct Net {
     for (auto& a : out) {
       if (const auto* d = std::get_if<action::SendDatagram>(&a)) {
         for (auto& [id, e] : engines)
-          if (id != from) {
+          if (id != from && cut_off.count(id) == 0) {
             Outbox o;
             e->on_datagram(d->bytes, now, o);
             next.emplace_back(id, std::move(o));
@@ -63,7 +66,7 @@ struct Net {
         if (res.ok())
           if (const auto* r = std::get_if<wire::Repair>(&res.packet.body)) repairs_to.emplace_back(p->to, r->seq);
         auto it = engines.find(p->to);
-        if (it == engines.end()) continue;
+        if (it == engines.end() || cut_off.count(p->to) != 0) continue;
         Outbox o;
         it->second->on_p2p(from, p->bytes, now, o);
         next.emplace_back(p->to, std::move(o));
@@ -71,6 +74,11 @@ struct Net {
         delivered[from].emplace_back(dl->sender, dl->seq);
       } else if (const auto* c = std::get_if<action::Completed>(&a)) {
         completed[from].insert(c->seq);
+        for (const auto& [id, e] : engines) {
+          const auto& got = delivered[id];
+          if (std::find(got.begin(), got.end(), std::make_pair(from, c->seq)) == got.end())
+            premature.emplace_back(from, c->seq);
+        }
       }
     }
     out.clear();
@@ -164,4 +172,27 @@ TEST_CASE("join: without the floors the joiner holds up the sender's new message
   net.settle(50);
   CHECK(net.completed[1].size() < 10);
   CHECK(seqs_from(net.delivered[4], 1).empty());
+}
+
+TEST_CASE("view change: a child's old ACK does not speak for a new subtree of the same size",
+          "[engine][view][regression]") {
+  // Seen in a soak: with 6 members and sender 3, member 5's subtree is {5, 6}; once 6
+  // is gone it is {5, 1}, of the same size. Carrying 5's old "my subtree holds up to
+  // s" into the new view let the sender complete messages member 1 did not have yet.
+  Net net;
+  const View v1{1, {1, 2, 3, 4, 5, 6}};
+  for (MemberId m : v1.members) net.add(m, v1, {});
+  net.cut_off.insert(1);
+  net.broadcast(3, 6);
+  net.settle(5);  // everyone but member 1 has them and has said so
+  REQUIRE(net.completed[3].empty());
+  // Member 6 dies; member 1 is reachable again.
+  net.engines.erase(6);
+  net.delivered.erase(6);
+  net.cut_off.clear();
+  net.install(View{2, {1, 2, 3, 4, 5}}, {});
+  net.settle();
+  CHECK(net.premature.empty());
+  CHECK(net.completed[3].size() == 6);
+  CHECK(seqs_from(net.delivered[1], 3) == std::vector<Seq>{1, 2, 3, 4, 5, 6});
 }

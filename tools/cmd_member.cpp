@@ -12,6 +12,7 @@
 #include <iostream>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -40,6 +41,7 @@ struct MemberOptions {
   std::uint32_t timeout_s = 600;
   bool serial = false;      // a sender waits for each completion before the next broadcast
   bool timestamps = false;  // report send and delivery times of member 1's messages
+  bool joiner = false;      // joins the group once it runs: expects each sender's messages from some index on
 };
 
 class Reporter {
@@ -219,13 +221,32 @@ int run_member(const MemberOptions& o) {
     led.changed.notify_all();
   });
 
-  const std::uint64_t expected = std::uint64_t{o.senders} * o.messages;
+  std::uint64_t expected = std::uint64_t{o.senders} * o.messages;
+  // A joiner gets each sender's messages from the first one sent in its view on: a
+  // contiguous run of indices that ends at the sender's last. (With led.mu held.)
+  const auto first_seen = [&](MemberId s) -> std::optional<std::uint32_t> {
+    auto it = led.attempts_seen.find(s);
+    if (it == led.attempts_seen.end()) return std::nullopt;
+    const auto& seen = it->second;
+    for (std::uint32_t i = 0; i < seen.size(); ++i)
+      if (seen[i] != 0) return i;
+    return std::nullopt;
+  };
+  const auto joiner_has_all = [&] {
+    for (MemberId s = 1; s <= o.senders; ++s) {
+      auto it = led.attempts_seen.find(s);
+      if (it == led.attempts_seen.end() || it->second.back() == 0) return false;  // cheap test first
+      for (std::uint32_t i = *first_seen(s); i < o.messages; ++i)
+        if (it->second[i] == 0) return false;
+    }
+    return true;
+  };
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(o.timeout_s);
   auto next_progress = std::chrono::steady_clock::now();
   {
     std::unique_lock lock(led.mu);
     for (;;) {
-      const bool got_all = led.unique >= expected;
+      const bool got_all = o.joiner ? joiner_has_all() : led.unique >= expected;
       const bool sent_all = !sender || completed + send_failures >= o.messages;
       if ((got_all && sent_all) || stdin_closed || std::chrono::steady_clock::now() >= deadline) break;
       if (std::chrono::steady_clock::now() >= next_progress) {
@@ -245,7 +266,18 @@ int run_member(const MemberOptions& o) {
   nlohmann::json done;
   {
     std::lock_guard lock(led.mu);
+    nlohmann::json firsts = nlohmann::json::object();
+    if (o.joiner) {
+      expected = 0;
+      for (MemberId s = 1; s <= o.senders; ++s)
+        if (const auto first = first_seen(s)) {
+          firsts[std::to_string(s)] = *first;
+          expected += o.messages - *first;
+        }
+    }
     done = {{"event", "done"},
+            {"joiner", o.joiner},
+            {"first_index", firsts},
             {"member", self},
             {"sender", sender},
             {"expected", expected},
@@ -295,6 +327,8 @@ void add_member_command(CLI::App& app) {
   cmd->add_option("--timeout", o->timeout_s, "Give up after this many seconds")->check(CLI::Range(1U, 86400U));
   cmd->add_flag("--serial", o->serial, "Wait for each completion before the next broadcast (latency runs)");
   cmd->add_flag("--timestamps", o->timestamps, "Report send and delivery times of member 1's messages");
+  cmd->add_flag("--joiner", o->joiner,
+                "Join the running group (mid-stream): expect each sender's messages from the first sent in our view");
   cmd->callback([o] {
     const int rc = run_member(*o);
     if (rc != 0) throw CLI::RuntimeError(rc);

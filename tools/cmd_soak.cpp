@@ -1,5 +1,5 @@
-// `hmcast soak`: N member processes, S senders, M messages each, optional loss and
-// SIGKILLed members; the verdict and the figures as one JSON line.
+// `hmcast soak`: N member processes, S senders, M messages each, optional loss,
+// SIGKILLed members and members joining mid-run; the verdict and the figures as one JSON line.
 #include <iostream>
 
 #include "commands.hpp"
@@ -22,6 +22,7 @@ void add_soak_command(CLI::App& app) {
   cmd->add_option("--sizes", o->sizes, "Sizes with weights (SIZE[:WEIGHT],...)")->capture_default_str();
   cmd->add_option("--loss", o->loss, "Datagram loss at each receiver")->check(CLI::Range(0.0, 0.5));
   cmd->add_option("--kill", o->kill, "Non-sender members SIGKILLed mid-run");
+  cmd->add_option("--join", o->join, "Members started mid-run that join the running group");
   cmd->add_option("--seed", o->seed, "Workload, fault and kill seed")->capture_default_str();
   cmd->add_option("--transport", *transport, "socket (the simulator has `hmcast sim small`)")->capture_default_str();
   cmd->add_option("--prefix", o->prefix, "Command words before each member ({i}: its index), e.g. ip netns exec hm{i}")

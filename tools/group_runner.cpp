@@ -55,6 +55,7 @@ struct Child {
   bool killed = false;
   std::optional<std::uint32_t> member;
   bool sender = false;
+  bool joiner = false;  // started once the group ran
   bool done = false;
   nlohmann::json done_report;
   std::uint64_t delivered = 0;
@@ -113,6 +114,9 @@ nlohmann::json GroupRunReport::to_json() const {
           {"digests_agree", digests_agree},
           {"members_verified", members_verified},
           {"survivors", survivors},
+          {"joined", joined},
+          {"joiner_delivered", joiner_delivered},
+          {"joiner_first_index", joiner_first_index},
           {"views_installed", views_installed},
           {"view_change_ms", view_change_ms},
           {"bad_packets_dropped", bad_packets_dropped},
@@ -157,11 +161,13 @@ GroupRunReport run_group(const GroupRunOptions& o) {
       });
   const std::string manager_addr = o.manager_host + ":" + std::to_string(manager.port());
   const std::string exe = self_exe();
-  std::vector<Child> kids(o.procs);
+  std::vector<Child> kids;
+  kids.reserve(o.procs + o.join);  // references into it stay valid while joiners are added
   const std::uint64_t expected = rep.messages_sent;
-  for (std::uint32_t i = 0; i < o.procs; ++i) {
-    Child& c = kids[i];
-    c.index = i + 1;
+  const auto start_member = [&](bool joiner) {
+    Child& c = kids.emplace_back();
+    c.index = static_cast<std::uint32_t>(kids.size());
+    c.joiner = joiner;
     std::vector<std::string> argv;
     for (const auto& w : o.prefix) argv.push_back(substitute(w, c.index));
     argv.insert(argv.end(), {exe, "member", "--manager", manager_addr, "--group", o.group, "--size",
@@ -172,8 +178,10 @@ GroupRunReport run_group(const GroupRunOptions& o) {
                              "--timeout", std::to_string(o.timeout_s)});
     if (o.serial) argv.emplace_back("--serial");
     if (o.timestamps) argv.emplace_back("--timestamps");
+    if (joiner) argv.emplace_back("--joiner");
     c.pid = spawn(argv, c.in_fd, c.out_fd);
-  }
+  };
+  for (std::uint32_t i = 0; i < o.procs; ++i) start_member(false);
 
   sim::Rng rng(o.seed ^ 0x6b696c6cULL);
   std::atomic<bool> stop_spray{false};
@@ -182,6 +190,7 @@ GroupRunReport run_group(const GroupRunOptions& o) {
   bool spray_started = false;
   std::vector<std::pair<std::uint32_t, std::int64_t>> kills;  // (member id, t_ns)
   bool killed_yet = o.kill == 0;
+  bool joins_started = o.join == 0;
   bool stopping = false;
   std::int64_t first_join = 0;
   std::int64_t last_done = 0;
@@ -235,7 +244,8 @@ GroupRunReport run_group(const GroupRunOptions& o) {
         c.pending.erase(0, nl + 1);
       }
     }
-    const bool all_joined = std::all_of(kids.begin(), kids.end(), [](const Child& c) { return c.member.has_value(); });
+    const bool all_joined =
+        std::all_of(kids.begin(), kids.end(), [](const Child& c) { return c.joiner || c.member.has_value(); });
     std::uint64_t delivered = 0;
     for (const auto& c : kids) delivered += c.killed ? 0 : c.delivered;
     // Kill once the group is well under way: a fifth of all deliveries done.
@@ -256,6 +266,12 @@ GroupRunReport run_group(const GroupRunOptions& o) {
       }
       killed_yet = true;
     }
+    // Joiners come in once the group is well under way too: two fifths done.
+    if (!joins_started && all_joined && delivered * 5 >= expected * o.procs * 2) {
+      for (std::uint32_t j = 0; j < o.join; ++j) start_member(true);
+      joins_started = true;
+      if (o.progress != nullptr) *o.progress << "started " << o.join << " joining member(s)" << std::endl;
+    }
     if (o.progress != nullptr && std::chrono::steady_clock::now() >= next_progress && all_joined) {
       *o.progress << "progress: " << delivered << " of " << expected * (o.procs - kills.size())
                   << " deliveries" << std::endl;
@@ -274,7 +290,7 @@ GroupRunReport run_group(const GroupRunOptions& o) {
         });
     }
     const bool all_done = std::all_of(kids.begin(), kids.end(), [](const Child& c) { return c.killed || c.done || c.exited; });
-    if (!stopping && killed_yet && all_done) {
+    if (!stopping && killed_yet && joins_started && all_done) {
       stopping = true;  // every survivor is done: let them go
       stop_spray = true;
       if (sprayer.joinable()) sprayer.join();
@@ -327,7 +343,28 @@ GroupRunReport run_group(const GroupRunOptions& o) {
     }
     const auto& d = c.done_report;
     const auto got = d["delivered"].get<std::uint64_t>();
-    rep.missing += expected > got ? expected - got : 0;
+    std::uint64_t want = expected;
+    std::uint64_t want_digest = expected_digest;
+    if (c.joiner) {
+      // Each sender's messages from the first this joiner saw on; a sender it saw
+      // nothing from counts as missing whole (it joined mid-stream, so it must see some).
+      want = 0;
+      want_digest = 0;
+      const auto& firsts = d["first_index"];
+      for (std::uint32_t s = 1; s <= o.senders; ++s) {
+        const auto key = std::to_string(s);
+        const std::uint32_t first = firsts.contains(key) ? firsts[key].get<std::uint32_t>() : 0;
+        if (!firsts.contains(key))
+          rep.problems.push_back("joiner " + std::to_string(c.index) + " delivered nothing of sender " + key);
+        want += o.messages - first;
+        for (std::uint32_t i = first; i < o.messages; ++i)
+          want_digest ^= message_digest(o.seed, s, i, mix.size_of(o.seed, s, i));
+        rep.joiner_first_index = rep.joiner_first_index < 0 ? first : std::min<std::int64_t>(rep.joiner_first_index, first);
+      }
+      ++rep.joined;
+      rep.joiner_delivered += got;
+    }
+    rep.missing += want > got ? want - got : 0;
     rep.duplicates_delivered += d["duplicates_delivered"].get<std::uint64_t>();
     rep.redelivered_after_resend += d["redelivered_after_resend"].get<std::uint64_t>();
     rep.corrupt += d["corrupt"].get<std::uint64_t>() + d["unexpected"].get<std::uint64_t>();
@@ -338,9 +375,9 @@ GroupRunReport run_group(const GroupRunOptions& o) {
     rep.resent += d["resent"].get<std::uint64_t>();
     if (d["send_failures"].get<std::uint64_t>() > 0)
       rep.problems.push_back("member " + std::to_string(*c.member) + ": " + d["send_error"].get<std::string>());
-    const bool digest_ok = d["digest"].get<std::uint64_t>() == expected_digest;
+    const bool digest_ok = d["digest"].get<std::uint64_t>() == want_digest;
     rep.digests_agree = rep.digests_agree && digest_ok;
-    if (digest_ok && got == expected && d["duplicates_delivered"].get<std::uint64_t>() == 0 &&
+    if (digest_ok && got == want && d["duplicates_delivered"].get<std::uint64_t>() == 0 &&
         d["corrupt"].get<std::uint64_t>() == 0 && d["fifo_violations"].get<std::uint64_t>() == 0)
       ++rep.members_verified;
     for (const auto& x : d["latencies_us"]) lat.push_back(x.get<double>());
@@ -351,7 +388,7 @@ GroupRunReport run_group(const GroupRunOptions& o) {
   rep.views_installed = max_view;
   for (const auto& [victim, t_kill] : kills) {
     for (const auto& c : kids) {
-      if (c.killed) continue;
+      if (c.killed || c.joiner) continue;  // joiners came in after the kill: they never saw the victim
       std::optional<std::int64_t> seen;
       for (std::size_t v = 0; v < c.views.size(); ++v) {
         const auto& m = c.view_members[v];
@@ -402,7 +439,8 @@ GroupRunReport run_group(const GroupRunOptions& o) {
   rep.wall_s = first_join > 0 && last_done > first_join ? static_cast<double>(last_done - first_join) / 1e9 : 0;
   rep.throughput_mb_s = rep.wall_s > 0 ? static_cast<double>(rep.bytes_broadcast) / 1e6 / rep.wall_s : 0;
   if (rep.timed_out) rep.problems.push_back("the run timed out");
-  rep.delivered_ok = !rep.timed_out && rep.survivors == o.procs - kills.size() &&
+  if (rep.joined != o.join) rep.problems.push_back("a joining member never reported done");
+  rep.delivered_ok = !rep.timed_out && rep.survivors == o.procs + o.join - kills.size() &&
                      rep.members_verified == rep.survivors && rep.missing == 0 && rep.duplicates_delivered == 0 &&
                      rep.corrupt == 0 && rep.fifo_violations == 0 && rep.digests_agree &&
                      rep.completed == rep.messages_sent && rep.problems.empty();

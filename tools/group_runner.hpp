@@ -22,6 +22,7 @@ struct GroupRunOptions {
   std::uint64_t seed = 1;
   double loss = 0;
   std::uint32_t kill = 0;  // non-sender members SIGKILLed mid-run
+  std::uint32_t join = 0;  // members started once the group runs (they join mid-stream)
   std::string group = "demo";
   /// Command words put in front of each member; "{i}" becomes its 1-based index.
   std::vector<std::string> prefix;
@@ -53,6 +54,9 @@ struct GroupRunReport {
   bool digests_agree = false;
   std::uint32_t members_verified = 0;  // survivors whose every check passed
   std::uint32_t survivors = 0;
+  std::uint32_t joined = 0;               // members that joined mid-stream and reported
+  std::uint64_t joiner_delivered = 0;     // messages those delivered (all sent in their view or later)
+  std::int64_t joiner_first_index = -1;   // lowest index a joiner started at (of any sender)
   std::uint64_t views_installed = 0;
   double view_change_ms = 0;  // max over kills and survivors: kill -> new view without the victim
   std::uint64_t bad_packets_dropped = 0;

@@ -248,14 +248,17 @@ void Engine::place_in_tree(Stream& s, TimeNs now) {
     ChildLink link;
     link.id = view_.members[c];
     link.subtree_size = tree.subtree_size(c);
-    // What a child told us stays true in a new view: its holdings only grow.
+    for (auto r : tree.subtree(c)) link.subtree.push_back(view_.members[r]);
+    std::sort(link.subtree.begin(), link.subtree.end());
+    // What a child told us stays true in a new view: holdings only grow. Its own
+    // (`have`) always; its subtree's (`stable`) only if the new subtree is within the
+    // old one: a subtree of the same size can hold other members, further behind.
     auto old = std::find_if(s.children.begin(), s.children.end(),
                             [&](const ChildLink& l) { return l.id == link.id; });
-    if (old != s.children.end() && old->subtree_size == link.subtree_size) {
-      link.stable = old->stable;
+    if (old != s.children.end()) {
       link.have = old->have;
-    } else if (old != s.children.end()) {
-      link.have = old->have;
+      if (std::includes(old->subtree.begin(), old->subtree.end(), link.subtree.begin(), link.subtree.end()))
+        link.stable = old->stable;
     }
     // Up to the floor every member holds the messages or (a joiner) never needs them.
     if (const Seq floor = floor_of(s.sender); floor > link.have) {

@@ -127,6 +127,7 @@ class Engine {
   struct ChildLink {
     MemberId id = 0;
     std::uint32_t subtree_size = 1;
+    std::vector<MemberId> subtree;  // sorted: whom `stable` speaks for
     Seq stable = 0;  // the child's whole subtree holds [1, stable]
     Seq have = 0;    // the child itself holds [1, have]
     std::uint64_t mask = 0;  // ...and have+1+i for each set bit i (selective ACK)
