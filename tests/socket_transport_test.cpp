@@ -191,6 +191,66 @@ TEST_CASE("socket: frame reader cuts any byte stream into the frames written, an
   CHECK_FALSE(sk::decode_hello(wrong).has_value());
 }
 
+TEST_CASE("socket: frame reader places the tail of a long frame where the placer says", "[socket][placement]") {
+  // Frames of 10 (under the head), 5000 (placed), 5000 (the placer declines) and 12 bytes.
+  constexpr std::size_t kHead = 16;
+  const std::vector<std::size_t> sizes{10, 5000, 5000, 12};
+  Bytes stream;
+  for (std::size_t i = 0; i < sizes.size(); ++i) {
+    const auto f = frame(pattern(sizes[i], static_cast<std::uint32_t>(i)));
+    stream.insert(stream.end(), f.begin(), f.end());
+  }
+  for (const std::size_t chunk : {std::size_t{1}, std::size_t{7}, std::size_t{16}, std::size_t{4096}, stream.size()}) {
+    for (const bool direct : {false, true}) {
+      INFO("chunk " << chunk << " direct " << direct);
+      sk::FrameReader r(100'000);
+      auto dest = std::make_shared<Bytes>(6000, std::byte{0});
+      int asked = 0;
+      r.set_placer(kHead, [&](std::span<const std::byte> head, std::size_t body) -> std::optional<sk::Placement> {
+        CHECK(head.size() == kHead);
+        ++asked;
+        if (asked != 1) return std::nullopt;  // only the first long frame is placed
+        return sk::Placement{std::span(*dest).subspan(100, body - kHead), dest};
+      });
+      std::vector<std::pair<Bytes, bool>> out;
+      const auto on_frame = [&](Bytes&& b) {
+        out.emplace_back(std::move(b), r.placed());
+        return true;
+      };
+      bool ok = true;
+      for (std::size_t off = 0; off < stream.size();) {
+        auto piece = std::span<const std::byte>(stream).subspan(off, std::min(chunk, stream.size() - off));
+        if (direct && !r.direct().empty()) {
+          // What the socket does: read straight into the destination.
+          const auto into = r.direct();
+          const std::size_t n = std::min(into.size(), piece.size());
+          std::copy_n(piece.begin(), n, into.begin());
+          ok = r.direct_filled(n, on_frame) && ok;
+          off += n;
+          continue;
+        }
+        ok = r.feed(piece, on_frame) && ok;
+        off += piece.size();
+      }
+      REQUIRE(ok);
+      REQUIRE(out.size() == 4);
+      CHECK(asked == 2);
+      const auto big = pattern(5000, 1);
+      CHECK(same(out[0].first, pattern(10, 0)));
+      CHECK_FALSE(out[0].second);
+      CHECK(out[1].second);  // handed on as the head alone...
+      CHECK(same(out[1].first, Bytes(big.begin(), big.begin() + kHead)));
+      CHECK(std::equal(big.begin() + kHead, big.end(), dest->begin() + 100));  // ...the tail in place
+      CHECK((*dest)[99] == std::byte{0});
+      CHECK((*dest)[100 + 5000 - kHead] == std::byte{0});
+      CHECK_FALSE(out[2].second);
+      CHECK(same(out[2].first, pattern(5000, 2)));
+      CHECK(same(out[3].first, pattern(12, 3)));
+      CHECK(r.partial() == 0);
+    }
+  }
+}
+
 TEST_CASE("socket: a datagram reaches every other endpoint on the host, and not its sender", "[socket]") {
   const auto group = test_group(1);
   sk::Endpoint a(1, config()), b(2, config()), c(3, config());

@@ -290,7 +290,23 @@ GroupRunReport run_group(const GroupRunOptions& o) {
         });
     }
     const bool all_done = std::all_of(kids.begin(), kids.end(), [](const Child& c) { return c.killed || c.done || c.exited; });
-    if (!stopping && killed_yet && joins_started && all_done) {
+    // Survivors may be done before the view without a victim reaches them: keep
+    // them a little longer (at most 5 s after the last kill) so it can be judged.
+    const auto saw_removal = [&](const Child& c) {
+      for (const auto& [victim, t_kill] : kills) {
+        bool seen = false;
+        for (std::size_t v = 0; v < c.views.size() && !seen; ++v) {
+          const auto& m = c.view_members[v];
+          seen = c.views[v].second >= t_kill && std::find(m.begin(), m.end(), victim) == m.end();
+        }
+        if (!seen) return false;
+      }
+      return true;
+    };
+    const bool views_settled =
+        kills.empty() || mono_ns() - kills.back().second > 5'000'000'000LL ||
+        std::all_of(kids.begin(), kids.end(), [&](const Child& c) { return c.killed || c.joiner || c.exited || saw_removal(c); });
+    if (!stopping && killed_yet && joins_started && all_done && views_settled) {
       stopping = true;  // every survivor is done: let them go
       stop_spray = true;
       if (sprayer.joinable()) sprayer.join();

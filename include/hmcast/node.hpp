@@ -65,6 +65,9 @@ struct GroupStats {
   /// Input dropped as bad: undecodable, oversized, wrong group, stale or future view,
   /// from a non-member, or breaking the protocol; malformed reliable-link streams.
   std::uint64_t bad_packets_dropped = 0;
+  /// Large-message bytes the transport read straight into their final buffer, with
+  /// no copy on the way (socket transport; the Node's transport as a whole).
+  std::uint64_t large_bytes_placed = 0;
 };
 
 enum class SendMode : std::uint8_t {

@@ -13,10 +13,7 @@
 #include "hmcast/config.hpp"
 #include "hmcast/types.hpp"
 #include "transport/inproc/inproc_fabric.hpp"
-
-namespace hmcast::socket {
-class Endpoint;
-}
+#include "transport/socket/socket_transport.hpp"
 
 namespace hmcast::detail {
 
@@ -35,6 +32,11 @@ class Link {
   virtual void wake() = 0;
   /// Where peer `id` listens (transports that need addresses; others ignore it).
   virtual void add_peer(MemberId id, const std::string& host, std::uint16_t port) = 0;
+  /// Where Block payloads go, for transports that can read them straight into their
+  /// final buffer (socket: see socket::Endpoint::set_block_placer). Others ignore it.
+  virtual void set_block_placer(socket::BlockPlacer /*placer*/) {}
+  /// Payload bytes the transport read straight into their final buffer.
+  [[nodiscard]] virtual std::uint64_t bytes_placed() const { return 0; }
   /// Input the transport dropped as malformed before the protocol saw it.
   [[nodiscard]] virtual std::uint64_t bad_input() const { return 0; }
   /// Stop sending and receiving; peers see this member's links break.

@@ -57,6 +57,8 @@ class SocketLink final : public Link {
     endpoint_->add_peer(id, host, port);
   }
   void close() override { endpoint_->close(); }
+  void set_block_placer(socket::BlockPlacer placer) override { endpoint_->set_block_placer(std::move(placer)); }
+  [[nodiscard]] std::uint64_t bytes_placed() const override { return endpoint_->stats().bytes_placed; }
   [[nodiscard]] std::uint64_t bad_input() const override {
     const auto st = endpoint_->stats();
     return st.datagrams_oversized + st.connections_malformed;

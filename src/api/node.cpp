@@ -97,6 +97,7 @@ struct GroupState {
   ErrorCode closed_code = ErrorCode::removed;
   std::string closed_why = "this member is no longer in the group; join again";
   NodeState* node = nullptr;
+  std::uint64_t empty_blocks_dropped = 0;  // Block frames without payload that nobody placed
 };
 
 struct NodeState {
@@ -166,6 +167,31 @@ struct NodeState {
       out.swap(more);
       execute(g, out);
     }
+  }
+
+  /// Where the payload of an arriving Block frame goes: its final offset in the
+  /// message's buffer, if the engine allows it (Pipeline::may_place_segment). Runs inside the
+  /// transport's wait() with the transport's lock held, so it only try-locks (a
+  /// user thread in broadcast() holds a group's lock while it calls the transport):
+  /// when busy, the frame arrives whole and is copied as usual.
+  std::optional<socket::Placement> place_block(MemberId from, std::span<const std::byte> head, std::size_t size) {
+    auto res = wire::decode(head);  // the head alone decodes as a Block without payload
+    if (!res.ok()) return std::nullopt;
+    const auto* b = std::get_if<wire::Block>(&res.packet.body);
+    if (b == nullptr || b->length != size - head.size()) return std::nullopt;
+    std::shared_ptr<GroupState> g;
+    {
+      std::unique_lock lock(groups_mu, std::try_to_lock);
+      if (!lock) return std::nullopt;
+      auto it = groups.find(res.packet.header.group);
+      if (it == groups.end()) return std::nullopt;
+      g = it->second;
+    }
+    std::unique_lock lock(g->mu, std::try_to_lock);
+    if (!lock || !g->engine->may_place_segment(from, res.packet.header, *b)) return std::nullopt;
+    auto buf = g->large.find({b->sender, b->seq});
+    if (buf == g->large.end() || b->offset + b->length > buf->second->size()) return std::nullopt;
+    return socket::Placement{std::span(*buf->second).subspan(b->offset, b->length), buf->second};
   }
 
   /// Answer a pending flush request once all our messages are all-acked. g.mu held.
@@ -244,7 +270,15 @@ struct NodeState {
       g->inbound_payload = {};
       if (in.bytes.size() > wire::kHeaderSize && in.bytes[3] == static_cast<std::byte>(wire::Type::block)) {
         auto res = wire::decode(in.bytes);
-        if (res.ok()) g->inbound_payload = std::get<wire::Block>(res.packet.body).payload;
+        if (res.ok()) {
+          const auto& b = std::get<wire::Block>(res.packet.body);
+          // A payload left out of the frame is only fine if the transport placed it.
+          if (b.payload.empty() && b.length != 0 && !in.placed) {
+            ++g->empty_blocks_dropped;
+            return;
+          }
+          g->inbound_payload = b.payload;
+        }
       }
       g->engine->on_p2p(in.from, in.bytes, now_ns(), out);
     }
@@ -340,6 +374,9 @@ void join_socket(NodeState& s, const std::string& name, const std::shared_ptr<Gr
   const auto welcome = s.control->join(name, s.cfg.group_size, deadline);
   s.link = make_socket_link(welcome.member, welcome.multicast_address, welcome.multicast_port, s.cfg.socket,
                                     s.cfg.faults);
+  s.link->set_block_placer([node = &s](MemberId from, std::span<const std::byte> head, std::size_t size) {
+    return node->place_block(from, head, size);
+  });
   s.control->listening(s.cfg.socket.interface_address, listening_port(*s.link));
   const auto first = s.control->wait_view(deadline);
   for (const auto& m : first.members)
@@ -503,9 +540,10 @@ GroupStats Group::stats() const {
     out.repairs_sent = e.repairs_sent;
     out.views_installed = e.views_installed;
     out.duplicates_dropped = e.duplicates_dropped + p.duplicate_segments;
-    out.bad_packets_dropped = e.bad_packets() + p.invalid_dropped;
+    out.bad_packets_dropped = e.bad_packets() + p.invalid_dropped + state_->empty_blocks_dropped;
   }
   out.bad_packets_dropped += state_->node->link->bad_input();
+  out.large_bytes_placed = state_->node->link->bytes_placed();
   return out;
 }
 

@@ -192,40 +192,57 @@ void Pipeline::pump(Transfer& t, Outbox& out) {
   }
 }
 
-void Pipeline::on_block(MemberId from, const wire::Block& b, Outbox& out) {
+Pipeline::SegmentCheck Pipeline::check_segment(MemberId from, const wire::Block& b) const {
   auto it = transfers_.find({b.sender, b.seq});
-  if (it == transfers_.end()) {
-    ++stats_.invalid_dropped;
-    return;
-  }
-  Transfer& t = it->second;
-  const Key key = it->first;
-  if (b.index >= t.blocks || !t.buffer || view_.members[t.source[b.index]] != from || t.sender == self_) {
-    ++stats_.invalid_dropped;  // not what the schedule says this member sends us
-    return;
-  }
+  if (it == transfers_.end()) return SegmentCheck::invalid;
+  const Transfer& t = it->second;
+  if (b.index >= t.blocks || !t.buffer || view_.members[t.source[b.index]] != from || t.sender == self_)
+    return SegmentCheck::invalid;  // not what the schedule says this member sends us
   // The segment must lie inside its block (which the message's end may cut short), and
   // only an empty block is sent as an empty segment.
   const std::uint64_t start = std::uint64_t{b.index} * t.block_size;
   const std::uint64_t length = block_length(t, b.index);
   if (b.offset < start || b.offset - start > length || b.length > length - (b.offset - start) ||
-      (b.length == 0 && length != 0)) {
-    ++stats_.invalid_dropped;
-    return;
-  }
+      (b.length == 0 && length != 0))
+    return SegmentCheck::invalid;
   const std::uint64_t at = b.offset - start;
+  const std::uint64_t held = held_bytes(t, b.index);
+  if (t.have[b.index] || (b.length != 0 && at + b.length <= held))
+    return SegmentCheck::duplicate;  // every byte of it is here already
+  // Segments of a block come in order over one FIFO link: a gap or an overlap means
+  // the sender does not follow the protocol.
+  return at == held ? SegmentCheck::accept : at > held ? SegmentCheck::ahead : SegmentCheck::invalid;
+}
+
+std::uint64_t Pipeline::held_bytes(const Transfer& t, std::uint32_t block) {
+  if (t.have[block]) return block_length(t, block);
+  const auto filled = t.filled.find(block);
+  return filled == t.filled.end() ? 0 : filled->second;
+}
+
+bool Pipeline::may_place_segment(MemberId from, const wire::Block& b) const {
+  const auto c = check_segment(from, b);
+  return c == SegmentCheck::accept || c == SegmentCheck::ahead;
+}
+
+void Pipeline::on_block(MemberId from, const wire::Block& b, Outbox& out) {
+  switch (check_segment(from, b)) {
+    case SegmentCheck::invalid:
+    case SegmentCheck::ahead:
+      ++stats_.invalid_dropped;
+      return;
+    case SegmentCheck::duplicate:
+      ++stats_.duplicate_segments;
+      return;
+    case SegmentCheck::accept:
+      break;
+  }
+  auto it = transfers_.find({b.sender, b.seq});
+  Transfer& t = it->second;
+  const Key key = it->first;
+  const std::uint64_t length = block_length(t, b.index);
+  const std::uint64_t held = held_bytes(t, b.index);
   const auto filled = t.filled.find(b.index);
-  const std::uint64_t held = t.have[b.index] ? length : filled == t.filled.end() ? 0 : filled->second;
-  if (t.have[b.index] || (b.length != 0 && at + b.length <= held)) {
-    ++stats_.duplicate_segments;  // every byte of it is here already
-    return;
-  }
-  if (at != held) {
-    // Segments of a block come in order over one FIFO link: a gap or an overlap means
-    // the sender does not follow the protocol.
-    ++stats_.invalid_dropped;
-    return;
-  }
   out.emplace_back(action::BlockAccepted{t.sender, t.seq, b.offset, b.length});
   ++stats_.segments_received;
   if (held + b.length == length) {

@@ -117,6 +117,13 @@ class Pipeline {
   void on_announce(MemberId from, const wire::Announce& a, Outbox& out);
   void on_ready(MemberId from, const wire::Ready& r, Outbox& out);
   void on_block(MemberId from, const wire::Block& b, Outbox& out);
+  /// Whether a transport may write this segment's bytes into their final place before
+  /// on_block() sees its frame: it comes from the block's scheduled source, lies in
+  /// the block, and starts at or after the bytes held (segments before it may still
+  /// be on their way behind it in the transport's queue). Held bytes, which a relay
+  /// may be forwarding, are never written; if on_block() then refuses the frame,
+  /// the bytes sit where nothing is held and a correct segment overwrites them.
+  [[nodiscard]] bool may_place_segment(MemberId from, const wire::Block& b) const;
   void on_ack(MemberId from, const wire::LargeAck& a, Outbox& out);
   /// The view changed: abandon what is in flight, start the next queued message.
   void on_view(const View& view, Outbox& out);
@@ -164,6 +171,10 @@ class Pipeline {
     bool acked_up = false;
   };
 
+  enum class SegmentCheck : std::uint8_t { accept, duplicate, ahead, invalid };  // ahead: after a gap
+  [[nodiscard]] SegmentCheck check_segment(MemberId from, const wire::Block& b) const;
+  /// Leading bytes of `block` held.
+  [[nodiscard]] static std::uint64_t held_bytes(const Transfer& t, std::uint32_t block);
   Transfer& create(MemberId sender, Seq seq, std::uint64_t size, std::uint64_t block_size, Algorithm algorithm);
   void start_next(Outbox& out);
   void pump(Transfer& t, Outbox& out);

@@ -90,6 +90,11 @@ void Engine::on_datagram(std::span<const std::byte> bytes, TimeNs now, Outbox& o
   flush_acks(now, out);
 }
 
+bool Engine::may_place_segment(MemberId from, const wire::Header& h, const wire::Block& b) const {
+  return !removed_ && h.group == group_ && h.view == view_.id && h.src == from && view_.contains(from) &&
+         pipeline_.may_place_segment(from, b);
+}
+
 void Engine::on_p2p(MemberId from, std::span<const std::byte> bytes, TimeNs now, Outbox& out) {
   if (removed_) return;
   auto res = wire::decode(bytes);

@@ -81,6 +81,9 @@ class Engine {
   /// The application provided the buffer a NeedBuffer action asked for.
   void buffer_ready(MemberId sender, Seq seq, Outbox& out);
   [[nodiscard]] const rc_pipeline::Pipeline& pipeline() const { return pipeline_; }
+  /// Whether a transport may place this Block frame's payload in its final buffer
+  /// before on_p2p() sees the frame (Pipeline::may_place_segment, in this view).
+  [[nodiscard]] bool may_place_segment(MemberId from, const wire::Header& h, const wire::Block& b) const;
 
   /// Send a message (small path). Fails without side effects when the window is full.
   BroadcastResult broadcast(MessageBuffer message, TimeNs now, Outbox& out);

@@ -81,7 +81,7 @@ void Fabric::multicast(MemberId from, const std::vector<std::byte>& bytes) {
     for (const auto& [id, ep] : endpoints_)
       if (id != from) targets.push_back(ep);
   }
-  for (auto& ep : targets) ep->deliver(Inbound{true, from, bytes});
+  for (auto& ep : targets) ep->deliver(Inbound{true, from, bytes, false});
 }
 
 bool Fabric::unicast(MemberId from, MemberId to, std::vector<std::byte> bytes) {
@@ -92,7 +92,7 @@ bool Fabric::unicast(MemberId from, MemberId to, std::vector<std::byte> bytes) {
     if (it == endpoints_.end()) return false;
     ep = it->second;
   }
-  ep->deliver(Inbound{false, from, std::move(bytes)});
+  ep->deliver(Inbound{false, from, std::move(bytes), false});
   return true;
 }
 

@@ -26,6 +26,9 @@ struct Inbound {
   bool datagram = false;
   MemberId from = 0;
   std::vector<std::byte> bytes;
+  /// A Block frame whose payload the transport already wrote into its final buffer
+  /// (socket placement): `bytes` is the frame without it.
+  bool placed = false;
 };
 
 class Endpoint {

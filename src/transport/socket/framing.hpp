@@ -6,9 +6,13 @@
 // the body is buffered, and bodies grow only as their bytes arrive).
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
+#include <functional>
+#include <memory>
 #include <optional>
 #include <span>
 #include <vector>
@@ -53,10 +57,46 @@ inline std::optional<MemberId> decode_hello(std::span<const std::byte> body) {
   return decode_u32(body.subspan<4, 4>());
 }
 
+/// Where the tail of a frame goes instead of the frame's own buffer (see
+/// FrameReader::set_placer): `dest` gets the body's bytes after its head, and
+/// `keep` holds the memory of `dest` alive until they are all in.
+struct Placement {
+  std::span<std::byte> dest;
+  std::shared_ptr<const void> keep;
+};
+
 /// Cuts a byte stream into frames.
+///
+/// Placement: with a placer set, once `head` bytes of a longer body have arrived
+/// the reader asks the placer where the rest goes. If it names a destination of
+/// exactly the rest's size, the rest is written there (by feed(), or by the
+/// caller reading straight into direct()), and the frame handed on is the head
+/// alone, with placed() true while on_frame runs. Large blocks thus land in their
+/// final buffer with no copy through the reader.
 class FrameReader {
  public:
+  using Placer = std::function<std::optional<Placement>(std::span<const std::byte> head, std::size_t body_size)>;
+
   explicit FrameReader(std::size_t max_frame) : limit_(max_frame) {}
+
+  /// Ask `placer` about bodies longer than `head` bytes (an empty placer: never).
+  void set_placer(std::size_t head, Placer placer) {
+    head_ = head;
+    placer_ = std::move(placer);
+  }
+  /// Whether the frame being handed to on_frame had its tail placed, and how many bytes.
+  [[nodiscard]] bool placed() const { return handing_placed_ > 0; }
+  [[nodiscard]] std::size_t placed_bytes() const { return handing_placed_; }
+  /// The rest of a placed body still to come: read into it, then call direct_filled().
+  [[nodiscard]] std::span<std::byte> direct() const {
+    return placement_ ? placement_->dest.subspan(placed_have_) : std::span<std::byte>{};
+  }
+  /// `n` bytes were written at the front of direct(); hands the frame on once complete.
+  template <class OnFrame>
+  bool direct_filled(std::size_t n, OnFrame&& on_frame) {
+    placed_have_ += n;
+    return placement_ && placed_have_ == placement_->dest.size() ? finish(on_frame) : true;
+  }
 
   /// The largest body accepted from the next length prefix on (may be changed
   /// between frames, e.g. from inside the callback of feed()).
@@ -88,17 +128,32 @@ class FrameReader {
         body_.reserve(std::min<std::size_t>(need_, kReserveStep));
         in_body_ = true;
       }
-      const std::size_t take = std::min(need_ - body_.size(), data.size());
+      if (placement_) {
+        const auto rest = direct();
+        const std::size_t take = std::min(rest.size(), data.size());
+        if (take > 0) std::memcpy(rest.data(), data.data(), take);
+        data = data.subspan(take);
+        placed_have_ += take;
+        if (placed_have_ < placement_->dest.size()) break;
+        if (!finish(on_frame)) return false;
+        continue;
+      }
+      // Up to the head first, so the placer can be asked before the tail arrives.
+      const bool asking = placer_ && need_ > head_ && body_.size() < head_;
+      const std::size_t until = asking ? head_ : need_;
+      const std::size_t take = std::min(until - body_.size(), data.size());
       body_.insert(body_.end(), data.begin(), data.begin() + static_cast<std::ptrdiff_t>(take));
       data = data.subspan(take);
-      if (body_.size() == need_) {
-        in_body_ = false;
-        std::vector<std::byte> frame;
-        frame.swap(body_);
-        if (!on_frame(std::move(frame))) {
-          bad_ = true;
-          return false;
+      if (asking && body_.size() == head_) {
+        auto p = placer_(body_, need_);
+        if (p && p->dest.size() == need_ - head_) {
+          placement_ = std::move(p);
+          placed_have_ = 0;
         }
+        continue;
+      }
+      if (body_.size() == need_) {
+        if (!finish(on_frame)) return false;
       } else {
         break;  // all of `data` went into the body
       }
@@ -107,9 +162,25 @@ class FrameReader {
   }
 
   /// Bytes of a frame received so far but not yet complete (prefix included).
-  [[nodiscard]] std::size_t partial() const { return in_body_ ? kLengthPrefix + body_.size() : prefix_have_; }
+  [[nodiscard]] std::size_t partial() const {
+    return in_body_ ? kLengthPrefix + body_.size() + placed_have_ : prefix_have_;
+  }
 
  private:
+  template <class OnFrame>
+  bool finish(OnFrame& on_frame) {
+    in_body_ = false;
+    handing_placed_ = placement_ ? placement_->dest.size() : 0;
+    placement_.reset();
+    placed_have_ = 0;
+    std::vector<std::byte> frame;
+    frame.swap(body_);
+    const bool ok = on_frame(std::move(frame));
+    handing_placed_ = 0;
+    if (!ok) bad_ = true;
+    return ok;
+  }
+
   static constexpr std::size_t kReserveStep = 1U << 20;
   std::size_t limit_;
   std::array<std::byte, kLengthPrefix> prefix_{};
@@ -118,6 +189,11 @@ class FrameReader {
   std::size_t need_ = 0;
   std::vector<std::byte> body_;
   bool bad_ = false;
+  std::size_t head_ = 0;
+  Placer placer_;
+  std::optional<Placement> placement_;
+  std::size_t placed_have_ = 0;
+  std::size_t handing_placed_ = 0;
 };
 
 }  // namespace hmcast::socket

@@ -457,7 +457,7 @@ void Endpoint::read_datagrams() {
         continue;
       }
     }
-    enqueue_datagram(Inbound{true, from, std::vector<std::byte>(bytes.begin(), bytes.end())});
+    enqueue_datagram(Inbound{true, from, std::vector<std::byte>(bytes.begin(), bytes.end()), false});
   }
 }
 
@@ -533,10 +533,41 @@ void Endpoint::on_connection_event(std::uint64_t key, std::uint32_t events) {
   }
 }
 
+void Endpoint::set_block_placer(BlockPlacer placer, std::size_t min_payload) {
+  std::lock_guard lock(mu_);
+  placer_ = std::move(placer);
+  min_placed_ = min_payload;
+}
+
 bool Endpoint::read_connection(Connection& c) {
   const std::uint64_t key = c.key;
+  if (c.peer && placer_ && !c.placing) {
+    // Offer each big enough Block frame's payload to the placer once its head is in.
+    c.placing = true;
+    const MemberId from = *c.peer;
+    c.reader.set_placer(kBlockHead, [this, from](std::span<const std::byte> head, std::size_t size) {
+      if (head[3] != static_cast<std::byte>(wire::Type::block) || size < kBlockHead + min_placed_)
+        return std::optional<Placement>{};
+      return placer_(from, head, size);
+    });
+  }
+  const auto on_frame = [&](std::vector<std::byte>&& frame) {
+    if (!c.peer) {
+      c.peer = decode_hello(frame);
+      if (!c.peer) return false;
+      c.reader.set_limit(cfg_.max_frame);
+      return true;
+    }
+    ++stats_.frames_received;
+    const bool placed = c.reader.placed();
+    stats_.bytes_placed += c.reader.placed_bytes();
+    inbox_.push_back(Inbound{false, *c.peer, std::move(frame), placed});
+    return true;
+  };
   for (int round = 0; round < kReadRounds; ++round) {
-    const ssize_t n = ::recv(c.fd, scratch_.data(), scratch_.size(), MSG_DONTWAIT);
+    const auto direct = c.reader.direct();  // a placed payload still to come: read it in place
+    const ssize_t n = direct.empty() ? ::recv(c.fd, scratch_.data(), scratch_.size(), MSG_DONTWAIT)
+                                     : ::recv(c.fd, direct.data(), direct.size(), MSG_DONTWAIT);
     if (n < 0) {
       const int e = errno;
       if (e == EINTR) continue;
@@ -554,18 +585,9 @@ bool Endpoint::read_connection(Connection& c) {
       drop(key, true);
       return false;
     }
-    const std::span<const std::byte> data(scratch_.data(), static_cast<std::size_t>(n));
-    const bool ok = c.reader.feed(data, [&](std::vector<std::byte>&& frame) {
-      if (!c.peer) {
-        c.peer = decode_hello(frame);
-        if (!c.peer) return false;
-        c.reader.set_limit(cfg_.max_frame);
-        return true;
-      }
-      ++stats_.frames_received;
-      inbox_.push_back(Inbound{false, *c.peer, std::move(frame)});
-      return true;
-    });
+    const bool ok = !direct.empty()
+                        ? c.reader.direct_filled(static_cast<std::size_t>(n), on_frame)
+                        : c.reader.feed(std::span<const std::byte>(scratch_.data(), static_cast<std::size_t>(n)), on_frame);
     if (!ok) {
       // A length over the limit or a bad hello: the peer is not trusted any more.
       ++stats_.connections_malformed;

@@ -29,6 +29,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -94,7 +95,18 @@ struct Stats {
   std::uint64_t connections_over_limit = 0;  // closed at once: max_connections reached
   std::uint64_t connections_malformed = 0;   // dropped for a bad length, a bad hello, or data where none belongs
   std::uint64_t links_broken = 0;            // peers marked unreachable
+  std::uint64_t bytes_placed = 0;            // block payload read straight into its final buffer
 };
+
+/// Where a Block frame's payload goes (see Endpoint::set_block_placer): given the
+/// sending peer, the frame's head (wire header and Block fields) and the frame's
+/// whole size, a destination of exactly the payload's size, or nothing to receive
+/// the frame whole as usual.
+using BlockPlacer =
+    std::function<std::optional<Placement>(MemberId from, std::span<const std::byte> head, std::size_t frame_size)>;
+
+/// Bytes of a Block frame before its payload: the wire header and the Block fields.
+inline constexpr std::size_t kBlockHead = wire::kHeaderSize + 28;
 
 class Endpoint {
  public:
@@ -137,6 +149,14 @@ class Endpoint {
   /// Throws hmcast::Error(message_too_large) for a frame over max_frame.
   bool unicast(MemberId to, std::vector<std::byte> bytes);
 
+  /// From now on, Block frames of reliable links with a payload of at least
+  /// `min_payload` bytes are offered to `placer` once their head has arrived; a
+  /// payload it places is read from the socket straight into the destination, and
+  /// the frame is handed on without it (Inbound::placed). The placer runs on the
+  /// thread in wait(), with this endpoint's lock held: it must not call the endpoint,
+  /// nor block on a lock that a caller of unicast() may hold.
+  void set_block_placer(BlockPlacer placer, std::size_t min_payload = 4096);
+
   /// Closes every socket (best effort to hand queued output to the kernel first)
   /// and wakes wait(); afterwards wait() returns nothing at once and sends fail.
   void close();
@@ -159,6 +179,7 @@ class Endpoint {
     std::size_t out_offset = 0;  // bytes of out.front() (prefix, then body) already written
     std::size_t out_bytes = 0;   // queued and not yet written
     bool watching_out = false;   // EPOLLOUT registered
+    bool placing = false;        // its reader offers Block payloads to placer_
   };
   struct Peer {
     sockaddr_in addr{};
@@ -203,6 +224,8 @@ class Endpoint {
   std::uint64_t next_key_ = kFirstConnectionKey;
   std::size_t accepted_ = 0;
   std::vector<std::byte> scratch_;  // receive buffer
+  BlockPlacer placer_;
+  std::size_t min_placed_ = 4096;
   Stats stats_;
 
   static constexpr std::uint64_t kWakeKey = 1;
