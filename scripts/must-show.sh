@@ -62,6 +62,9 @@ SOAK_OK='d["delivered_ok"] and d["duplicates_delivered"] == 0 and d["missing"] =
 run "$SOAK_OK" soak --procs 8 --senders 4 --messages 10000 --loss 0.02 --kill 1 --json
 run "$SOAK_OK"' and d["spray_datagrams"] > 0 and d["bad_packets_dropped"] > 0 and d["spray_tcp_disconnected"] == d["spray_tcp_attempts"] > 0' \
   soak --procs 8 --senders 4 --messages 3000 --loss 0.02 --kill 1 --spray --json
+# The seeded fault layer in real processes: reordering and delay on top of loss.
+run "$SOAK_OK"' and d["faults_dropped"] > 0 and d["faults_reordered"] > 0 and d["faults_delayed"] > 0 and d["faults_link_delayed"] > 0' \
+  soak --procs 8 --senders 4 --messages 3000 --loss 0.02 --reorder 0.05 --delay-us 200 --link-delay-us 100 --kill 1 --json
 if [ "$(id -u)" -eq 0 ] && command -v ip >/dev/null; then
   run_cmd "$SOAK_OK" tests/cluster/soak.sh --procs 8 --senders 4 --messages 10000 --loss 0.02 --kill 1 --json
 else
