@@ -22,6 +22,8 @@
 #include <sys/time.h>
 #include <unistd.h>
 
+#include "api/faulty_link.hpp"
+#include "api/link.hpp"
 #include "core/wire.hpp"
 #include "hmcast/error.hpp"
 #include "transport/socket/framing.hpp"
@@ -407,21 +409,34 @@ TEST_CASE("socket: output queued for a peer that stops reading is bounded: the l
   CHECK(a.stats().links_broken == 1);
 }
 
-TEST_CASE("socket: the seeded fault layer drops or duplicates received datagrams", "[socket]") {
+TEST_CASE("socket: a socket link carries the fault layer: it drops or duplicates received datagrams", "[socket]") {
+  // The endpoint itself adds no faults; make_socket_link puts the layer on top.
   const auto group = test_group(2);
   hmcast::FaultConfig lossy;
   lossy.datagram_loss = 1.0;
   hmcast::FaultConfig dupy;
   dupy.datagram_duplicate = 1.0;
-  sk::Endpoint s(1, config()), l(2, config(), lossy), d(3, config(), dupy);
+  hmcast::SocketOptions options;
+  const std::uint32_t address = 0xEFFF4D4DU;  // 239.255.77.77, config()'s group
+  sk::Endpoint s(1, config());
+  auto l = hmcast::detail::make_socket_link(2, address, test_port(), options, lossy);
+  auto d = hmcast::detail::make_socket_link(3, address, test_port(), options, dupy);
   constexpr hmcast::Seq kCount = 20;
   for (hmcast::Seq q = 1; q <= kCount; ++q) s.multicast(datagram(group, 1, q));
-  std::vector<std::vector<sk::Inbound>> got;
-  REQUIRE(pump({&s, &l, &d}, got, [&] { return seqs(got[2], group).size() >= 2 * kCount; }, 2000ms));
-  pump({&s, &l, &d}, got, [] { return false; }, 100ms);
-  CHECK(seqs(got[1], group).empty());
-  CHECK(l.stats().datagrams_fault_dropped >= kCount);
-  auto dup = seqs(got[2], group);
+  std::vector<sk::Inbound> got_l, got_d;
+  const auto end = Clock::now() + 2000ms;
+  while (Clock::now() < end && seqs(got_d, group).size() < 2 * kCount) {
+    while (auto in = l->wait(Clock::now() + 200us)) got_l.push_back(std::move(*in));
+    while (auto in = d->wait(Clock::now() + 200us)) got_d.push_back(std::move(*in));
+  }
+  const auto settle = Clock::now() + 100ms;
+  while (Clock::now() < settle)
+    while (auto in = l->wait(Clock::now() + 1ms)) got_l.push_back(std::move(*in));
+  CHECK(seqs(got_l, group).empty());
+  CHECK(hmcast::detail::fault_stats(*l).dropped >= kCount);
+  CHECK(hmcast::detail::fault_stats(*d).duplicated >= kCount);
+  CHECK(hmcast::detail::listening_port(*l) != 0);  // still reachable through the layer
+  auto dup = seqs(got_d, group);
   CHECK(dup.size() == 2 * kCount);
   std::sort(dup.begin(), dup.end());
   for (hmcast::Seq q = 1; q <= kCount; ++q) {

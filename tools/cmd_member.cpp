@@ -35,6 +35,10 @@ struct MemberOptions {
   std::string sizes = "64,2KiB";
   std::uint64_t seed = 1;
   double loss = 0;
+  double dup = 0;
+  double reorder = 0;
+  std::uint32_t delay_us = 0;       // datagram delay drawn from [0, this]
+  std::uint32_t link_delay_us = 0;  // link frame delay drawn from [0, this]
   std::string interface_address = "127.0.0.1";
   std::uint32_t mtu = 8192;
   std::uint32_t progress_ms = 500;
@@ -79,7 +83,11 @@ int run_member(const MemberOptions& o) {
   cfg.socket.mtu = o.mtu;
   cfg.join_timeout = std::chrono::seconds(60);
   cfg.faults.datagram_loss = o.loss;
-  cfg.faults.seed = o.seed ^ static_cast<std::uint64_t>(::getpid());
+  cfg.faults.datagram_duplicate = o.dup;
+  cfg.faults.datagram_reorder = o.reorder;
+  cfg.faults.datagram_delay_ns_max = std::int64_t{o.delay_us} * 1000;
+  cfg.faults.link_delay_ns_max = std::int64_t{o.link_delay_us} * 1000;
+  cfg.faults.seed = o.seed;  // the fault layer mixes in the member id: members draw apart, runs repeat
   Node node(cfg);
   Group g = node.join(o.group);
   const MemberId self = g.self();
@@ -300,6 +308,13 @@ int run_member(const MemberOptions& o) {
             {"bad_packets_dropped", st.bad_packets_dropped},
             {"repairs_sent", st.repairs_sent},
             {"views_installed", st.views_installed},
+            {"faults",
+             {{"dropped", st.faults.dropped},
+              {"duplicated", st.faults.duplicated},
+              {"reordered", st.faults.reordered},
+              {"delayed", st.faults.delayed},
+              {"link_delayed", st.faults.link_delayed},
+              {"released_early", st.faults.released_early}}},
             {"t_ns", t_done}};
   }
   out.emit(done);
@@ -321,6 +336,13 @@ void add_member_command(CLI::App& app) {
   cmd->add_option("--sizes", o->sizes, "Message sizes with weights, e.g. 64,2KiB:30,1MiB:1")->capture_default_str();
   cmd->add_option("--seed", o->seed, "Workload seed (the same at every member)")->capture_default_str();
   cmd->add_option("--loss", o->loss, "Datagram loss injected on receive")->check(CLI::Range(0.0, 1.0));
+  cmd->add_option("--dup", o->dup, "Chance a received datagram is duplicated")->check(CLI::Range(0.0, 1.0));
+  cmd->add_option("--reorder", o->reorder, "Chance a received datagram is held back until later ones overtake it")
+      ->check(CLI::Range(0.0, 1.0));
+  cmd->add_option("--delay-us", o->delay_us, "Received datagrams delayed by [0, N] microseconds")
+      ->check(CLI::Range(0U, 10'000'000U));
+  cmd->add_option("--link-delay-us", o->link_delay_us, "Received link frames delayed by [0, N] us (links stay FIFO)")
+      ->check(CLI::Range(0U, 10'000'000U));
   cmd->add_option("--interface", o->interface_address, "Local IPv4 address")->capture_default_str();
   cmd->add_option("--mtu", o->mtu, "Largest datagram")->check(CLI::Range(256U, 65507U))->capture_default_str();
   cmd->add_option("--progress-ms", o->progress_ms, "Progress report interval")->check(CLI::Range(10U, 60000U));

@@ -1,5 +1,7 @@
-// `hmcast soak`: N member processes, S senders, M messages each, optional loss,
-// SIGKILLed members and members joining mid-run; the verdict and the figures as one JSON line.
+// `hmcast soak`: N member processes, S senders, M messages each, optional faults
+// (loss, duplication, reordering, delays: the fault layer in each member),
+// SIGKILLed members and members joining mid-run; the verdict and the figures as
+// one JSON line.
 #include <iostream>
 
 #include "commands.hpp"
@@ -21,6 +23,13 @@ void add_soak_command(CLI::App& app) {
   cmd->add_option("--messages", o->messages, "Messages per sender")->capture_default_str();
   cmd->add_option("--sizes", o->sizes, "Sizes with weights (SIZE[:WEIGHT],...)")->capture_default_str();
   cmd->add_option("--loss", o->loss, "Datagram loss at each receiver")->check(CLI::Range(0.0, 0.5));
+  cmd->add_option("--dup", o->dup, "Chance a received datagram is duplicated")->check(CLI::Range(0.0, 0.5));
+  cmd->add_option("--reorder", o->reorder, "Chance a received datagram is held back until later ones overtake it")
+      ->check(CLI::Range(0.0, 1.0));
+  cmd->add_option("--delay-us", o->delay_us, "Received datagrams delayed by [0, N] microseconds")
+      ->check(CLI::Range(0U, 10'000'000U));
+  cmd->add_option("--link-delay-us", o->link_delay_us, "Received link frames delayed by [0, N] us (links stay FIFO)")
+      ->check(CLI::Range(0U, 10'000'000U));
   cmd->add_option("--kill", o->kill, "Non-sender members SIGKILLed mid-run");
   cmd->add_option("--join", o->join, "Members started mid-run that join the running group");
   cmd->add_option("--seed", o->seed, "Workload, fault and kill seed")->capture_default_str();

@@ -121,6 +121,12 @@ nlohmann::json GroupRunReport::to_json() const {
           {"view_change_ms", view_change_ms},
           {"bad_packets_dropped", bad_packets_dropped},
           {"repairs_sent", repairs_sent},
+          {"faults_dropped", faults_dropped},
+          {"faults_duplicated", faults_duplicated},
+          {"faults_reordered", faults_reordered},
+          {"faults_delayed", faults_delayed},
+          {"faults_link_delayed", faults_link_delayed},
+          {"faults_released_early", faults_released_early},
           {"bytes_broadcast", bytes_broadcast},
           {"wall_s", wall_s},
           {"latency_p50_us", latency_p50_us},
@@ -173,7 +179,9 @@ GroupRunReport run_group(const GroupRunOptions& o) {
     argv.insert(argv.end(), {exe, "member", "--manager", manager_addr, "--group", o.group, "--size",
                              std::to_string(o.procs), "--senders", std::to_string(o.senders), "--messages",
                              std::to_string(o.messages), "--sizes", o.sizes, "--seed", std::to_string(o.seed),
-                             "--loss", std::to_string(o.loss), "--interface", substitute(o.interface_template, c.index),
+                             "--loss", std::to_string(o.loss), "--dup", std::to_string(o.dup), "--reorder",
+                             std::to_string(o.reorder), "--delay-us", std::to_string(o.delay_us), "--link-delay-us",
+                             std::to_string(o.link_delay_us), "--interface", substitute(o.interface_template, c.index),
                              "--mtu", std::to_string(o.mtu), "--progress-ms", std::to_string(o.progress_ms),
                              "--timeout", std::to_string(o.timeout_s)});
     if (o.serial) argv.emplace_back("--serial");
@@ -387,6 +395,14 @@ GroupRunReport run_group(const GroupRunOptions& o) {
     rep.fifo_violations += d["fifo_violations"].get<std::uint64_t>();
     rep.bad_packets_dropped += d["bad_packets_dropped"].get<std::uint64_t>();
     rep.repairs_sent += d["repairs_sent"].get<std::uint64_t>();
+    if (const auto f = d.find("faults"); f != d.end()) {
+      rep.faults_dropped += f->value("dropped", std::uint64_t{0});
+      rep.faults_duplicated += f->value("duplicated", std::uint64_t{0});
+      rep.faults_reordered += f->value("reordered", std::uint64_t{0});
+      rep.faults_delayed += f->value("delayed", std::uint64_t{0});
+      rep.faults_link_delayed += f->value("link_delayed", std::uint64_t{0});
+      rep.faults_released_early += f->value("released_early", std::uint64_t{0});
+    }
     rep.completed += d["completed"].get<std::uint64_t>();
     rep.resent += d["resent"].get<std::uint64_t>();
     if (d["send_failures"].get<std::uint64_t>() > 0)

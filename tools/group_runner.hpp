@@ -21,6 +21,11 @@ struct GroupRunOptions {
   std::string sizes = "64,2KiB";
   std::uint64_t seed = 1;
   double loss = 0;
+  // The fault layer at each member (FaultConfig): duplication, reordering, delays.
+  double dup = 0;
+  double reorder = 0;
+  std::uint32_t delay_us = 0;
+  std::uint32_t link_delay_us = 0;
   std::uint32_t kill = 0;  // non-sender members SIGKILLed mid-run
   std::uint32_t join = 0;  // members started once the group runs (they join mid-stream)
   std::string group = "demo";
@@ -61,6 +66,9 @@ struct GroupRunReport {
   double view_change_ms = 0;  // max over kills and survivors: kill -> new view without the victim
   std::uint64_t bad_packets_dropped = 0;
   std::uint64_t repairs_sent = 0;
+  // What the fault layers did, summed over the members that reported (not the killed).
+  std::uint64_t faults_dropped = 0, faults_duplicated = 0, faults_reordered = 0, faults_delayed = 0,
+                faults_link_delayed = 0, faults_released_early = 0;
   std::uint64_t bytes_broadcast = 0;  // payload bytes of all messages, once
   double wall_s = 0;                  // first member joined -> last member done
   double latency_p50_us = 0, latency_p99_us = 0, latency_max_us = 0;

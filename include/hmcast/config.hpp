@@ -81,12 +81,52 @@ struct SocketOptions {
   std::uint32_t mtu = 8192;
 };
 
-/// Seeded faults injected on the datagram path (tests; off by default). A Node also
-/// reads HMCAST_FAULT_LOSS, HMCAST_FAULT_DUP and HMCAST_FAULT_SEED from its
-/// environment; when set they override these fields.
+/// Seeded faults injected on what a member receives (tests; all off by default).
+/// They are applied by one layer between the transport and the protocol (the same
+/// for every transport), so real processes see loss, duplication, reordering and
+/// delay even where the kernel offers no netem. Sending is never touched.
+///
+/// Every decision is drawn from a generator seeded with `seed` mixed with the
+/// member's id: given the order in which items arrive, a run's decisions repeat.
+///
+/// A Node also reads these environment variables; each one that is set overrides
+/// its field (a bad value makes the Node constructor throw invalid_config):
+///   HMCAST_FAULT_LOSS=P           datagram_loss
+///   HMCAST_FAULT_DUP=P            datagram_duplicate
+///   HMCAST_FAULT_REORDER=P        datagram_reorder
+///   HMCAST_FAULT_DELAY_US=N       datagram_delay_ns_max = N microseconds
+///   HMCAST_FAULT_LINK_DELAY_US=N  link_delay_ns_max = N microseconds
+///   HMCAST_FAULT_SEED=N           seed
+///
+/// Node::Node checks the fields: probabilities in [0, 1], delays and the reorder
+/// hold in [0, kMaxFaultDelayNs], min <= max, depth and max_held at least 1.
 struct FaultConfig {
+  /// Longest delay or hold any field may ask for (10 s): faults are for tests, and
+  /// a held item costs memory until it is released.
+  static constexpr std::int64_t kMaxFaultDelayNs = 10'000'000'000;
+
   double datagram_loss = 0.0;       // chance each received datagram is dropped
-  double datagram_duplicate = 0.0;  // chance each received datagram is delivered twice
+  double datagram_duplicate = 0.0;  // chance each received datagram is delivered twice (copies fault alike)
+  /// Chance a received datagram is held back until 1..datagram_reorder_depth later
+  /// datagrams (drawn uniformly) have overtaken it, or datagram_reorder_max_ns has
+  /// passed, whichever comes first (the time bound releases it when traffic stops).
+  double datagram_reorder = 0.0;
+  std::uint32_t datagram_reorder_depth = 8;
+  std::int64_t datagram_reorder_max_ns = 2'000'000;
+  /// Each received datagram is delayed by a time drawn uniformly from
+  /// [datagram_delay_ns_min, datagram_delay_ns_max]; datagrams are independent, so
+  /// different delays reorder them too. 0/0: no delay.
+  std::int64_t datagram_delay_ns_min = 0;
+  std::int64_t datagram_delay_ns_max = 0;
+  /// Each frame received on a reliable link is delayed by a time drawn uniformly
+  /// from [0, link_delay_ns_max], but never overtakes an earlier frame from the same
+  /// peer: links stay FIFO, as TCP and RC are. Frames are never dropped.
+  std::int64_t link_delay_ns_max = 0;
+  /// Most items (datagrams and frames) held at once. At the cap, the held item due
+  /// first is released at once (counted in FaultStats::released_early) to make
+  /// room: memory stays bounded, nothing is lost that the config did not drop, and
+  /// links stay FIFO; only the delay of that one item is cut short.
+  std::uint32_t max_held = 65'536;
   std::uint64_t seed = 1;
 };
 

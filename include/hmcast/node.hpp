@@ -53,6 +53,18 @@ struct Delivery {
   std::shared_ptr<const std::vector<std::byte>> buffer;  // owns `bytes`
 };
 
+/// What the seeded fault layer (Config::faults) did to what this member's Node
+/// received, over all its groups; all zero when no fault is configured.
+struct FaultStats {
+  std::uint64_t dropped = 0;         // datagrams lost
+  std::uint64_t duplicated = 0;      // datagrams delivered twice
+  std::uint64_t reordered = 0;       // datagrams held back until later ones overtook them
+  std::uint64_t delayed = 0;         // datagrams delayed (by a non-zero time)
+  std::uint64_t link_delayed = 0;    // reliable-link frames delayed (by a non-zero time)
+  std::uint64_t released_early = 0;  // held items released before their time: FaultConfig::max_held was reached
+  std::uint64_t held = 0;            // items held right now
+};
+
 /// Counters of one member of one group (a snapshot).
 struct GroupStats {
   std::uint64_t delivered = 0;           // small-path messages delivered here
@@ -68,6 +80,7 @@ struct GroupStats {
   /// Large-message bytes the transport read straight into their final buffer, with
   /// no copy on the way (socket transport; the Node's transport as a whole).
   std::uint64_t large_bytes_placed = 0;
+  FaultStats faults;
 };
 
 enum class SendMode : std::uint8_t {

@@ -43,11 +43,12 @@ class Link {
   virtual void close() = 0;
 };
 
-/// A node of the in-process fabric named `fabric`.
+/// A node of the in-process fabric named `fabric`, under the fault layer
+/// (faulty_link.hpp) if `faults` asks for any.
 std::unique_ptr<Link> make_inproc_link(const std::string& fabric, const FaultConfig& faults);
 
 /// A socket endpoint for member `self` of a group whose datagrams use
-/// multicast_address:port (IPv4, host order).
+/// multicast_address:port (IPv4, host order), under the fault layer if `faults` asks for any.
 std::unique_ptr<Link> make_socket_link(MemberId self, std::uint32_t multicast_address, std::uint16_t multicast_port,
                                        const SocketOptions& options, const FaultConfig& faults);
 

@@ -1,6 +1,7 @@
 // The transport adapters behind detail::Link.
 #include <arpa/inet.h>
 
+#include "api/faulty_link.hpp"
 #include "api/link.hpp"
 #include "hmcast/error.hpp"
 #include "transport/socket/socket_transport.hpp"
@@ -11,8 +12,8 @@ namespace {
 
 class InprocLink final : public Link {
  public:
-  InprocLink(const std::string& fabric, const FaultConfig& faults)
-      : fabric_(inproc::Fabric::named(fabric)), endpoint_(fabric_->attach(faults)) {}
+  explicit InprocLink(const std::string& fabric)
+      : fabric_(inproc::Fabric::named(fabric)), endpoint_(fabric_->attach()) {}
   ~InprocLink() override { close(); }
   InprocLink(const InprocLink&) = delete;
   InprocLink& operator=(const InprocLink&) = delete;
@@ -39,8 +40,8 @@ class InprocLink final : public Link {
 
 class SocketLink final : public Link {
  public:
-  SocketLink(MemberId self, const socket::SocketConfig& cfg, const FaultConfig& faults)
-      : endpoint_(std::make_unique<socket::Endpoint>(self, cfg, faults)) {}
+  SocketLink(MemberId self, const socket::SocketConfig& cfg)
+      : endpoint_(std::make_unique<socket::Endpoint>(self, cfg)) {}
 
   [[nodiscard]] MemberId id() const override { return endpoint_->id(); }
   void multicast(const std::vector<std::byte>& bytes) override { endpoint_->multicast(bytes); }
@@ -70,7 +71,7 @@ class SocketLink final : public Link {
 }  // namespace
 
 std::unique_ptr<Link> make_inproc_link(const std::string& fabric, const FaultConfig& faults) {
-  return std::make_unique<InprocLink>(fabric, faults);
+  return with_faults(std::make_unique<InprocLink>(fabric), faults);
 }
 
 std::unique_ptr<Link> make_socket_link(MemberId self, std::uint32_t multicast_address, std::uint16_t multicast_port,
@@ -86,14 +87,14 @@ std::unique_ptr<Link> make_socket_link(MemberId self, std::uint32_t multicast_ad
   cfg.ttl = options.ttl;
   cfg.mtu = options.mtu;
   try {
-    return std::make_unique<SocketLink>(self, cfg, faults);
+    return with_faults(std::make_unique<SocketLink>(self, cfg), faults);
   } catch (const socket::TransportError& e) {
     throw Error(ErrorCode::transport_failed, e.what());
   }
 }
 
 std::uint16_t listening_port(const Link& link) {
-  if (const auto* s = dynamic_cast<const SocketLink*>(&link)) return s->endpoint_->tcp_port();
+  if (const auto* s = dynamic_cast<const SocketLink*>(&without_faults(link))) return s->endpoint_->tcp_port();
   return 0;
 }
 

@@ -14,6 +14,8 @@
 
 #include <cstdlib>
 
+#include "api/fault_config.hpp"
+#include "api/faulty_link.hpp"
 #include "api/link.hpp"
 #include "core/name_hash.hpp"
 #include "core/wire.hpp"
@@ -54,24 +56,6 @@ ProtocolConfig socket_profile(const SocketOptions& o) {
   p.mtu = o.mtu;
   p.repair_budget = 40;
   return p;
-}
-
-double env_double(const char* name, double fallback) {
-  const char* v = std::getenv(name);
-  if (v == nullptr || *v == 0) return fallback;
-  char* end = nullptr;
-  const double d = std::strtod(v, &end);
-  if (end == v || *end != 0 || d < 0 || d > 1)
-    throw Error(ErrorCode::invalid_config, std::string(name) + "='" + v + "' is not a probability in [0, 1]");
-  return d;
-}
-
-FaultConfig faults_with_environment(FaultConfig f) {
-  f.datagram_loss = env_double("HMCAST_FAULT_LOSS", f.datagram_loss);
-  f.datagram_duplicate = env_double("HMCAST_FAULT_DUP", f.datagram_duplicate);
-  if (const char* seed = std::getenv("HMCAST_FAULT_SEED"); seed != nullptr && *seed != 0)
-    f.seed = std::strtoull(seed, nullptr, 10);
-  return f;
 }
 
 }  // namespace
@@ -544,6 +528,7 @@ GroupStats Group::stats() const {
   }
   out.bad_packets_dropped += state_->node->link->bad_input();
   out.large_bytes_placed = state_->node->link->bytes_placed();
+  out.faults = detail::fault_stats(*state_->node->link);
   return out;
 }
 

@@ -26,8 +26,6 @@ void Endpoint::deliver(Inbound in) {
   {
     std::lock_guard lock(mu_);
     if (closed_) return;
-    if (in.datagram && rng_.chance(faults_.datagram_loss)) return;
-    if (in.datagram && rng_.chance(faults_.datagram_duplicate)) inbox_.push_back(in);
     inbox_.push_back(std::move(in));
   }
   cv_.notify_one();
@@ -55,9 +53,9 @@ std::shared_ptr<Fabric> Fabric::named(const std::string& name) {
   return f;
 }
 
-std::shared_ptr<Endpoint> Fabric::attach(FaultConfig faults) {
+std::shared_ptr<Endpoint> Fabric::attach() {
   std::lock_guard lock(mu_);
-  auto ep = std::make_shared<Endpoint>(next_id_++, faults);
+  auto ep = std::make_shared<Endpoint>(next_id_++);
   endpoints_[ep->id()] = ep;
   return ep;
 }

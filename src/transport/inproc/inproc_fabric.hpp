@@ -1,6 +1,6 @@
 // An in-process fabric: endpoints in one process exchange frames through queues.
-// Datagrams reach every other endpoint (unreliable only through the seeded fault
-// layer of the receiving endpoint); point-to-point frames are reliable and FIFO.
+// Datagrams reach every other endpoint (unreliable only through the fault layer
+// a Node puts on top, api/faulty_link.hpp); point-to-point frames are reliable and FIFO.
 // It also offers the bootstrap rendezvous that forms a group's first view.
 // Thread-safe: any thread may send; each endpoint is drained by its owner.
 #pragma once
@@ -16,9 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "hmcast/config.hpp"
 #include "hmcast/types.hpp"
-#include "transport/sim/sim_rng.hpp"
 
 namespace hmcast::inproc {
 
@@ -33,7 +31,7 @@ struct Inbound {
 
 class Endpoint {
  public:
-  Endpoint(MemberId id, FaultConfig faults) : id_(id), faults_(faults), rng_(faults.seed ^ (std::uint64_t{id} << 32)) {}
+  explicit Endpoint(MemberId id) : id_(id) {}
   [[nodiscard]] MemberId id() const { return id_; }
   /// Waits until a frame arrives, wake() is called, or `deadline` passes.
   std::optional<Inbound> wait(std::chrono::steady_clock::time_point deadline);
@@ -43,8 +41,6 @@ class Endpoint {
 
  private:
   MemberId id_;
-  FaultConfig faults_;
-  sim::Rng rng_;  // guarded by mu_
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Inbound> inbox_;
@@ -57,7 +53,7 @@ class Fabric {
   /// The fabric of this name in this process (created on first use).
   static std::shared_ptr<Fabric> named(const std::string& name);
 
-  std::shared_ptr<Endpoint> attach(FaultConfig faults);
+  std::shared_ptr<Endpoint> attach();
   void detach(MemberId id);
   void multicast(MemberId from, const std::vector<std::byte>& bytes);
   /// False if `to` is gone (its node was destroyed): the link is broken.

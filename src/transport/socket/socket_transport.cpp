@@ -38,8 +38,7 @@ MemberId header_src(std::span<const std::byte> b) {
 
 }  // namespace
 
-Endpoint::Endpoint(MemberId id, const SocketConfig& config, FaultConfig faults)
-    : id_(id), cfg_(config), faults_(faults), rng_(faults.seed ^ (std::uint64_t{id} << 32)) {
+Endpoint::Endpoint(MemberId id, const SocketConfig& config) : id_(id), cfg_(config) {
   if (cfg_.mtu < wire::kHeaderSize || cfg_.mtu > kMaxUdpPayload)
     throw Error(ErrorCode::invalid_config, "SocketConfig::mtu is " + std::to_string(cfg_.mtu) + ": choose one in [" +
                                                std::to_string(wire::kHeaderSize) + ", " +
@@ -457,22 +456,9 @@ void Endpoint::read_datagrams() {
         continue;
       }
     }
-    enqueue_datagram(Inbound{true, from, std::vector<std::byte>(bytes.begin(), bytes.end()), false});
-  }
-}
-
-void Endpoint::enqueue_datagram(Inbound in) {
-  if (rng_.chance(faults_.datagram_loss)) {
-    ++stats_.datagrams_fault_dropped;
-    return;
-  }
-  if (rng_.chance(faults_.datagram_duplicate)) {
-    ++stats_.datagrams_fault_duplicated;
     ++stats_.datagrams_received;
-    inbox_.push_back(in);
+    inbox_.push_back(Inbound{true, from, std::vector<std::byte>(bytes.begin(), bytes.end()), false});
   }
-  ++stats_.datagrams_received;
-  inbox_.push_back(std::move(in));
 }
 
 void Endpoint::accept_connections() {

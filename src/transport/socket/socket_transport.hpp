@@ -6,8 +6,8 @@
 //   port shared (SO_REUSEADDR + SO_REUSEPORT) by every endpoint of the host, with
 //   loopback on, so every endpoint also hears its own datagrams: those whose wire
 //   header names this endpoint as `src` (bytes 20..23) are dropped on receive.
-//   Unreliable like the network below; the seeded fault layer (FaultConfig) adds
-//   loss and duplication on receive, as inproc's Endpoint::deliver does.
+//   Unreliable like the network below; a Node's fault layer (api/faulty_link.hpp)
+//   adds seeded faults above the endpoint, the same as on every transport.
 // - Reliable links: TCP, one connection per direction: an endpoint sends to a peer
 //   only over the connection it opened itself (lazily, on the first unicast) and
 //   reads from the connections peers opened to it. Frames are a u32 little-endian
@@ -43,7 +43,6 @@
 #include "hmcast/config.hpp"
 #include "hmcast/types.hpp"
 #include "transport/inproc/inproc_fabric.hpp"
-#include "transport/sim/sim_rng.hpp"
 #include "transport/socket/framing.hpp"
 #include "transport/socket/net_util.hpp"
 
@@ -84,11 +83,9 @@ struct SocketConfig {
 struct Stats {
   std::uint64_t datagrams_sent = 0;
   std::uint64_t datagrams_send_dropped = 0;   // the kernel had no room (EAGAIN/ENOBUFS): lost like on the wire
-  std::uint64_t datagrams_received = 0;       // queued for wait(), duplicates included
+  std::uint64_t datagrams_received = 0;       // queued for wait()
   std::uint64_t datagrams_own = 0;            // our own, looped back, dropped
   std::uint64_t datagrams_oversized = 0;      // over the MTU, dropped
-  std::uint64_t datagrams_fault_dropped = 0;  // by the fault layer
-  std::uint64_t datagrams_fault_duplicated = 0;
   std::uint64_t frames_sent = 0;      // accepted by unicast() (the hello not counted)
   std::uint64_t frames_received = 0;  // queued for wait() (the hello not counted)
   std::uint64_t connections_accepted = 0;
@@ -113,7 +110,7 @@ class Endpoint {
   /// Opens the datagram socket (joined to the group) and the listening socket.
   /// Throws hmcast::Error(invalid_config) for a bad config, TransportError when
   /// the system refuses.
-  Endpoint(MemberId id, const SocketConfig& config, FaultConfig faults = {});
+  Endpoint(MemberId id, const SocketConfig& config);
   ~Endpoint();
   Endpoint(const Endpoint&) = delete;
   Endpoint& operator=(const Endpoint&) = delete;
@@ -199,12 +196,10 @@ class Endpoint {
   bool read_connection(Connection& c);  // false: the connection was dropped
   void read_datagrams();
   void accept_connections();
-  void enqueue_datagram(Inbound in);
   void close_locked();
 
   MemberId id_;
   SocketConfig cfg_;
-  FaultConfig faults_;
   sockaddr_in group_{};
   std::uint16_t tcp_port_ = 0;
   int epoll_fd_ = -1;
@@ -214,7 +209,6 @@ class Endpoint {
   bool pwait2_ = true;  // epoll_pwait2 available (nanosecond deadlines); only wait() touches it
 
   mutable std::mutex mu_;
-  sim::Rng rng_;  // fault layer
   bool closed_ = false;
   bool woken_ = false;
   std::deque<Inbound> inbox_;
