@@ -48,7 +48,7 @@ run 'd["delivered_ok"] and d["ratio_vs_unicast"] >= 6.5' "${LARGE[@]}" --algo se
 run 'd["delivered_ok"]' "${LARGE[@]}" --algo chain --nodes 64
 run 'd["delivered_ok"] and d["steps"] == d["blocks"] + 6' "${LARGE[@]}" --algo binomial_pipeline --nodes 100
 run 'd["delivered_ok"] and d["ratio_vs_unicast"] <= 1.25' "${LARGE[@]}" --nodes 64 --slow-links 1 --slow-factor 0.5
-run 'd["delivered_ok"] and not d["timed_out"] and d["failures"] >= 1 and d["views_installed"] >= 2' \
+run 'd["delivered_ok"] and not d["timed_out"] and d["failures"] == 0 and d["restarted"] >= 1 and d["duplicates_delivered"] == 0 and d["views_installed"] >= 2' \
   "${LARGE[@]}" --nodes 64 --crash 1
 
 # Issue 4: real processes on the socket transport.

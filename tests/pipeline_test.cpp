@@ -68,8 +68,9 @@ TEST_CASE("pipeline: randomized runs keep every promise", "[pipeline][random]") 
     sc.segment = 1 + rng.below(sc.block + sc.block / 4);
     sc.credit_lead = rng.below(sc.block + 1);
     const auto r = hmcast::sim::run_large(sc);
+    // Survivors never see a failure: a crash restarts the transfer over the new view.
     const bool ok = r.delivered_ok && r.completed == std::uint64_t{sc.messages} * std::min(sc.senders, sc.nodes) &&
-                    (sc.crash == 0 || r.crashed == 0 || r.views_installed >= 2 || r.failures == 0);
+                    r.failures == 0 && (sc.crash == 0 || r.crashed == 0 || r.views_installed >= 2);
     if (!ok) {
       ++failures;
       UNSCOPED_INFO("seed " << seed << ": " << r.to_json());
@@ -80,7 +81,7 @@ TEST_CASE("pipeline: randomized runs keep every promise", "[pipeline][random]") 
   REQUIRE(failures == 0);
 }
 
-TEST_CASE("pipeline: a crash mid-transfer is reported, a new view installed, and the resend completes",
+TEST_CASE("pipeline: a crash mid-transfer installs a new view, and the message completes against the survivors",
           "[pipeline][membership]") {
   hmcast::sim::LargeScenario sc;
   sc.nodes = 16;
@@ -91,11 +92,12 @@ TEST_CASE("pipeline: a crash mid-transfer is reported, a new view installed, and
   INFO(r.to_json());
   REQUIRE(r.delivered_ok);
   REQUIRE(r.crashed == 1);
-  REQUIRE(r.failures == 1);
-  REQUIRE(r.failure_reason.find("left") != std::string::npos);
+  REQUIRE(r.failures == 0);  // the application sees no failure: the sender restarts it itself
   REQUIRE(r.views_installed == 2);
-  REQUIRE(r.resent == 1);
+  REQUIRE(r.restarted == 1);
   REQUIRE(r.completed == 1);
+  REQUIRE(r.duplicates_delivered == 0);  // members that had it before the crash do not deliver it again
+  REQUIRE(r.missing == 0);
 }
 
 TEST_CASE("pipeline: the binomial pipeline beats sequential send by about n-1", "[pipeline]") {

@@ -80,7 +80,7 @@ void add_demo_command(CLI::App& app) {
     const auto r = run_group(*o);
     std::cout << std::fixed << std::setprecision(1) << "\n"
               << "messages:   " << r.completed << " of " << r.messages_sent << " broadcasts all-acked at their senders"
-              << " (" << r.resent << " resent)\n"
+              << "\n"
               << "bytes:      " << static_cast<double>(r.bytes_broadcast) / 1e6 << " MB broadcast, delivered to each of "
               << r.survivors << " members\n"
               << "latency:    all-acked p50 " << r.latency_p50_us << " us, p99 " << r.latency_p99_us << " us, max "

@@ -62,9 +62,9 @@ class Reporter {
 /// What this member delivered, per sender.
 struct Ledger {
   std::mutex mu;
-  std::map<MemberId, std::vector<std::uint8_t>> attempts_seen;  // per index: bit per attempt
+  std::map<MemberId, std::vector<std::uint8_t>> attempts_seen;  // per index: 1 once delivered
   std::map<std::pair<MemberId, bool>, std::int64_t> last_index;  // per (sender, large): FIFO check
-  std::uint64_t unique = 0, duplicates = 0, redelivered_after_resend = 0, corrupt = 0, unexpected = 0,
+  std::uint64_t unique = 0, duplicates = 0, corrupt = 0, unexpected = 0,
                 fifo_violations = 0, bytes = 0;
   std::uint64_t digest = 0;
   std::vector<std::int64_t> deliver_ns;  // of member 1's messages, by index (with timestamps)
@@ -106,7 +106,7 @@ int run_member(const MemberOptions& o) {
     const auto t_delivered = mono_ns();  // before the check, which reads every byte
     auto c = check_message(o.seed, d.sender, d.bytes);
     std::lock_guard lock(led.mu);
-    if (!c || d.sender > o.senders || c->index >= o.messages || c->attempt >= 8) {
+    if (!c || d.sender > o.senders || c->index >= o.messages || c->attempt != 0) {
       ++led.unexpected;
       return;
     }
@@ -117,40 +117,33 @@ int run_member(const MemberOptions& o) {
     auto& seen = led.attempts_seen[d.sender];
     if (seen.empty()) seen.resize(o.messages);
     auto& bits = seen[c->index];
-    const auto bit = static_cast<std::uint8_t>(1U << c->attempt);
-    if ((bits & bit) != 0) {
-      ++led.duplicates;
-    } else if (bits != 0) {
-      ++led.redelivered_after_resend;
-      bits = static_cast<std::uint8_t>(bits | bit);
+    if (bits != 0) {
+      ++led.duplicates;  // any second delivery of an index: the protocol delivers each message once
     } else {
-      bits = bit;
+      bits = 1;
       if (!led.deliver_ns.empty() && d.sender == 1) led.deliver_ns[c->index] = t_delivered;
       ++led.unique;
       led.bytes += d.bytes.size();
       led.digest ^= message_digest(o.seed, d.sender, c->index, d.bytes.size());
-      // Per path, a sender's first attempts arrive in index order (resends come later).
+      // Per path, a sender's messages arrive in index order.
       auto& last = led.last_index.try_emplace({d.sender, d.large}, -1).first->second;
-      if (c->attempt == 0) {
-        if (static_cast<std::int64_t>(c->index) < last) ++led.fifo_violations;
-        last = c->index;
-      }
+      if (static_cast<std::int64_t>(c->index) < last) ++led.fifo_violations;
+      last = c->index;
     }
     led.changed.notify_all();
   });
 
-  // The sender: broadcast in order; a waiter thread records all-acked latencies and
-  // resends a large message that a view change interrupted.
+  // The sender: broadcast in order; a waiter thread records all-acked latencies. A view
+  // change never fails a survivor's message (large ones restart by themselves), so any
+  // error here is a failure.
   std::vector<double> latencies_us;
-  std::atomic<std::uint64_t> completed{0}, resent{0}, send_failures{0};
+  std::atomic<std::uint64_t> completed{0}, send_failures{0};
   std::string send_error;
   std::mutex q_mu;
   std::condition_variable q_cv;
   struct InFlight {
     Completion c;
     std::int64_t t0;
-    std::uint32_t index;
-    std::uint32_t attempt;
   };
   std::deque<InFlight> queue;
   bool sending_done = !sender;
@@ -167,7 +160,7 @@ int run_member(const MemberOptions& o) {
           auto c = g.broadcast(msg);
           if (o.serial) (void)c.wait_for(std::chrono::seconds(o.timeout_s));
           std::lock_guard lock(q_mu);
-          queue.push_back({c, t0, i, 0});
+          queue.push_back({c, t0});
           q_cv.notify_all();
         } catch (const Error& e) {
           ++send_failures;
@@ -190,30 +183,14 @@ int run_member(const MemberOptions& o) {
           f = queue.front();
           queue.pop_front();
         }
-        for (;;) {
-          try {
-            f.c.get();
-            latencies_us.push_back(static_cast<double>(mono_ns() - f.t0) / 1e3);
-            ++completed;
-            break;
-          } catch (const Error& e) {
-            if (e.code() != ErrorCode::interrupted || f.attempt + 1 >= 8) {
-              ++send_failures;
-              std::lock_guard lock(q_mu);
-              send_error = e.what();
-              break;
-            }
-            ++resent;
-            ++f.attempt;
-            try {
-              f.c = g.broadcast(make_message(o.seed, self, f.index, f.attempt, mix.size_of(o.seed, self, f.index)));
-            } catch (const Error& e2) {
-              ++send_failures;
-              std::lock_guard lock(q_mu);
-              send_error = e2.what();
-              break;
-            }
-          }
+        try {
+          f.c.get();
+          latencies_us.push_back(static_cast<double>(mono_ns() - f.t0) / 1e3);
+          ++completed;
+        } catch (const Error& e) {
+          ++send_failures;
+          std::lock_guard lock(q_mu);
+          send_error = e.what();
         }
       }
     });
@@ -292,13 +269,11 @@ int run_member(const MemberOptions& o) {
             {"delivered", led.unique},
             {"bytes", led.bytes},
             {"duplicates_delivered", led.duplicates},
-            {"redelivered_after_resend", led.redelivered_after_resend},
             {"corrupt", led.corrupt},
             {"unexpected", led.unexpected},
             {"fifo_violations", led.fifo_violations},
             {"digest", led.digest},
             {"completed", completed.load()},
-            {"resent", resent.load()},
             {"send_failures", send_failures.load()},
             {"send_error", send_error},
             {"latencies_us", latencies_us},
@@ -307,6 +282,8 @@ int run_member(const MemberOptions& o) {
             {"elapsed_s", static_cast<double>(t_done - t_start) / 1e9},
             {"bad_packets_dropped", st.bad_packets_dropped},
             {"repairs_sent", st.repairs_sent},
+            {"large_restarted", st.large_restarted},
+            {"large_redeliveries_suppressed", st.large_redeliveries_suppressed},
             {"views_installed", st.views_installed},
             {"faults",
              {{"dropped", st.faults.dropped},

@@ -54,7 +54,6 @@ void add_large_command(CLI::App* simcmd) {
   large->add_option("--crash", sc->crash, "Non-sender members crashed during the transfer");
   large->add_option("--receive-window", sc->receive_window, "Blocks a receiver lets come at once")
       ->check(CLI::Range(1U, 1024U))->capture_default_str();
-  large->add_flag("!--no-resend", sc->resend, "Do not send a failed message again in the new view");
   large->add_option("--seed", sc->seed, "Seed of the run")->capture_default_str();
   large->add_flag("--json", *json, "Print one JSON object as the last line");
   large->callback([sc, json, algo, latency_us, overhead_us] {

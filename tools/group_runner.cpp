@@ -104,10 +104,8 @@ nlohmann::json GroupRunReport::to_json() const {
           {"senders", senders},
           {"messages_sent", messages_sent},
           {"completed", completed},
-          {"resent", resent},
           {"delivered_ok", delivered_ok},
           {"duplicates_delivered", duplicates_delivered},
-          {"redelivered_after_resend", redelivered_after_resend},
           {"missing", missing},
           {"corrupt", corrupt},
           {"fifo_violations", fifo_violations},
@@ -121,6 +119,8 @@ nlohmann::json GroupRunReport::to_json() const {
           {"view_change_ms", view_change_ms},
           {"bad_packets_dropped", bad_packets_dropped},
           {"repairs_sent", repairs_sent},
+          {"large_restarted", large_restarted},
+          {"large_redeliveries_suppressed", large_redeliveries_suppressed},
           {"faults_dropped", faults_dropped},
           {"faults_duplicated", faults_duplicated},
           {"faults_reordered", faults_reordered},
@@ -390,11 +390,12 @@ GroupRunReport run_group(const GroupRunOptions& o) {
     }
     rep.missing += want > got ? want - got : 0;
     rep.duplicates_delivered += d["duplicates_delivered"].get<std::uint64_t>();
-    rep.redelivered_after_resend += d["redelivered_after_resend"].get<std::uint64_t>();
     rep.corrupt += d["corrupt"].get<std::uint64_t>() + d["unexpected"].get<std::uint64_t>();
     rep.fifo_violations += d["fifo_violations"].get<std::uint64_t>();
     rep.bad_packets_dropped += d["bad_packets_dropped"].get<std::uint64_t>();
     rep.repairs_sent += d["repairs_sent"].get<std::uint64_t>();
+    rep.large_restarted += d["large_restarted"].get<std::uint64_t>();
+    rep.large_redeliveries_suppressed += d["large_redeliveries_suppressed"].get<std::uint64_t>();
     if (const auto f = d.find("faults"); f != d.end()) {
       rep.faults_dropped += f->value("dropped", std::uint64_t{0});
       rep.faults_duplicated += f->value("duplicated", std::uint64_t{0});
@@ -404,7 +405,6 @@ GroupRunReport run_group(const GroupRunOptions& o) {
       rep.faults_released_early += f->value("released_early", std::uint64_t{0});
     }
     rep.completed += d["completed"].get<std::uint64_t>();
-    rep.resent += d["resent"].get<std::uint64_t>();
     if (d["send_failures"].get<std::uint64_t>() > 0)
       rep.problems.push_back("member " + std::to_string(*c.member) + ": " + d["send_error"].get<std::string>());
     const bool digest_ok = d["digest"].get<std::uint64_t>() == want_digest;

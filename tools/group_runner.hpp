@@ -49,10 +49,8 @@ struct GroupRunReport {
   std::uint32_t senders = 0;
   std::uint64_t messages_sent = 0;  // senders x messages
   std::uint64_t completed = 0;      // all-acked at their senders
-  std::uint64_t resent = 0;         // large messages sent again after a view change cut them
   bool delivered_ok = false;
   std::uint64_t duplicates_delivered = 0;
-  std::uint64_t redelivered_after_resend = 0;
   std::uint64_t missing = 0;
   std::uint64_t corrupt = 0;
   std::uint64_t fifo_violations = 0;
@@ -66,6 +64,10 @@ struct GroupRunReport {
   double view_change_ms = 0;  // max over kills and survivors: kill -> new view without the victim
   std::uint64_t bad_packets_dropped = 0;
   std::uint64_t repairs_sent = 0;
+  // Large messages a view change cut, started again by their senders (summed over the
+  // survivors), and those restarts received again by members that had them.
+  std::uint64_t large_restarted = 0;
+  std::uint64_t large_redeliveries_suppressed = 0;
   // What the fault layers did, summed over the members that reported (not the killed).
   std::uint64_t faults_dropped = 0, faults_duplicated = 0, faults_reordered = 0, faults_delayed = 0,
                 faults_link_delayed = 0, faults_released_early = 0;

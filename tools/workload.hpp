@@ -4,10 +4,10 @@
 // compare: no central record, no trust in the transport.
 //
 // Layout of a message: u32 index, u32 attempt (little-endian), then pseudo-random
-// bytes. `attempt` counts sends of one index: a large message cut by a view
-// change is sent again, and a member that delivered the first attempt delivers
-// the second too (the API's documented behaviour), which is told apart from a
-// protocol duplicate (the same attempt twice).
+// bytes. The tools send every index once (attempt 0): the protocol never fails a
+// survivor's message, so nothing is sent again, and a member counts any other
+// attempt as unexpected. The field stays so a future tool can tell a resend apart
+// from a protocol duplicate.
 #pragma once
 
 #include <cstddef>

@@ -9,11 +9,10 @@ namespace hmcast {
 
 enum class ErrorCode : std::uint8_t {
   window_full,        // SendMode::fail and the sender window is full: retry after a completion
-  message_too_large,  // over ProtocolConfig::max_small_message
+  message_too_large,  // over ProtocolConfig::max_large_message
   removed,            // this member was removed from the group (suspected by the others)
   closed,             // the Node or Group was destroyed while the operation waited
   join_timeout,       // fewer than Config::group_size members joined in time
-  interrupted,        // a large message's transfer was cut by a view change: send it again
   manager_lost,       // the membership manager is gone: views cannot change, so the group stops
   transport_failed,   // the operating system refused the transport (the message names the call)
   invalid_config,

@@ -14,8 +14,11 @@
 //   ProtocolConfig::max_small_message take the small path (datagram multicast);
 //   larger ones the large path (blocks over reliable links). Order holds within each
 //   path; a small and a large message of one sender may be delivered either way round.
-// - A large message interrupted by a view change fails with ErrorCode::interrupted
-//   (members that already delivered it keep it); send it again.
+// - A large message cut by a view change is started again by its sender over the new
+//   view, with the same seq: it completes against the survivors, like a small one, and
+//   members that delivered it before the change do not deliver it again. If its sender
+//   is the one that left, members that already delivered it keep it and the others
+//   never get it (the large path has no proxy sender yet).
 // - A Completion succeeds only when every member of the current view holds the
 //   message (all-ACKed up the tree to the sender). If members leave meanwhile it
 //   completes against the survivors; the view-change callback names who left.
@@ -71,6 +74,10 @@ struct GroupStats {
   std::uint64_t completed = 0;           // own small messages all-acked
   std::uint64_t large_delivered = 0;
   std::uint64_t large_completed = 0;
+  /// Own large messages started again over a new view (a view change cut them).
+  std::uint64_t large_restarted = 0;
+  /// Restarted large messages received again here but not delivered again (had them).
+  std::uint64_t large_redeliveries_suppressed = 0;
   std::uint64_t repairs_sent = 0;        // point-to-point retransmissions by this member
   std::uint64_t views_installed = 0;     // after the first
   std::uint64_t duplicates_dropped = 0;  // copies received again and dropped (never delivered)

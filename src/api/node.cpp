@@ -294,7 +294,7 @@ struct NodeState {
       } else if (auto* cl = std::get_if<action::CompletedLarge>(&a)) {
         settle(g, g.pending_large, cl->seq, nullptr);
       } else if (auto* fl = std::get_if<action::FailedLarge>(&a)) {
-        settle(g, g.pending_large, fl->seq, std::make_exception_ptr(Error(ErrorCode::interrupted, fl->reason)));
+        settle(g, g.pending_large, fl->seq, std::make_exception_ptr(Error(ErrorCode::removed, fl->reason)));  // the only cause
       } else if (auto* c = std::get_if<action::Completed>(&a)) {
         settle(g, g.pending, c->seq, nullptr);
       } else if (auto* v = std::get_if<action::ViewInstalled>(&a)) {
@@ -521,6 +521,8 @@ GroupStats Group::stats() const {
     out.completed = e.completed;
     out.large_delivered = p.delivered;
     out.large_completed = p.completed;
+    out.large_restarted = p.restarted;
+    out.large_redeliveries_suppressed = p.redeliveries_suppressed;
     out.repairs_sent = e.repairs_sent;
     out.views_installed = e.views_installed;
     out.duplicates_dropped = e.duplicates_dropped + p.duplicate_segments;

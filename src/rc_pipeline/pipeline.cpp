@@ -43,9 +43,8 @@ void Pipeline::start_next(Outbox& out) {
   t.buffer = true;
   t.have.assign(t.blocks, true);
   t.have_count = t.blocks;
-  t.delivered = true;
-  ++stats_.delivered;
-  out.emplace_back(action::DeliverLarge{self_, seq, size});  // the sender delivers its own, as on the small path
+  t.delivered_before = seq <= delivered_[self_];  // a restart after a view change
+  deliver(t, out);  // the sender delivers its own, as on the small path
   for (MemberId p : t.send_peers) send(p, announce_of(t), out);
   pump(t, out);
   check_ack(t, out);
@@ -101,6 +100,7 @@ void Pipeline::on_announce(MemberId from, const wire::Announce& a, Outbox& out) 
     return;
   }
   Transfer& t = create(a.sender, a.seq, a.size, a.block_size, static_cast<Algorithm>(a.algorithm));
+  t.delivered_before = a.seq <= delivered_[a.sender];  // the sender restarted it in this view
   if (t.recv_peers.count(from) == 0 && t.blocks > 0 && !t.recv_peers.empty()) {
     // Whoever announces must be one of the members that send us blocks.
     ++stats_.invalid_dropped;
@@ -255,13 +255,20 @@ void Pipeline::on_block(MemberId from, const wire::Block& b, Outbox& out) {
   }
   grant(t, out);
   pump(t, out);
-  if (t.have_count == t.blocks && !t.delivered) {
-    t.delivered = true;
-    ++stats_.delivered;
-    out.emplace_back(action::DeliverLarge{t.sender, t.seq, t.size});
-  }
+  if (t.have_count == t.blocks && !t.delivered) deliver(t, out);
   check_ack(t, out);
   maybe_finish(key, out);
+}
+
+void Pipeline::deliver(Transfer& t, Outbox& out) {
+  t.delivered = true;
+  if (t.delivered_before) {
+    ++stats_.redeliveries_suppressed;
+    return;
+  }
+  delivered_[t.sender] = std::max(delivered_[t.sender], t.seq);
+  ++stats_.delivered;
+  out.emplace_back(action::DeliverLarge{t.sender, t.seq, t.size});
 }
 
 void Pipeline::on_ack(MemberId from, const wire::LargeAck& a, Outbox& out) {
@@ -328,33 +335,35 @@ std::set<MemberId> Pipeline::waiting_on() const {
 }
 
 void Pipeline::on_view(const View& view, Outbox& out) {
-  std::string left;
-  for (MemberId m : view_.members)
-    if (!view.contains(m)) left += (left.empty() ? "" : ", ") + std::to_string(m);
-  // A schedule is laid out over one view; with members gone it cannot finish. Abandon
-  // what is in flight and say why; the next queued message starts in the new view.
+  // A schedule is laid out over one view; with members gone it cannot finish. Stop
+  // what is in flight; our own unfinished message starts again over the new view
+  // (same seq, ahead of the queue), so it completes against the survivors.
+  std::optional<std::pair<Seq, std::uint64_t>> restart;
   for (auto& [key, t] : transfers_) {
-    finished_[t.sender] = std::max(finished_[t.sender], t.seq);
-    if (t.sender == self_) {
-      if (!t.acked_up) {
-        ++stats_.failed;
-        out.emplace_back(action::FailedLarge{
-            t.seq, "the group changed during the transfer (member(s) " + (left.empty() ? std::string("none") : left) +
-                       " left, view " + std::to_string(view.id) + "); send it again"});
-      }
-    } else if (!t.delivered) {
-      out.emplace_back(action::DiscardLarge{t.sender, t.seq});
+    if (t.sender == self_ && !t.acked_up) {
+      restart.emplace(t.seq, t.size);  // its buffer stays: no ReleaseLarge
+      continue;
     }
+    if (!t.delivered) out.emplace_back(action::DiscardLarge{t.sender, t.seq});
     out.emplace_back(action::ReleaseLarge{t.sender, t.seq});
   }
   transfers_.clear();
   early_.clear();
+  finished_.clear();  // a surviving sender may restart a seq that was over here
   own_active_.reset();
+  for (auto it = delivered_.begin(); it != delivered_.end();)  // departed senders restart nothing
+    it = view.contains(it->first) ? std::next(it) : delivered_.erase(it);
+  const bool still_member = view.contains(self_);
   view_ = view;
-  if (!view_.contains(self_)) {
+  if (restart) {
+    if (still_member) ++stats_.restarted;
+    queue_.push_front(*restart);  // may exceed queue_limit by this one message: it was admitted before
+  }
+  if (!still_member) {
     for (const auto& [seq, size] : queue_) {
       ++stats_.failed;
       out.emplace_back(action::FailedLarge{seq, "this member was removed from the group; join again"});
+      out.emplace_back(action::ReleaseLarge{self_, seq});  // the buffer the application gave us
     }
     queue_.clear();
     return;

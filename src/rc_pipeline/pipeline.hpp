@@ -42,9 +42,15 @@
 //      completes when its children have: every member has every byte.
 // A sender runs one large message at a time and queues the next (bounded), so a
 // sender's large messages are delivered in its order. Several senders run at once.
-// When the view changes, messages in flight are abandoned: the sender is told
-// (FailedLarge, with the reason) and may send again in the new view; receivers
-// are told to free partial buffers (DiscardLarge).
+// When the view changes, a schedule laid out over the old view cannot finish, so
+// transfers in flight stop; receivers free partial buffers (DiscardLarge). A
+// surviving sender starts its unfinished message again, same seq, over the new
+// view, ahead of its queue: it completes against the survivors, as small messages
+// do, and the application sees no failure. Members that already delivered it take
+// part again (they may be relays in the new schedule) but do not deliver it twice:
+// each member remembers, per sender, the last large seq it delivered. A message
+// whose sender left is abandoned (see README: what the small path's proxy root
+// gives, the large path does not yet).
 #pragma once
 
 #include <cstdint>
@@ -99,6 +105,8 @@ struct PipelineStats {
   std::uint64_t delivered = 0;
   std::uint64_t completed = 0;
   std::uint64_t failed = 0;
+  std::uint64_t restarted = 0;               // own messages started again after a view change
+  std::uint64_t redeliveries_suppressed = 0;  // restarted messages received again, not delivered again
 };
 
 enum class LargeError : std::uint8_t { none, queue_full, not_member };
@@ -168,6 +176,7 @@ class Pipeline {
     std::set<MemberId> acked;
     bool buffer = false;
     bool delivered = false;
+    bool delivered_before = false;  // a restart of a message this member delivered in an earlier view
     bool acked_up = false;
   };
 
@@ -183,6 +192,8 @@ class Pipeline {
   void check_ack(Transfer& t, Outbox& out);
   void maybe_finish(const Key& key, Outbox& out);
   void send(MemberId to, const wire::Body& body, Outbox& out);
+  /// Marks `t` delivered, and tells the application unless it had it before.
+  void deliver(Transfer& t, Outbox& out);
   [[nodiscard]] wire::Announce announce_of(const Transfer& t) const;
 
   GroupId group_;
@@ -195,7 +206,12 @@ class Pipeline {
     std::set<MemberId> acks;
   };
   std::map<Key, Early> early_;  // Ready and ACK frames that beat the announcement (bounded)
-  std::map<MemberId, Seq> finished_;              // per sender: every seq up to here is over
+  // Per sender, in this view: every seq up to here is over (later copies are ignored).
+  // Cleared by a view change, since a surviving sender restarts what was unfinished.
+  std::map<MemberId, Seq> finished_;
+  // Per sender, across views: the last seq delivered here (a sender's large messages
+  // are delivered in order, one at a time), so a restart is never delivered twice.
+  std::map<MemberId, Seq> delivered_;
   std::deque<std::pair<Seq, std::uint64_t>> queue_;
   std::optional<Seq> own_active_;
   Seq next_seq_ = 1;

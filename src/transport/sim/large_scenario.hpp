@@ -30,7 +30,6 @@ struct LargeScenario {
   std::uint32_t slow_nodes = 0;  // nodes whose NIC runs at slow_factor
   double slow_factor = 0.5;
   std::uint32_t crash = 0;       // non-sender members crashed during the transfer
-  bool resend = true;            // a sender sends a failed message again in the new view
   std::uint32_t receive_window = 1;  // blocks a receiver lets come at once
   std::uint64_t seed = 1;
 
@@ -54,7 +53,8 @@ struct LargeResult {
   std::uint64_t completed = 0;
   std::uint64_t failures = 0;
   std::string failure_reason;
-  std::uint64_t resent = 0;
+  std::uint64_t restarted = 0;  // messages a sender started again over a new view
+  std::uint64_t redeliveries_suppressed = 0;  // restarts received again by members that had them
   std::uint64_t views_installed = 0;
   std::uint64_t crashed = 0;
   std::uint64_t duplicates_delivered = 0;
