@@ -65,6 +65,10 @@ run "$SOAK_OK"' and d["spray_datagrams"] > 0 and d["bad_packets_dropped"] > 0 an
 # Joining mid-stream: two members start once the group runs (mixed sizes, large ones too).
 run "$SOAK_OK"' and d["joined"] == 2 and d["joiner_delivered"] > 0 and d["joiner_first_index"] > 0 and d["views_installed"] >= 3' \
   soak --procs 6 --senders 3 --messages 4000 --sizes 64:40,2KiB:30,64KiB:10,1MiB:1 --loss 0.02 --kill 1 --join 2 --json
+# Large messages cut by kills: their senders restart them over the new view; nobody
+# delivers one twice and every survivor gets all of them.
+run "$SOAK_OK"' and d["large_restarted"] >= 1' \
+  soak --procs 6 --senders 3 --messages 150 --sizes 2KiB:20,3MiB:10 --loss 0.02 --kill 2 --json
 # The seeded fault layer in real processes: reordering and delay on top of loss.
 run "$SOAK_OK"' and d["faults_dropped"] > 0 and d["faults_reordered"] > 0 and d["faults_delayed"] > 0 and d["faults_link_delayed"] > 0' \
   soak --procs 8 --senders 4 --messages 3000 --loss 0.02 --reorder 0.05 --delay-us 200 --link-delay-us 100 --kill 1 --json
