@@ -43,11 +43,31 @@ struct Member {
 /// Like the engine, a member drops frames of any view but its current one.
 class Router {
  public:
-  Router(const View& view, const PipelineConfig& cfg) {
-    for (MemberId m : view.members) members_[m].pipeline = std::make_unique<Pipeline>(kGroup, m, view, cfg);
+  /// Members 1 -> 2 -> 3 -> 4 in view 1, a chain of 1000-byte blocks, each a single segment.
+  Router() {
+    PipelineConfig cfg;
+    cfg.block_size = 1000;
+    cfg.segment_size = 1000;
+    cfg.algorithm = Algorithm::chain;
+    const View v1{1, {1, 2, 3, 4}};
+    for (MemberId m : v1.members) {
+      members_[m].pipeline = std::make_unique<Pipeline>(kGroup, m, v1, cfg);
+      views_[m] = v1.id;
+    }
   }
   Member& at(MemberId m) { return members_.at(m); }
   std::set<MemberId> dead;
+
+  /// `from` broadcasts `size` bytes (its application's buffer in place, as
+  /// Group::broadcast_large does) and every frame that can move, moves.
+  Seq broadcast(MemberId from, std::uint64_t size) {
+    Outbox out;
+    const auto r = at(from).pipeline->broadcast(size, out);
+    REQUIRE(r.error == hmcast::rc_pipeline::LargeError::none);
+    at(from).buffers.insert({from, r.seq});
+    run(from, out);
+    return r.seq;
+  }
 
   void run(MemberId from, Outbox& out) {
     queue_.emplace_back(from, std::move(out));
@@ -115,10 +135,7 @@ class Router {
 
   hmcast::ViewId view_of(MemberId m) { return views_[m]; }
 
- public:
   std::map<MemberId, hmcast::ViewId> views_;
-
- private:
   std::map<MemberId, Member> members_;
   std::deque<std::pair<MemberId, Outbox>> queue_;
 };
@@ -129,20 +146,10 @@ TEST_CASE("pipeline restart: a message cut by a view change completes against th
           "[pipeline][membership]") {
   // A chain 1 -> 2 -> 3 -> 4 with two blocks: 2 and 3 deliver, then 4 dies before it
   // has anything, so the sender's ACK can never come back in view 1.
-  PipelineConfig cfg;
-  cfg.block_size = 1000;
-  cfg.segment_size = 1000;
-  cfg.algorithm = Algorithm::chain;
-  const View v1{1, {1, 2, 3, 4}};
-  Router net(v1, cfg);
-  for (MemberId m : v1.members) net.views_[m] = 1;
+  Router net;
   net.dead.insert(4);
 
-  Outbox out;
-  const auto r = net.at(1).pipeline->broadcast(2000, out);
-  REQUIRE(r.error == hmcast::rc_pipeline::LargeError::none);
-  net.at(1).buffers.insert({1, r.seq});  // the application's buffer, as Group::broadcast_large does
-  net.run(1, out);
+  const Seq seq = net.broadcast(1, 2000);
   CHECK(net.at(2).delivered.size() == 1);
   CHECK(net.at(3).delivered.size() == 1);
   CHECK(net.at(1).completed.empty());  // 4 never ACKs in view 1
@@ -154,11 +161,11 @@ TEST_CASE("pipeline restart: a message cut by a view change completes against th
   for (MemberId m : {MemberId{1}, MemberId{2}, MemberId{3}}) {
     INFO("member " << m);
     REQUIRE(net.at(m).delivered.size() == 1);  // once, whatever the restart
-    CHECK(net.at(m).delivered[0] == std::make_pair(MemberId{1}, r.seq));
+    CHECK(net.at(m).delivered[0] == std::make_pair(MemberId{1}, seq));
     CHECK(net.at(m).failed.empty());
     CHECK(net.at(m).buffers.empty());  // every buffer released once the message is over
   }
-  REQUIRE(net.at(1).completed == std::vector<Seq>{r.seq});
+  REQUIRE(net.at(1).completed == std::vector<Seq>{seq});
   CHECK(net.at(1).pipeline->stats().restarted == 1);
   CHECK(net.at(1).pipeline->stats().failed == 0);
   // 2 and 3 took part again (3 needs its blocks from 2) without delivering twice.
@@ -166,10 +173,7 @@ TEST_CASE("pipeline restart: a message cut by a view change completes against th
   CHECK(net.at(3).pipeline->stats().redeliveries_suppressed == 1);
 
   // The next message goes as usual, delivered by everyone once.
-  Outbox next;
-  const auto r2 = net.at(1).pipeline->broadcast(1500, next);
-  net.at(1).buffers.insert({1, r2.seq});
-  net.run(1, next);
+  net.broadcast(1, 1500);
   for (MemberId m : {MemberId{2}, MemberId{3}}) CHECK(net.at(m).delivered.size() == 2);
   CHECK(net.at(1).completed.size() == 2);
 }
@@ -178,19 +182,10 @@ TEST_CASE("pipeline restart: a member that first hears of a message in the new v
           "[pipeline][membership]") {
   // 3 dies: 2 gets the message, 4 never hears of it in view 1. After the view change 4
   // gets it through 2, every survivor has delivered exactly once, the sender completes.
-  PipelineConfig cfg;
-  cfg.block_size = 1000;
-  cfg.segment_size = 1000;
-  cfg.algorithm = Algorithm::chain;
-  const View v1{1, {1, 2, 3, 4}};
-  Router net(v1, cfg);
-  for (MemberId m : v1.members) net.views_[m] = 1;
+  Router net;
   net.dead.insert(3);  // the chain breaks at 3: 2 gets blocks, 3 and 4 nothing
 
-  Outbox out;
-  const auto r = net.at(1).pipeline->broadcast(3000, out);
-  net.at(1).buffers.insert({1, r.seq});
-  net.run(1, out);
+  const Seq seq = net.broadcast(1, 3000);
   CHECK(net.at(2).delivered.size() == 1);  // 2 holds it all: the sender sends regardless of 3
   CHECK(net.at(4).delivered.empty());
 
@@ -199,6 +194,6 @@ TEST_CASE("pipeline restart: a member that first hears of a message in the new v
   CHECK(net.at(2).delivered.size() == 1);
   REQUIRE(net.at(4).delivered.size() == 1);
   CHECK(net.at(1).delivered.size() == 1);
-  CHECK(net.at(1).completed == std::vector<Seq>{r.seq});
+  CHECK(net.at(1).completed == std::vector<Seq>{seq});
   CHECK(net.at(4).pipeline->stats().redeliveries_suppressed == 0);
 }
