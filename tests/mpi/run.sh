@@ -1,0 +1,122 @@
+#!/usr/bin/env bash
+# Runs the byte-checking MPI program (tests/mpi/bcast_check.cpp) under Open MPI's
+# mpirun on loopback TCP, with 2, 4 and 8 processes, without the shim and with it
+# (LD_PRELOAD=build/lib/libhmcast_mpi.so), plus three runs of the shim with a
+# setting: HMCAST_MPI=off, HMCAST_MPI_MAX_GROUPS=1, and injected datagram loss and
+# reordering. Every byte of every broadcast is checked at every rank.
+#
+# Prints one line per run, then as its last line one JSON object:
+#   procs           most processes in a run with the shim
+#   checks          checks made (every rank's, over all runs, plus this script's own)
+#   failures        checks that failed (0 to pass)
+#   hmcast_calls    MPI_Bcast calls that went through hmcast, summed over ranks and runs
+#   fallback_calls  MPI_Bcast calls the shim passed to PMPI_Bcast, summed likewise
+#   runs            each run's figures
+# Exits 0 only if failures == 0 and hmcast_calls > 0.
+#
+# Options: --build DIR (default build), --max-bytes N (largest broadcast, default 64 MiB).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+BUILD=build
+MAX_BYTES=$((64 << 20))
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --build) BUILD="$2"; shift 2;;
+    --max-bytes) MAX_BYTES="$2"; shift 2;;
+    *) echo "usage: $0 [--build DIR] [--max-bytes N]" >&2; exit 2;;
+  esac
+done
+CHECK="$BUILD/bin/hmcast_mpi_check"
+SHIM="$PWD/$BUILD/lib/libhmcast_mpi.so"
+for f in "$CHECK" "$SHIM"; do
+  [ -e "$f" ] || { echo "missing $f: build it first (cmake --build --preset default --target hmcast_mpi hmcast_mpi_check)" >&2; exit 2; }
+done
+command -v mpirun >/dev/null || { echo "mpirun not found: run scripts/install-deps.sh (openmpi-bin)" >&2; exit 2; }
+
+# Loopback TCP only; more processes than cores; root needs the explicit permission.
+MPIRUN=(mpirun --oversubscribe --mca btl self,tcp --mca pml ob1 --mca btl_tcp_if_include lo --mca oob_tcp_if_include lo)
+[ "$(id -u)" -eq 0 ] && MPIRUN+=(--allow-run-as-root)
+
+WORK=$(mktemp -d)
+trap 'rm -rf "$WORK"' EXIT
+RESULTS="$WORK/results.jsonl"
+: >"$RESULTS"
+
+run() {  # run <label> <procs> <shim: yes|no> [VAR=value ...]: one mpirun, its figures appended to $RESULTS
+  local label="$1" np="$2" shim="$3"; shift 3
+  local env=()
+  if [ "$shim" = yes ]; then env+=(-x "LD_PRELOAD=$SHIM" -x HMCAST_MPI_STATS=1); fi
+  for kv in "$@"; do env+=(-x "$kv"); done
+  local rc=0
+  timeout 240 "${MPIRUN[@]}" -np "$np" "${env[@]}" "$CHECK" --max-bytes "$MAX_BYTES" \
+    >"$WORK/out" 2>"$WORK/err" || rc=$?
+  python3 - "$label" "$np" "$shim" "$rc" "$WORK/out" "$WORK/err" "$*" >>"$RESULTS" <<'PY'
+import json, sys
+label, np, shim, rc, out_path, err_path, settings = sys.argv[1:]
+np, rc = int(np), int(rc)
+out = open(out_path, errors="replace").read().splitlines()
+err = open(err_path, errors="replace").read().splitlines()
+r = {"run": label, "procs": np, "shim": shim == "yes", "settings": settings, "exit": rc,
+     "checks": 0, "failures": 0, "calls": 0, "seconds": None, "script_failures": []}
+try:
+    prog = json.loads(out[-1])
+    r.update(checks=prog["checks"], failures=prog["failures"], calls=prog["calls"], seconds=prog["seconds"])
+except (IndexError, ValueError, KeyError):
+    r["script_failures"].append("no JSON line from the program (exit %d; timeout is 124)" % rc)
+if rc != 0:
+    r["script_failures"].append("mpirun exited %d" % rc)
+stats = [json.loads(l.split("hmcast_mpi stats: ", 1)[1]) for l in err if "hmcast_mpi stats: " in l]
+r["stat_ranks"] = len(stats)
+for k in ("hmcast_calls", "fallback_calls", "hmcast_large", "hmcast_packed", "fallback_disabled",
+          "fallback_group_limit", "fallback_intercomm", "fallback_single_rank", "fallback_setup_failed"):
+    r[k] = sum(s[k] for s in stats)
+if r["shim"]:
+    if len(stats) != np:
+        r["script_failures"].append("%d of %d ranks printed shim stats" % (len(stats), np))
+    # Every MPI_Bcast the program made went one way or the other.
+    if r["hmcast_calls"] + r["fallback_calls"] != r["calls"]:
+        r["script_failures"].append("shim counted %d calls, the program made %d" %
+                                    (r["hmcast_calls"] + r["fallback_calls"], r["calls"]))
+    if "HMCAST_MPI=off" in settings:
+        if r["hmcast_calls"] != 0 or r["fallback_disabled"] != r["calls"]:
+            r["script_failures"].append("HMCAST_MPI=off did not send every call to PMPI_Bcast")
+    else:
+        if r["hmcast_calls"] == 0: r["script_failures"].append("no call went through hmcast")
+        if r["fallback_intercomm"] == 0: r["script_failures"].append("the inter-communicator did not fall back")
+        if r["fallback_setup_failed"] != 0: r["script_failures"].append("a group could not be formed")
+    if "HMCAST_MPI_MAX_GROUPS=1" in settings and r["fallback_group_limit"] == 0:
+        r["script_failures"].append("HMCAST_MPI_MAX_GROUPS=1 did not bound the groups")
+elif stats:
+    r["script_failures"].append("shim stats printed in a run without the shim")
+for l in err:
+    if l.startswith("FAIL") or "hmcast_mpi: rank" in l:
+        sys.stderr.write("  " + l + "\n")
+print(json.dumps(r))
+PY
+  python3 -c 'import json,sys; r=json.loads(sys.argv[1]); print("%-26s procs=%d checks=%d failures=%d hmcast_calls=%d fallback_calls=%d seconds=%s %s" % (r["run"], r["procs"], r["checks"], r["failures"], r["hmcast_calls"], r["fallback_calls"], r["seconds"], "; ".join(r["script_failures"]) or "ok"))' "$(tail -n 1 "$RESULTS")"
+}
+
+for np in 2 4 8; do
+  run "mpi-only" "$np" no
+  run "shim" "$np" yes
+done
+run "shim HMCAST_MPI=off" 4 yes HMCAST_MPI=off
+run "shim max 1 group" 4 yes HMCAST_MPI_MAX_GROUPS=1
+run "shim loss+reorder" 4 yes HMCAST_FAULT_LOSS=0.02 HMCAST_FAULT_REORDER=0.05 HMCAST_FAULT_SEED=7
+
+python3 - "$RESULTS" <<'PY'
+import json, sys
+runs = [json.loads(l) for l in open(sys.argv[1])]
+script_checks = sum(1 + 3 * r["shim"] for r in runs)  # exit/JSON per run; stats, call sums, path per shim run
+summary = {
+    "procs": max(r["procs"] for r in runs if r["shim"]),
+    "checks": sum(r["checks"] for r in runs) + script_checks,
+    "failures": sum(r["failures"] + len(r["script_failures"]) for r in runs),
+    "hmcast_calls": sum(r["hmcast_calls"] for r in runs),
+    "fallback_calls": sum(r["fallback_calls"] for r in runs),
+    "runs": [{k: r[k] for k in ("run", "procs", "checks", "failures", "hmcast_calls", "fallback_calls", "seconds")}
+             for r in runs],
+}
+print(json.dumps(summary))
+sys.exit(0 if summary["failures"] == 0 and summary["hmcast_calls"] > 0 else 1)
+PY
