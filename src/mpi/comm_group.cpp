@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "membership/coordinator.hpp"
+#include "mpi/shim_stats.hpp"
 #include "transport/socket/manager_server.hpp"
 
 namespace hmcast::mpi {
@@ -105,6 +106,11 @@ std::unique_ptr<CommGroup> CommGroup::form(MPI_Comm comm, std::string& why) {
 }
 
 CommGroup::~CommGroup() {
+  if (node_) {
+    const GroupStats gs = group_.stats();
+    stats().repairs_sent += gs.repairs_sent;
+    stats().faults_dropped += gs.faults.dropped;
+  }
   // The Node first: its progress thread runs the callbacks that use this object.
   node_.reset();
   group_ = Group{};

@@ -16,7 +16,8 @@ std::string ShimStats::json(int world_rank) const {
     << ",\"hmcast_packed\":" << packed << ",\"hmcast_bytes\":" << bytes << ",\"fallback_disabled\":" << disabled
     << ",\"fallback_intercomm\":" << intercomm << ",\"fallback_single_rank\":" << single_rank
     << ",\"fallback_group_limit\":" << group_limit << ",\"fallback_setup_failed\":" << setup_failed
-    << ",\"fallback_unsupported\":" << unsupported << ",\"groups_created\":" << groups_created << "}";
+    << ",\"fallback_unsupported\":" << unsupported << ",\"groups_created\":" << groups_created << ",\"repairs_sent\":" << repairs_sent
+    << ",\"faults_dropped\":" << faults_dropped << "}";
   return o.str();
 }
 

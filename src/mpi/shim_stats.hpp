@@ -24,6 +24,9 @@ struct ShimStats {
   std::atomic<std::uint64_t> setup_failed{0};  // the hmcast group could not be formed (reason on stderr)
   std::atomic<std::uint64_t> unsupported{0};   // bad arguments (PMPI_Bcast reports them) or over INT_MAX bytes
   std::atomic<std::uint64_t> groups_created{0};
+  // Summed over this process's groups as each is torn down (hmcast's GroupStats).
+  std::atomic<std::uint64_t> repairs_sent{0};    // point-to-point retransmissions
+  std::atomic<std::uint64_t> faults_dropped{0};  // datagrams the seeded fault layer (HMCAST_FAULT_*) dropped
 
   [[nodiscard]] std::uint64_t hmcast_calls() const { return small + large; }
   [[nodiscard]] std::uint64_t fallback_calls() const {

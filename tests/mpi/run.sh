@@ -68,7 +68,8 @@ if rc != 0:
 stats = [json.loads(l.split("hmcast_mpi stats: ", 1)[1]) for l in err if "hmcast_mpi stats: " in l]
 r["stat_ranks"] = len(stats)
 for k in ("hmcast_calls", "fallback_calls", "hmcast_large", "hmcast_packed", "fallback_disabled",
-          "fallback_group_limit", "fallback_intercomm", "fallback_single_rank", "fallback_setup_failed"):
+          "fallback_group_limit", "fallback_intercomm", "fallback_single_rank", "fallback_setup_failed",
+          "repairs_sent", "faults_dropped"):
     r[k] = sum(s[k] for s in stats)
 if r["shim"]:
     if len(stats) != np:
@@ -86,6 +87,8 @@ if r["shim"]:
         if r["fallback_setup_failed"] != 0: r["script_failures"].append("a group could not be formed")
     if "HMCAST_MPI_MAX_GROUPS=1" in settings and r["fallback_group_limit"] == 0:
         r["script_failures"].append("HMCAST_MPI_MAX_GROUPS=1 did not bound the groups")
+    if "HMCAST_FAULT_LOSS" in settings and (r["faults_dropped"] == 0 or r["repairs_sent"] == 0):
+        r["script_failures"].append("the fault layer dropped nothing, or nothing was repaired")
 elif stats:
     r["script_failures"].append("shim stats printed in a run without the shim")
 for l in err:
@@ -93,7 +96,7 @@ for l in err:
         sys.stderr.write("  " + l + "\n")
 print(json.dumps(r))
 PY
-  python3 -c 'import json,sys; r=json.loads(sys.argv[1]); print("%-26s procs=%d checks=%d failures=%d hmcast_calls=%d fallback_calls=%d seconds=%s %s" % (r["run"], r["procs"], r["checks"], r["failures"], r["hmcast_calls"], r["fallback_calls"], r["seconds"], "; ".join(r["script_failures"]) or "ok"))' "$(tail -n 1 "$RESULTS")"
+  python3 -c 'import json,sys; r=json.loads(sys.argv[1]); print("%-26s procs=%d checks=%d failures=%d hmcast_calls=%d fallback_calls=%d dropped=%d repairs=%d seconds=%s %s" % (r["run"], r["procs"], r["checks"], r["failures"], r["hmcast_calls"], r["fallback_calls"], r["faults_dropped"], r["repairs_sent"], r["seconds"], "; ".join(r["script_failures"]) or "ok"))' "$(tail -n 1 "$RESULTS")"
 }
 
 for np in 2 4 8; do
