@@ -13,6 +13,10 @@ for preset in default asan tsan; do
   cmake --build --preset "$preset" -j "$jobs"
   echo "=== $preset: test"
   ctest --preset "$preset" -j "$jobs"
+  if [ "$preset" = default ]; then
+    echo "=== default: the MPI_Bcast shim under mpirun (tests/mpi/run.sh)"
+    tests/mpi/run.sh
+  fi
 done
 
 echo "=== fuzz: build and run each target briefly"
