@@ -172,6 +172,7 @@ int fallback(Counter reason, void* buffer, int count, MPI_Datatype datatype, int
 }
 
 int raise(MPI_Comm comm, const BcastError& e) {
+  ++stats().errors;
   std::fprintf(stderr, "hmcast_mpi: rank %d: MPI_Bcast failed: %s\n", world_rank(), e.message.c_str());
   PMPI_Comm_call_errhandler(comm, e.mpi_class);  // MPI_ERRORS_ARE_FATAL (the default) ends the job here
   return e.mpi_class;
@@ -228,7 +229,10 @@ int bcast(void* buffer, int count, MPI_Datatype datatype, int root, MPI_Comm com
       packed.resize(bytes);
       int position = 0;
       const int rc = PMPI_Pack(buffer, count, datatype, packed.data(), static_cast<int>(bytes), &position, comm);
-      if (rc != MPI_SUCCESS) return rc;
+      if (rc != MPI_SUCCESS) {
+        ++stats().errors;
+        return rc;
+      }
       out = std::span<const std::byte>(packed.data(), static_cast<std::size_t>(position));
     }
     err = entry.group->send(out);
@@ -242,7 +246,10 @@ int bcast(void* buffer, int count, MPI_Datatype datatype, int root, MPI_Comm com
       int position = 0;
       unpack_rc = PMPI_Unpack(in.data(), static_cast<int>(in.size()), &position, buffer, count, datatype, comm);
     });
-    if (!err && unpack_rc != MPI_SUCCESS) return unpack_rc;
+    if (!err && unpack_rc != MPI_SUCCESS) {
+      ++stats().errors;
+      return unpack_rc;
+    }
   }
   if (err) return raise(comm, *err);
   auto& s = stats();

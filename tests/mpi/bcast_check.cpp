@@ -4,7 +4,8 @@
 // mpirun with and without LD_PRELOAD=libhmcast_mpi.so (tests/mpi/run.sh).
 //
 // Rank 0 prints one JSON line: {"procs","checks","failures","calls","seconds"};
-// the exit status is 1 if any check failed. --max-bytes caps the largest size.
+// the exit status is 1 if any check failed. --max-bytes caps the largest size;
+// --mismatch runs only the erroneous size-mismatch case (meant for the shim).
 #include <mpi.h>
 
 #include <cstdint>
@@ -24,6 +25,7 @@ struct Tally {
   long failures = 0;
   long calls = 0;
   int world_rank = 0;
+  int world_size = 1;
 };
 Tally tally;
 
@@ -169,19 +171,38 @@ void intercomm_case(MPI_Comm inter, bool in_root_group, std::uint32_t tag) {
   report(ok, describe("intercomm", "MPI_BYTE", bytes, root, tag) + " rc=" + std::to_string(rc));
 }
 
-}  // namespace
+/// Erroneous on purpose (--mismatch, with the shim only): the root broadcasts more
+/// bytes than the others expect. The shim must report MPI_ERR_TRUNCATE at each
+/// receiver through the error handler (MPI_ERRORS_RETURN here), not crash or
+/// write past the buffer, and the communicator must still work afterwards.
+void mismatch_case(std::uint32_t& tag) {
+  MPI_Comm comm;
+  MPI_Comm_dup(MPI_COMM_WORLD, &comm);
+  MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
+  int rank = 0;
+  MPI_Comm_rank(comm, &rank);
+  const int root = 0;
+  const std::size_t sent = 3000;
+  const std::size_t expected = rank == root ? sent : 1000;
+  std::vector<std::uint8_t> buf(expected + kGuard, kFill);
+  ++tag;
+  if (rank == root)
+    for (std::size_t i = 0; i < sent; ++i) buf[i] = pattern(tag, root, i);
+  ++tally.calls;
+  const int rc = MPI_Bcast(buf.data(), static_cast<int>(expected), MPI_BYTE, root, comm);
+  int cls = MPI_SUCCESS;
+  if (rc != MPI_SUCCESS) MPI_Error_class(rc, &cls);
+  bool guard_ok = true;
+  for (std::size_t i = expected; i < buf.size(); ++i) guard_ok = guard_ok && buf[i] == kFill;
+  report((rank == root ? cls == MPI_SUCCESS : cls == MPI_ERR_TRUNCATE) && guard_ok,
+         "mismatch: root sent " + std::to_string(sent) + " bytes, this rank expected " + std::to_string(expected) +
+             ", error class " + std::to_string(cls) + (guard_ok ? "" : ", guard overwritten"));
+  contiguous_case(comm, "dup(world) after a mismatch", MPI_BYTE, "MPI_BYTE", 1, 5000, 1 % tally.world_size, ++tag);
+  MPI_Comm_free(&comm);
+}
 
-int main(int argc, char** argv) {
-  MPI_Init(&argc, &argv);
-  Sizes limit{64U << 20U};
-  for (int i = 1; i + 1 < argc; ++i)
-    if (std::strcmp(argv[i], "--max-bytes") == 0) limit.max_bytes = std::strtoull(argv[i + 1], nullptr, 10);
-  int procs = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &tally.world_rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &procs);
-  const double start = MPI_Wtime();
-  std::uint32_t tag = 0;
-
+/// The whole suite: every communicator kind, then the fallbacks, then frees.
+void all_cases(int procs, std::uint32_t& tag, const Sizes& limit) {
   run_suite(MPI_COMM_WORLD, "world", tag, limit, true);
 
   MPI_Comm dup;
@@ -201,7 +222,8 @@ int main(int argc, char** argv) {
     MPI_Comm_dup(half, &c);
     int size = 0;
     MPI_Comm_size(c, &size);
-    for (int root = 0; root < size; ++root) contiguous_case(c, "dup(split)", MPI_BYTE, "MPI_BYTE", 1, 5000, root, ++tag);
+    for (int root = 0; root < size; ++root)
+      contiguous_case(c, "dup(split)", MPI_BYTE, "MPI_BYTE", 1, 5000, root, ++tag);
     MPI_Comm_free(&c);
   }
 
@@ -221,6 +243,29 @@ int main(int argc, char** argv) {
   MPI_Comm_free(&half);
   MPI_Comm_free(&dup);  // a later broadcast on world still works after others were freed
   contiguous_case(MPI_COMM_WORLD, "world", MPI_BYTE, "MPI_BYTE", 1, 777, procs - 1, ++tag);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  MPI_Init(&argc, &argv);
+  Sizes limit{64U << 20U};
+  bool mismatch = false;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--max-bytes") == 0 && i + 1 < argc)
+      limit.max_bytes = std::strtoull(argv[i + 1], nullptr, 10);
+    if (std::strcmp(argv[i], "--mismatch") == 0) mismatch = true;
+  }
+  int procs = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &tally.world_rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &procs);
+  tally.world_size = procs;
+  const double start = MPI_Wtime();
+  std::uint32_t tag = 0;
+  if (mismatch)
+    mismatch_case(tag);
+  else
+    all_cases(procs, tag, limit);
 
   long mine[3] = {tally.checks, tally.failures, tally.calls};
   long sum[3] = {0, 0, 0};

@@ -2,8 +2,9 @@
 # Runs the byte-checking MPI program (tests/mpi/bcast_check.cpp) under Open MPI's
 # mpirun on loopback TCP, with 2, 4 and 8 processes, without the shim and with it
 # (LD_PRELOAD=build/lib/libhmcast_mpi.so), plus three runs of the shim with a
-# setting: HMCAST_MPI=off, HMCAST_MPI_MAX_GROUPS=1, and injected datagram loss and
-# reordering. Every byte of every broadcast is checked at every rank.
+# setting: HMCAST_MPI=off, HMCAST_MPI_MAX_GROUPS=1, injected datagram loss and
+# reordering, and an erroneous size mismatch that must come back as MPI_ERR_TRUNCATE.
+# Every byte of every broadcast is checked at every rank.
 #
 # Prints one line per run, then as its last line one JSON object:
 #   procs           most processes in a run with the shim
@@ -48,9 +49,9 @@ run() {  # run <label> <procs> <shim: yes|no> [VAR=value ...]: one mpirun, its f
   if [ "$shim" = yes ]; then env+=(-x "LD_PRELOAD=$SHIM" -x HMCAST_MPI_STATS=1); fi
   for kv in "$@"; do env+=(-x "$kv"); done
   local rc=0
-  timeout 240 "${MPIRUN[@]}" -np "$np" "${env[@]}" "$CHECK" --max-bytes "$MAX_BYTES" \
+  timeout 240 "${MPIRUN[@]}" -np "$np" "${env[@]}" "$CHECK" --max-bytes "$MAX_BYTES" ${PROGRAM_ARGS:-} \
     >"$WORK/out" 2>"$WORK/err" || rc=$?
-  python3 - "$label" "$np" "$shim" "$rc" "$WORK/out" "$WORK/err" "$*" >>"$RESULTS" <<'PY'
+  python3 - "$label" "$np" "$shim" "$rc" "$WORK/out" "$WORK/err" "$* ${PROGRAM_ARGS:-}" >>"$RESULTS" <<'PY'
 import json, sys
 label, np, shim, rc, out_path, err_path, settings = sys.argv[1:]
 np, rc = int(np), int(rc)
@@ -69,21 +70,25 @@ stats = [json.loads(l.split("hmcast_mpi stats: ", 1)[1]) for l in err if "hmcast
 r["stat_ranks"] = len(stats)
 for k in ("hmcast_calls", "fallback_calls", "hmcast_large", "hmcast_packed", "fallback_disabled",
           "fallback_group_limit", "fallback_intercomm", "fallback_single_rank", "fallback_setup_failed",
-          "repairs_sent", "faults_dropped"):
+          "repairs_sent", "faults_dropped", "hmcast_errors"):
     r[k] = sum(s[k] for s in stats)
 if r["shim"]:
     if len(stats) != np:
         r["script_failures"].append("%d of %d ranks printed shim stats" % (len(stats), np))
     # Every MPI_Bcast the program made went one way or the other.
-    if r["hmcast_calls"] + r["fallback_calls"] != r["calls"]:
-        r["script_failures"].append("shim counted %d calls, the program made %d" %
-                                    (r["hmcast_calls"] + r["fallback_calls"], r["calls"]))
+    counted = r["hmcast_calls"] + r["fallback_calls"] + r["hmcast_errors"]
+    if counted != r["calls"]:
+        r["script_failures"].append("shim counted %d calls, the program made %d" % (counted, r["calls"]))
+    errors_expected = np - 1 if "--mismatch" in settings else 0  # each receiver of the short buffer
+    if r["hmcast_errors"] != errors_expected:
+        r["script_failures"].append("%d calls failed in the shim, expected %d" % (r["hmcast_errors"], errors_expected))
     if "HMCAST_MPI=off" in settings:
         if r["hmcast_calls"] != 0 or r["fallback_disabled"] != r["calls"]:
             r["script_failures"].append("HMCAST_MPI=off did not send every call to PMPI_Bcast")
     else:
         if r["hmcast_calls"] == 0: r["script_failures"].append("no call went through hmcast")
-        if r["fallback_intercomm"] == 0: r["script_failures"].append("the inter-communicator did not fall back")
+        if r["fallback_intercomm"] == 0 and "--mismatch" not in settings:
+            r["script_failures"].append("the inter-communicator did not fall back")
         if r["fallback_setup_failed"] != 0: r["script_failures"].append("a group could not be formed")
     if "HMCAST_MPI_MAX_GROUPS=1" in settings and r["fallback_group_limit"] == 0:
         r["script_failures"].append("HMCAST_MPI_MAX_GROUPS=1 did not bound the groups")
@@ -92,7 +97,7 @@ if r["shim"]:
 elif stats:
     r["script_failures"].append("shim stats printed in a run without the shim")
 for l in err:
-    if l.startswith("FAIL") or "hmcast_mpi: rank" in l:
+    if l.startswith("FAIL") or ("hmcast_mpi: rank" in l and "--mismatch" not in settings):
         sys.stderr.write("  " + l + "\n")
 print(json.dumps(r))
 PY
@@ -106,6 +111,9 @@ done
 run "shim HMCAST_MPI=off" 4 yes HMCAST_MPI=off
 run "shim max 1 group" 4 yes HMCAST_MPI_MAX_GROUPS=1
 run "shim loss+reorder" 4 yes HMCAST_FAULT_LOSS=0.02 HMCAST_FAULT_REORDER=0.05 HMCAST_FAULT_SEED=7
+# Erroneous program: the root sends more bytes than the others expect. Each receiver
+# must get MPI_ERR_TRUNCATE (MPI_ERRORS_RETURN), and the communicator keep working.
+PROGRAM_ARGS=--mismatch run "shim size mismatch" 4 yes
 
 python3 - "$RESULTS" <<'PY'
 import json, sys
