@@ -16,6 +16,9 @@ for preset in default asan tsan; do
   if [ "$preset" = default ]; then
     echo "=== default: the MPI_Bcast shim under mpirun (tests/mpi/run.sh)"
     tests/mpi/run.sh
+  else
+    echo "=== $preset: the MPI_Bcast shim under the sanitizer"
+    tests/mpi/run.sh --build "build-$preset" --sanitizer "$preset"
   fi
 done
 

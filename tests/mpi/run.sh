@@ -15,23 +15,41 @@
 #   runs            each run's figures
 # Exits 0 only if failures == 0 and hmcast_calls > 0.
 #
-# Options: --build DIR (default build), --max-bytes N (largest broadcast, default 64 MiB).
+# Options: --build DIR (default build), --max-bytes N (largest broadcast, default 64 MiB),
+# --sanitizer asan|tsan: use the shim of a sanitizer build (--build build-asan or
+# build-tsan), its runtime preloaded with it, in a shorter set of runs (4 processes,
+# 8 MiB at most) with the sanitizer halting on its first report. The check program
+# is always the default build's: only the shim is under the sanitizer.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 BUILD=build
-MAX_BYTES=$((64 << 20))
+MAX_BYTES=""
+SANITIZER=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --build) BUILD="$2"; shift 2;;
     --max-bytes) MAX_BYTES="$2"; shift 2;;
-    *) echo "usage: $0 [--build DIR] [--max-bytes N]" >&2; exit 2;;
+    --sanitizer) SANITIZER="$2"; shift 2;;
+    *) echo "usage: $0 [--build DIR] [--max-bytes N] [--sanitizer asan|tsan]" >&2; exit 2;;
   esac
 done
-CHECK="$BUILD/bin/hmcast_mpi_check"
+CHECK="build/bin/hmcast_mpi_check"
 SHIM="$PWD/$BUILD/lib/libhmcast_mpi.so"
 for f in "$CHECK" "$SHIM"; do
   [ -e "$f" ] || { echo "missing $f: build it first (cmake --build --preset default --target hmcast_mpi hmcast_mpi_check)" >&2; exit 2; }
 done
+PRELOAD="$SHIM"
+SANITIZER_ENV=()
+case "$SANITIZER" in
+  "") MAX_BYTES=${MAX_BYTES:-$((64 << 20))};;
+  asan) PRELOAD="$(g++ -print-file-name=libasan.so) $SHIM"
+        SANITIZER_ENV=(-x ASAN_OPTIONS=detect_leaks=0:halt_on_error=1 -x UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1)
+        MAX_BYTES=${MAX_BYTES:-$((8 << 20))};;
+  tsan) PRELOAD="$(g++ -print-file-name=libtsan.so) $SHIM"
+        SANITIZER_ENV=(-x TSAN_OPTIONS=halt_on_error=1)
+        MAX_BYTES=${MAX_BYTES:-$((8 << 20))};;
+  *) echo "--sanitizer takes asan or tsan" >&2; exit 2;;
+esac
 command -v mpirun >/dev/null || { echo "mpirun not found: run scripts/install-deps.sh (openmpi-bin)" >&2; exit 2; }
 
 # Loopback TCP only; more processes than cores; root needs the explicit permission.
@@ -46,7 +64,7 @@ RESULTS="$WORK/results.jsonl"
 run() {  # run <label> <procs> <shim: yes|no> [VAR=value ...]: one mpirun, its figures appended to $RESULTS
   local label="$1" np="$2" shim="$3"; shift 3
   local env=()
-  if [ "$shim" = yes ]; then env+=(-x "LD_PRELOAD=$SHIM" -x HMCAST_MPI_STATS=1); fi
+  if [ "$shim" = yes ]; then env+=(-x "LD_PRELOAD=$PRELOAD" -x HMCAST_MPI_STATS=1 "${SANITIZER_ENV[@]}"); fi
   for kv in "$@"; do env+=(-x "$kv"); done
   local rc=0
   timeout 240 "${MPIRUN[@]}" -np "$np" "${env[@]}" "$CHECK" --max-bytes "$MAX_BYTES" ${PROGRAM_ARGS:-} \
@@ -104,12 +122,16 @@ PY
   python3 -c 'import json,sys; r=json.loads(sys.argv[1]); print("%-26s procs=%d checks=%d failures=%d hmcast_calls=%d fallback_calls=%d dropped=%d repairs=%d seconds=%s %s" % (r["run"], r["procs"], r["checks"], r["failures"], r["hmcast_calls"], r["fallback_calls"], r["faults_dropped"], r["repairs_sent"], r["seconds"], "; ".join(r["script_failures"]) or "ok"))' "$(tail -n 1 "$RESULTS")"
 }
 
-for np in 2 4 8; do
-  run "mpi-only" "$np" no
-  run "shim" "$np" yes
-done
-run "shim HMCAST_MPI=off" 4 yes HMCAST_MPI=off
-run "shim max 1 group" 4 yes HMCAST_MPI_MAX_GROUPS=1
+if [ -z "$SANITIZER" ]; then
+  for np in 2 4 8; do
+    run "mpi-only" "$np" no
+    run "shim" "$np" yes
+  done
+  run "shim HMCAST_MPI=off" 4 yes HMCAST_MPI=off
+  run "shim max 1 group" 4 yes HMCAST_MPI_MAX_GROUPS=1
+else
+  run "shim ($SANITIZER)" 4 yes
+fi
 run "shim loss+reorder" 4 yes HMCAST_FAULT_LOSS=0.02 HMCAST_FAULT_REORDER=0.05 HMCAST_FAULT_SEED=7
 # Erroneous program: the root sends more bytes than the others expect. Each receiver
 # must get MPI_ERR_TRUNCATE (MPI_ERRORS_RETURN), and the communicator keep working.
