@@ -3,10 +3,14 @@
 // the pattern the root wrote, plus guard bytes around each buffer. Run under
 // mpirun with and without LD_PRELOAD=libhmcast_mpi.so (tests/mpi/run.sh).
 //
-// Rank 0 prints one JSON line: {"procs","checks","failures","calls","seconds"};
+// Rank 0 prints one JSON line: {"procs","checks","failures","calls","seconds","root_wait_ms"};
 // the exit status is 1 if any check failed. --max-bytes caps the largest size;
-// --mismatch runs only the erroneous size-mismatch case (meant for the shim).
+// --mismatch runs only the erroneous size-mismatch case (meant for the shim);
+// --stall MS [--expect-root-wait-ms T] runs only the stopped-rank case (root_wait_ms).
 #include <mpi.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdint>
 #include <cstdio>
@@ -201,6 +205,40 @@ void mismatch_case(std::uint32_t& tag) {
   MPI_Comm_free(&comm);
 }
 
+/// The promise beyond MPI's (--stall MS): the root returns only when every rank
+/// holds the data. The last rank stops itself (SIGSTOP, all its threads) for MS
+/// milliseconds (a child process sends SIGCONT), while rank 0 broadcasts 1 KiB.
+/// Returns how long rank 0's MPI_Bcast took, in ms (0 elsewhere). Plain MPI sends
+/// 1 KiB eagerly and returns at once; through the shim the root waits for the
+/// stopped rank. Every byte is checked at every rank as usual.
+double stall_case(int stall_ms, std::uint32_t& tag) {
+  int rank = 0;
+  int size = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  contiguous_case(MPI_COMM_WORLD, "world (warm-up)", MPI_BYTE, "MPI_BYTE", 1, 64, 0, ++tag);
+  MPI_Barrier(MPI_COMM_WORLD);
+  const int stalled = size - 1;
+  double root_ms = 0;
+  if (rank == stalled) {
+    const pid_t self = getpid();
+    const pid_t child = fork();
+    if (child == 0) {
+      usleep(static_cast<useconds_t>(stall_ms) * 1000U);
+      kill(self, SIGCONT);
+      _exit(0);
+    }
+    raise(SIGSTOP);
+    waitpid(child, nullptr, 0);
+  } else if (rank == 0) {
+    usleep(static_cast<useconds_t>(stall_ms) * 500U);  // half the stall: the last rank is stopped by now
+  }
+  const double t0 = MPI_Wtime();
+  contiguous_case(MPI_COMM_WORLD, "world (one rank stopped)", MPI_BYTE, "MPI_BYTE", 1, 1024, 0, ++tag);
+  if (rank == 0) root_ms = (MPI_Wtime() - t0) * 1000.0;
+  return root_ms;
+}
+
 /// The whole suite: every communicator kind, then the fallbacks, then frees.
 void all_cases(int procs, std::uint32_t& tag, const Sizes& limit) {
   run_suite(MPI_COMM_WORLD, "world", tag, limit, true);
@@ -251,7 +289,12 @@ int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
   Sizes limit{64U << 20U};
   bool mismatch = false;
+  int stall_ms = 0;
+  double expect_root_wait_ms = -1;
   for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--stall") == 0 && i + 1 < argc) stall_ms = std::atoi(argv[i + 1]);
+    if (std::strcmp(argv[i], "--expect-root-wait-ms") == 0 && i + 1 < argc)
+      expect_root_wait_ms = std::atof(argv[i + 1]);
     if (std::strcmp(argv[i], "--max-bytes") == 0 && i + 1 < argc)
       limit.max_bytes = std::strtoull(argv[i + 1], nullptr, 10);
     if (std::strcmp(argv[i], "--mismatch") == 0) mismatch = true;
@@ -262,18 +305,28 @@ int main(int argc, char** argv) {
   tally.world_size = procs;
   const double start = MPI_Wtime();
   std::uint32_t tag = 0;
-  if (mismatch)
+  double root_wait_ms = 0;
+  if (mismatch) {
     mismatch_case(tag);
-  else
+  } else if (stall_ms > 0) {
+    root_wait_ms = stall_case(stall_ms, tag);
+    if (tally.world_rank == 0 && expect_root_wait_ms >= 0)
+      report(root_wait_ms >= expect_root_wait_ms, "the root's MPI_Bcast returned after " + std::to_string(root_wait_ms) +
+                                                     " ms, before the stopped rank could hold the data (expected >= " +
+                                                     std::to_string(expect_root_wait_ms) + " ms)");
+  } else {
     all_cases(procs, tag, limit);
+  }
 
   long mine[3] = {tally.checks, tally.failures, tally.calls};
   long sum[3] = {0, 0, 0};
   MPI_Reduce(mine, sum, 3, MPI_LONG, MPI_SUM, 0, MPI_COMM_WORLD);
   const double seconds = MPI_Wtime() - start;
   if (tally.world_rank == 0)
-    std::printf("{\"procs\": %d, \"checks\": %ld, \"failures\": %ld, \"calls\": %ld, \"seconds\": %.2f}\n", procs,
-                sum[0], sum[1], sum[2], seconds);
+    std::printf(
+        "{\"procs\": %d, \"checks\": %ld, \"failures\": %ld, \"calls\": %ld, \"seconds\": %.2f, "
+        "\"root_wait_ms\": %.1f}\n",
+        procs, sum[0], sum[1], sum[2], seconds, root_wait_ms);
   MPI_Finalize();
   return tally.world_rank == 0 && sum[1] != 0 ? 1 : 0;
 }
