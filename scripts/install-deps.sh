@@ -12,6 +12,7 @@ PACKAGES=(
   libcli11-dev
   clang libclang-rt-14-dev
   iproute2
+  openmpi-bin libopenmpi-dev
 )
 missing=()
 for p in "${PACKAGES[@]}"; do

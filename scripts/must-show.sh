@@ -77,3 +77,7 @@ if [ "$(id -u)" -eq 0 ] && command -v ip >/dev/null; then
 else
   echo "skipped: the emulated-cluster soak needs root and iproute2 (CI runs it)"
 fi
+
+# Issue 7: the drop-in MPI_Bcast shim (libhmcast_mpi.so) under mpirun, every byte checked.
+run_cmd 'd["failures"] == 0 and d["hmcast_calls"] > 0 and d["procs"] >= 4 and d["checks"] > 0 and d["fallback_calls"] > 0' \
+  tests/mpi/run.sh

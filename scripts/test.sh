@@ -13,6 +13,13 @@ for preset in default asan tsan; do
   cmake --build --preset "$preset" -j "$jobs"
   echo "=== $preset: test"
   ctest --preset "$preset" -j "$jobs"
+  if [ "$preset" = default ]; then
+    echo "=== default: the MPI_Bcast shim under mpirun (tests/mpi/run.sh)"
+    tests/mpi/run.sh
+  else
+    echo "=== $preset: the MPI_Bcast shim under the sanitizer"
+    tests/mpi/run.sh --build "build-$preset" --sanitizer "$preset"
+  fi
 done
 
 echo "=== fuzz: build and run each target briefly"

@@ -1,0 +1,157 @@
+#include "mpi/comm_group.hpp"
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+
+#include <unistd.h>
+
+#include "membership/coordinator.hpp"
+#include "mpi/shim_stats.hpp"
+#include "transport/socket/manager_server.hpp"
+
+namespace hmcast::mpi {
+namespace {
+
+std::string env_or(const char* name, const char* fallback) {
+  const char* v = std::getenv(name);
+  return (v != nullptr && *v != '\0') ? std::string(v) : std::string(fallback);
+}
+
+/// What rank 0 tells the others: where its membership manager listens.
+struct Rendezvous {
+  char manager[120];
+  std::int32_t ok;
+};
+
+}  // namespace
+
+std::size_t CommGroup::max_small() {
+  // The socket transport's profile keeps the default threshold, and every rank
+  // runs the same shim, so this is the threshold the root's Node applied.
+  return ProtocolConfig{}.max_small_message;
+}
+
+std::unique_ptr<CommGroup> CommGroup::form(MPI_Comm comm, std::string& why) {
+  int rank = 0;
+  int size = 0;
+  PMPI_Comm_rank(comm, &rank);
+  PMPI_Comm_size(comm, &size);
+  std::unique_ptr<CommGroup> g(new CommGroup);
+  g->rank_ = rank;
+  // HMCAST_MPI_INTERFACE: the IPv4 address of this host's interface for the group
+  // (its datagrams, its links, and rank 0's manager). Loopback by default: one host.
+  const std::string iface = env_or("HMCAST_MPI_INTERFACE", "127.0.0.1");
+
+  Rendezvous rv{};
+  if (rank == 0) {
+    try {
+      membership::CoordinatorConfig cc;
+      // Fresh group ids and multicast addresses per communicator and run.
+      cc.seed = static_cast<std::uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()) ^
+                (static_cast<std::uint64_t>(::getpid()) << 32U);
+      g->manager_ = std::make_unique<socket::ManagerServer>(iface, 0, cc);
+      std::snprintf(rv.manager, sizeof rv.manager, "%s:%u", iface.c_str(), unsigned{g->manager_->port()});
+      rv.ok = 1;
+    } catch (const std::exception& e) {
+      why = std::string("could not start the membership manager on ") + iface + ": " + e.what();
+    }
+  }
+  PMPI_Bcast(&rv, sizeof rv, MPI_BYTE, 0, comm);
+  if (rv.ok == 0) {
+    if (rank != 0) why = "rank 0 of the communicator could not start the membership manager (see its message)";
+    return nullptr;
+  }
+
+  int ok = 1;
+  try {
+    Config cfg;
+    cfg.transport = TransportKind::socket;
+    cfg.group_size = static_cast<std::uint32_t>(size);
+    cfg.socket.manager = rv.manager;
+    cfg.socket.interface_address = iface;
+    cfg.join_timeout = std::chrono::milliseconds(std::atol(env_or("HMCAST_MPI_JOIN_TIMEOUT_MS", "30000").c_str()));
+    g->node_ = std::make_unique<Node>(cfg);
+    g->group_ = g->node_->join("mpi-communicator");  // the manager is this communicator's own
+    CommGroup* self = g.get();
+    g->self_ = g->group_.self();
+    g->group_.on_view_change([self](const View&, std::span<const MemberId> left) {
+      if (left.empty()) return;
+      std::lock_guard lock(self->mu_);
+      self->broken_ = std::to_string(left.size()) +
+                      " rank(s) left the communicator's hmcast group (process died or stopped answering): "
+                      "broadcasts on this communicator can no longer reach every rank";
+      self->arrived_.notify_all();
+    });
+    g->group_.on_deliver([self](const Delivery& d) {
+      if (d.sender == self->self_) return;  // a root's own copy: it already has the data
+      std::lock_guard lock(self->mu_);
+      self->inbox_[{d.sender, d.large}].push_back(Message{d.bytes, d.buffer});
+      self->arrived_.notify_all();
+    });
+  } catch (const std::exception& e) {
+    ok = 0;
+    why = std::string("could not join the communicator's hmcast group: ") + e.what();
+  }
+  int all_ok = 0;
+  PMPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_LAND, comm);
+  if (all_ok == 0) {
+    if (ok != 0) why = "another rank of the communicator could not join its hmcast group (see its message)";
+    return nullptr;
+  }
+  g->member_of_rank_.resize(static_cast<std::size_t>(size));
+  PMPI_Allgather(&g->self_, 1, MPI_UINT32_T, g->member_of_rank_.data(), 1, MPI_UINT32_T, comm);
+  return g;
+}
+
+CommGroup::~CommGroup() {
+  if (node_) {
+    const GroupStats gs = group_.stats();
+    stats().repairs_sent += gs.repairs_sent;
+    stats().faults_dropped += gs.faults.dropped;
+  }
+  // The Node first: its progress thread runs the callbacks that use this object.
+  node_.reset();
+  group_ = Group{};
+  manager_.reset();
+}
+
+std::optional<BcastError> CommGroup::send(std::span<const std::byte> bytes) {
+  {
+    std::lock_guard lock(mu_);
+    if (!broken_.empty()) return BcastError{MPI_ERR_OTHER, broken_};
+  }
+  try {
+    group_.broadcast(bytes).get();  // returns once every member holds the bytes
+  } catch (const std::exception& e) {
+    return BcastError{MPI_ERR_OTHER, std::string("hmcast broadcast failed: ") + e.what()};
+  }
+  std::lock_guard lock(mu_);
+  // A completion counts the survivors of a view change: a rank that left does not
+  // have the data, and MPI has no way to say "all but one".
+  if (!broken_.empty()) return BcastError{MPI_ERR_OTHER, broken_};
+  return std::nullopt;
+}
+
+std::optional<BcastError> CommGroup::wait_next(int root, std::size_t size, Message& out) {
+  const auto key = std::pair{member_of_rank_.at(static_cast<std::size_t>(root)), size > max_small()};
+  std::unique_lock lock(mu_);
+  for (;;) {
+    auto& q = inbox_[key];
+    if (!q.empty()) {
+      out = std::move(q.front());
+      q.pop_front();
+      break;
+    }
+    if (!broken_.empty()) return BcastError{MPI_ERR_OTHER, broken_};
+    arrived_.wait(lock);
+  }
+  if (out.bytes.size() != size)
+    return BcastError{MPI_ERR_TRUNCATE, "the root broadcast " + std::to_string(out.bytes.size()) +
+                                            " bytes but this rank expects " + std::to_string(size) +
+                                            ": count and datatype must give the same number of bytes at every rank"};
+  return std::nullopt;
+}
+
+}  // namespace hmcast::mpi

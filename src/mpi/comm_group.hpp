@@ -1,0 +1,96 @@
+// One MPI communicator's hmcast group: a Node per rank joined to a group of
+// exactly the communicator's ranks, and the inbox where each rank waits for the
+// next broadcast of a given root.
+//
+// Formed collectively (every rank of the communicator calls form() in the same
+// MPI_Bcast): rank 0 starts a membership manager on an ephemeral port of the
+// interface, the address goes out by PMPI_Bcast, every rank creates a Node and
+// joins, and the ranks' member ids are exchanged by PMPI_Allgather so a root's
+// rank maps to its hmcast sender.
+//
+// Delivery order: hmcast keeps each sender's order per path (small and large
+// messages are numbered apart). Every rank knows the byte count of a broadcast
+// (MPI requires matching type signatures), so it knows which path the root used,
+// and takes the oldest message of that (root, path) queue.
+#pragma once
+
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <mpi.h>
+
+#include "hmcast/node.hpp"
+
+namespace hmcast::socket {
+class ManagerServer;
+}
+
+namespace hmcast::mpi {
+
+/// Why a broadcast through the group failed: an MPI error class and what to tell the user.
+struct BcastError {
+  int mpi_class = MPI_ERR_OTHER;
+  std::string message;
+};
+
+class CommGroup {
+ public:
+  /// Collective over `comm` (an intra-communicator of two or more ranks). Returns the
+  /// group, or nullopt at every rank if any rank could not form it (`why` then says
+  /// why, at the ranks where it failed). Uses PMPI only.
+  static std::unique_ptr<CommGroup> form(MPI_Comm comm, std::string& why);
+
+  ~CommGroup();
+  CommGroup(const CommGroup&) = delete;
+  CommGroup& operator=(const CommGroup&) = delete;
+
+  /// The root's side: broadcasts `bytes` and returns once every rank holds them.
+  std::optional<BcastError> send(std::span<const std::byte> bytes);
+  /// A non-root's side: waits for `root`'s next broadcast of `size` bytes and hands
+  /// its bytes to `take` (which copies or unpacks them into the user's buffer).
+  template <class Take>
+  std::optional<BcastError> receive(int root, std::size_t size, Take&& take);
+
+  /// Broadcasts above this many bytes take hmcast's large path.
+  [[nodiscard]] static std::size_t max_small();
+
+ private:
+  CommGroup() = default;
+  struct Message {
+    std::span<const std::byte> bytes;
+    std::shared_ptr<const std::vector<std::byte>> owner;
+  };
+  std::optional<BcastError> wait_next(int root, std::size_t size, Message& out);
+
+  int rank_ = 0;
+  std::unique_ptr<socket::ManagerServer> manager_;  // rank 0 only; outlives the node
+  std::unique_ptr<Node> node_;
+  Group group_;
+  MemberId self_ = 0;
+  std::vector<MemberId> member_of_rank_;
+
+  std::mutex mu_;
+  std::condition_variable arrived_;
+  std::map<std::pair<MemberId, bool>, std::deque<Message>> inbox_;  // (sender, large) -> in order
+  std::string broken_;  // set when a member left: no later broadcast can reach every rank
+};
+
+template <class Take>
+std::optional<BcastError> CommGroup::receive(int root, std::size_t size, Take&& take) {
+  Message m;
+  if (auto err = wait_next(root, size, m)) return err;
+  take(m.bytes);
+  return std::nullopt;
+}
+
+}  // namespace hmcast::mpi

@@ -1,0 +1,24 @@
+#include "mpi/shim_stats.hpp"
+
+#include <sstream>
+
+namespace hmcast::mpi {
+
+ShimStats& stats() {
+  static ShimStats s;
+  return s;
+}
+
+std::string ShimStats::json(int world_rank) const {
+  std::ostringstream o;
+  o << "{\"rank\":" << world_rank << ",\"hmcast_calls\":" << hmcast_calls() << ",\"fallback_calls\":"
+    << fallback_calls() << ",\"hmcast_small\":" << small << ",\"hmcast_large\":" << large
+    << ",\"hmcast_packed\":" << packed << ",\"hmcast_bytes\":" << bytes << ",\"hmcast_errors\":" << errors << ",\"fallback_disabled\":" << disabled
+    << ",\"fallback_intercomm\":" << intercomm << ",\"fallback_single_rank\":" << single_rank
+    << ",\"fallback_group_limit\":" << group_limit << ",\"fallback_setup_failed\":" << setup_failed
+    << ",\"fallback_unsupported\":" << unsupported << ",\"groups_created\":" << groups_created << ",\"repairs_sent\":" << repairs_sent
+    << ",\"faults_dropped\":" << faults_dropped << "}";
+  return o.str();
+}
+
+}  // namespace hmcast::mpi

@@ -1,0 +1,332 @@
+// An ordinary MPI program (it knows nothing of hmcast) that broadcasts many sizes,
+// datatypes, roots and communicators and checks every byte at every rank against
+// the pattern the root wrote, plus guard bytes around each buffer. Run under
+// mpirun with and without LD_PRELOAD=libhmcast_mpi.so (tests/mpi/run.sh).
+//
+// Rank 0 prints one JSON line: {"procs","checks","failures","calls","seconds","root_wait_ms"};
+// the exit status is 1 if any check failed. --max-bytes caps the largest size;
+// --mismatch runs only the erroneous size-mismatch case (meant for the shim);
+// --stall MS [--expect-root-wait-ms T] runs only the stopped-rank case (root_wait_ms).
+#include <mpi.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+namespace {
+
+constexpr std::uint8_t kFill = 0xA5;   // what a receiver's buffer holds before the broadcast
+constexpr std::size_t kGuard = 64;     // bytes checked untouched after each buffer
+
+struct Tally {
+  long checks = 0;
+  long failures = 0;
+  long calls = 0;
+  int world_rank = 0;
+  int world_size = 1;
+};
+Tally tally;
+
+/// The byte at offset i of broadcast `tag` from `root`: differs between calls, roots
+/// and offsets, and is never kFill at offset 0 (so an untouched buffer fails).
+std::uint8_t pattern(std::uint32_t tag, int root, std::size_t i) {
+  const auto x = static_cast<std::uint32_t>(i * 2654435761U) ^ (tag * 40503U) ^ static_cast<std::uint32_t>(root * 97);
+  auto b = static_cast<std::uint8_t>(x >> 13U);
+  if (b == kFill) b = static_cast<std::uint8_t>(b + 1);
+  return b;
+}
+
+void report(bool ok, const std::string& what) {
+  ++tally.checks;
+  if (ok) return;
+  ++tally.failures;
+  if (tally.failures <= 20) std::fprintf(stderr, "FAIL rank %d: %s\n", tally.world_rank, what.c_str());
+}
+
+std::string describe(const char* comm_name, const char* type_name, std::size_t bytes, int root, std::uint32_t tag) {
+  return std::string(comm_name) + " " + type_name + " bytes=" + std::to_string(bytes) + " root=" + std::to_string(root) +
+         " tag=" + std::to_string(tag);
+}
+
+/// A contiguous broadcast of `bytes` bytes as `count` elements of `type`.
+void contiguous_case(MPI_Comm comm, const char* comm_name, MPI_Datatype type, const char* type_name, int elem,
+                     std::size_t bytes, int root, std::uint32_t tag) {
+  int rank = 0;
+  MPI_Comm_rank(comm, &rank);
+  const std::size_t count = bytes / static_cast<std::size_t>(elem);
+  bytes = count * static_cast<std::size_t>(elem);
+  std::vector<std::uint8_t> buf(bytes + kGuard, kFill);
+  if (rank == root)
+    for (std::size_t i = 0; i < bytes; ++i) buf[i] = pattern(tag, root, i);
+  ++tally.calls;
+  const int rc = MPI_Bcast(buf.data(), static_cast<int>(count), type, root, comm);
+  std::size_t bad = bytes;
+  for (std::size_t i = 0; i < bytes && bad == bytes; ++i)
+    if (buf[i] != pattern(tag, root, i)) bad = i;
+  bool guard_ok = true;
+  for (std::size_t i = bytes; i < buf.size(); ++i) guard_ok = guard_ok && buf[i] == kFill;
+  report(rc == MPI_SUCCESS && bad == bytes && guard_ok,
+         describe(comm_name, type_name, bytes, root, tag) + " rc=" + std::to_string(rc) +
+             (bad == bytes ? "" : " first wrong byte at " + std::to_string(bad)) + (guard_ok ? "" : " guard overwritten"));
+}
+
+/// A strided broadcast: `blocks` blocks of 2 ints every 3 ints (a derived vector
+/// type). If `mixed`, only the root uses the vector type and the others receive the
+/// same signature as contiguous ints (legal MPI: the type signatures match).
+void vector_case(MPI_Comm comm, const char* comm_name, int blocks, int root, std::uint32_t tag, bool mixed) {
+  int rank = 0;
+  MPI_Comm_rank(comm, &rank);
+  MPI_Datatype vec;
+  MPI_Type_vector(blocks, 2, 3, MPI_INT, &vec);
+  MPI_Type_commit(&vec);
+  const auto n = static_cast<std::size_t>(blocks);
+  const bool strided = !mixed || rank == root;
+  const std::size_t ints = strided ? 3 * n : 2 * n;
+  std::vector<std::uint8_t> buf(ints * sizeof(int) + kGuard, kFill);
+  // Data bytes: ints 3k and 3k+1 (strided) or 2k and 2k+1 (contiguous), numbered in signature order.
+  auto data_offset = [&](std::size_t d) {  // byte offset of the d-th data byte
+    const std::size_t int_index = d / sizeof(int);
+    const std::size_t slot = strided ? (int_index / 2) * 3 + int_index % 2 : int_index;
+    return slot * sizeof(int) + d % sizeof(int);
+  };
+  const std::size_t data_bytes = 2 * n * sizeof(int);
+  if (rank == root)
+    for (std::size_t d = 0; d < data_bytes; ++d) buf[data_offset(d)] = pattern(tag, root, d);
+  ++tally.calls;
+  const int rc = strided ? MPI_Bcast(buf.data(), 1, vec, root, comm)
+                         : MPI_Bcast(buf.data(), static_cast<int>(2 * n), MPI_INT, root, comm);
+  std::vector<bool> is_data(buf.size(), false);
+  bool ok = rc == MPI_SUCCESS;
+  for (std::size_t d = 0; d < data_bytes; ++d) {
+    is_data[data_offset(d)] = true;
+    ok = ok && buf[data_offset(d)] == pattern(tag, root, d);
+  }
+  for (std::size_t i = 0; i < buf.size(); ++i) ok = ok && (is_data[i] || buf[i] == kFill);  // gaps and guard untouched
+  report(ok, describe(comm_name, mixed ? "vector-to-contiguous" : "vector", data_bytes, root, tag) +
+                 " rc=" + std::to_string(rc));
+  MPI_Type_free(&vec);
+}
+
+struct Sizes {
+  std::size_t max_bytes;
+};
+
+/// Every size class and datatype on one intra-communicator, roots varying call to call.
+void run_suite(MPI_Comm comm, const char* name, std::uint32_t& tag, const Sizes& limit, bool with_huge) {
+  int size = 0;
+  MPI_Comm_size(comm, &size);
+  const std::size_t KiB = 1024;
+  const std::size_t MiB = 1024 * KiB;
+  // Small sizes from every root; the path boundary (1 MiB small, above large).
+  for (std::size_t bytes : {std::size_t{0}, std::size_t{1}, std::size_t{7}, std::size_t{64}, 2 * KiB, 4 * KiB + 3,
+                            64 * KiB, 300 * KiB})
+    for (int root = 0; root < size; ++root) contiguous_case(comm, name, MPI_BYTE, "MPI_BYTE", 1, bytes, root, ++tag);
+  for (std::size_t bytes : {std::size_t{8}, 2 * KiB, 100 * KiB})
+    for (int root = 0; root < size; ++root) {
+      contiguous_case(comm, name, MPI_INT, "MPI_INT", 4, bytes, root, ++tag);
+      contiguous_case(comm, name, MPI_DOUBLE, "MPI_DOUBLE", 8, bytes, root, ++tag);
+    }
+  contiguous_case(comm, name, MPI_BYTE, "MPI_BYTE", 1, MiB, size - 1, ++tag);          // largest small message
+  contiguous_case(comm, name, MPI_BYTE, "MPI_BYTE", 1, MiB + 1, 0, ++tag);             // smallest large one
+  contiguous_case(comm, name, MPI_DOUBLE, "MPI_DOUBLE", 8, 3 * MiB, size / 2, ++tag);  // large, odd root
+  // One root alternating paths: small and large messages of a sender are queued apart.
+  for (int i = 0; i < 3; ++i) {
+    contiguous_case(comm, name, MPI_BYTE, "MPI_BYTE", 1, 2 * MiB + 5, size - 1, ++tag);
+    contiguous_case(comm, name, MPI_BYTE, "MPI_BYTE", 1, 100, size - 1, ++tag);
+  }
+  // A burst of small broadcasts with the root rotating.
+  for (int i = 0; i < 100; ++i) contiguous_case(comm, name, MPI_INT, "MPI_INT", 4, 256, i % size, ++tag);
+  // Derived datatypes: all ranks strided, and root strided with contiguous receivers.
+  for (int root = 0; root < size; ++root) {
+    vector_case(comm, name, 100, root, ++tag, false);
+    vector_case(comm, name, 1000, root, ++tag, true);
+  }
+  vector_case(comm, name, 300000, size - 1, ++tag, false);  // 2.4 MB of data: the large path, packed
+  if (with_huge) {
+    if (limit.max_bytes >= 8 * MiB) contiguous_case(comm, name, MPI_BYTE, "MPI_BYTE", 1, 8 * MiB, 1 % size, ++tag);
+    if (limit.max_bytes >= 64 * MiB) contiguous_case(comm, name, MPI_INT, "MPI_INT", 4, 64 * MiB, 0, ++tag);
+  }
+}
+
+/// Broadcast across an inter-communicator (the even ranks' rank 0 to the odd ranks).
+void intercomm_case(MPI_Comm inter, bool in_root_group, std::uint32_t tag) {
+  int local_rank = 0;
+  MPI_Comm_rank(inter, &local_rank);
+  const std::size_t bytes = 1000;
+  std::vector<std::uint8_t> buf(bytes + kGuard, kFill);
+  int root = 0;  // the remote group's rank 0, as seen by the receivers
+  if (in_root_group) {
+    root = local_rank == 0 ? MPI_ROOT : MPI_PROC_NULL;
+    if (local_rank == 0)
+      for (std::size_t i = 0; i < bytes; ++i) buf[i] = pattern(tag, 0, i);
+  }
+  ++tally.calls;
+  const int rc = MPI_Bcast(buf.data(), static_cast<int>(bytes), MPI_BYTE, root, inter);
+  bool ok = rc == MPI_SUCCESS;
+  const bool holds_data = !in_root_group || local_rank == 0;
+  for (std::size_t i = 0; i < buf.size(); ++i)
+    ok = ok && buf[i] == (holds_data && i < bytes ? pattern(tag, 0, i) : kFill);
+  report(ok, describe("intercomm", "MPI_BYTE", bytes, root, tag) + " rc=" + std::to_string(rc));
+}
+
+/// Erroneous on purpose (--mismatch, with the shim only): the root broadcasts more
+/// bytes than the others expect. The shim must report MPI_ERR_TRUNCATE at each
+/// receiver through the error handler (MPI_ERRORS_RETURN here), not crash or
+/// write past the buffer, and the communicator must still work afterwards.
+void mismatch_case(std::uint32_t& tag) {
+  MPI_Comm comm;
+  MPI_Comm_dup(MPI_COMM_WORLD, &comm);
+  MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
+  int rank = 0;
+  MPI_Comm_rank(comm, &rank);
+  const int root = 0;
+  const std::size_t sent = 3000;
+  const std::size_t expected = rank == root ? sent : 1000;
+  std::vector<std::uint8_t> buf(expected + kGuard, kFill);
+  ++tag;
+  if (rank == root)
+    for (std::size_t i = 0; i < sent; ++i) buf[i] = pattern(tag, root, i);
+  ++tally.calls;
+  const int rc = MPI_Bcast(buf.data(), static_cast<int>(expected), MPI_BYTE, root, comm);
+  int cls = MPI_SUCCESS;
+  if (rc != MPI_SUCCESS) MPI_Error_class(rc, &cls);
+  bool guard_ok = true;
+  for (std::size_t i = expected; i < buf.size(); ++i) guard_ok = guard_ok && buf[i] == kFill;
+  report((rank == root ? cls == MPI_SUCCESS : cls == MPI_ERR_TRUNCATE) && guard_ok,
+         "mismatch: root sent " + std::to_string(sent) + " bytes, this rank expected " + std::to_string(expected) +
+             ", error class " + std::to_string(cls) + (guard_ok ? "" : ", guard overwritten"));
+  contiguous_case(comm, "dup(world) after a mismatch", MPI_BYTE, "MPI_BYTE", 1, 5000, 1 % tally.world_size, ++tag);
+  MPI_Comm_free(&comm);
+}
+
+/// The promise beyond MPI's (--stall MS): the root returns only when every rank
+/// holds the data. The last rank stops itself (SIGSTOP, all its threads) for MS
+/// milliseconds (a child process sends SIGCONT), while rank 0 broadcasts 1 KiB.
+/// Returns how long rank 0's MPI_Bcast took, in ms (0 elsewhere). Plain MPI sends
+/// 1 KiB eagerly and returns at once; through the shim the root waits for the
+/// stopped rank. Every byte is checked at every rank as usual.
+double stall_case(int stall_ms, std::uint32_t& tag) {
+  int rank = 0;
+  int size = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  contiguous_case(MPI_COMM_WORLD, "world (warm-up)", MPI_BYTE, "MPI_BYTE", 1, 64, 0, ++tag);
+  MPI_Barrier(MPI_COMM_WORLD);
+  const int stalled = size - 1;
+  double root_ms = 0;
+  if (rank == stalled) {
+    const pid_t self = getpid();
+    const pid_t child = fork();
+    if (child == 0) {
+      usleep(static_cast<useconds_t>(stall_ms) * 1000U);
+      kill(self, SIGCONT);
+      _exit(0);
+    }
+    raise(SIGSTOP);
+    waitpid(child, nullptr, 0);
+  } else if (rank == 0) {
+    usleep(static_cast<useconds_t>(stall_ms) * 500U);  // half the stall: the last rank is stopped by now
+  }
+  const double t0 = MPI_Wtime();
+  contiguous_case(MPI_COMM_WORLD, "world (one rank stopped)", MPI_BYTE, "MPI_BYTE", 1, 1024, 0, ++tag);
+  if (rank == 0) root_ms = (MPI_Wtime() - t0) * 1000.0;
+  return root_ms;
+}
+
+/// The whole suite: every communicator kind, then the fallbacks, then frees.
+void all_cases(int procs, std::uint32_t& tag, const Sizes& limit) {
+  run_suite(MPI_COMM_WORLD, "world", tag, limit, true);
+
+  MPI_Comm dup;
+  MPI_Comm_dup(MPI_COMM_WORLD, &dup);
+  run_suite(dup, "dup(world)", tag, limit, false);
+
+  // Parity halves, ranks in reverse order (key = -rank).
+  MPI_Comm half;
+  MPI_Comm_split(MPI_COMM_WORLD, tally.world_rank % 2, -tally.world_rank, &half);
+  std::uint32_t half_tag = tag;  // both halves run the same sequence
+  run_suite(half, "split(parity)", half_tag, limit, false);
+  tag = half_tag;
+
+  // Communicators created and freed in turn: each forms and tears down its group.
+  for (int round = 0; round < 3; ++round) {
+    MPI_Comm c;
+    MPI_Comm_dup(half, &c);
+    int size = 0;
+    MPI_Comm_size(c, &size);
+    for (int root = 0; root < size; ++root)
+      contiguous_case(c, "dup(split)", MPI_BYTE, "MPI_BYTE", 1, 5000, root, ++tag);
+    MPI_Comm_free(&c);
+  }
+
+  // Unsupported by hmcast, so the shim falls back: a one-rank communicator, and an
+  // inter-communicator between the halves.
+  contiguous_case(MPI_COMM_SELF, "self", MPI_BYTE, "MPI_BYTE", 1, 4096, 0, ++tag);
+  if (procs >= 2) {
+    // Each half's rank 0 is its highest world rank (key = -rank): the other half's
+    // leader, in MPI_COMM_WORLD, is the highest rank of the other parity.
+    const int other_parity = 1 - tally.world_rank % 2;
+    const int remote_leader = (procs - 1) % 2 == other_parity ? procs - 1 : procs - 2;
+    MPI_Comm inter;
+    MPI_Intercomm_create(half, 0, MPI_COMM_WORLD, remote_leader, 7, &inter);
+    intercomm_case(inter, tally.world_rank % 2 == 0, ++tag);
+    MPI_Comm_free(&inter);
+  }
+  MPI_Comm_free(&half);
+  MPI_Comm_free(&dup);  // a later broadcast on world still works after others were freed
+  contiguous_case(MPI_COMM_WORLD, "world", MPI_BYTE, "MPI_BYTE", 1, 777, procs - 1, ++tag);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  MPI_Init(&argc, &argv);
+  Sizes limit{64U << 20U};
+  bool mismatch = false;
+  int stall_ms = 0;
+  double expect_root_wait_ms = -1;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--stall") == 0 && i + 1 < argc) stall_ms = std::atoi(argv[i + 1]);
+    if (std::strcmp(argv[i], "--expect-root-wait-ms") == 0 && i + 1 < argc)
+      expect_root_wait_ms = std::atof(argv[i + 1]);
+    if (std::strcmp(argv[i], "--max-bytes") == 0 && i + 1 < argc)
+      limit.max_bytes = std::strtoull(argv[i + 1], nullptr, 10);
+    if (std::strcmp(argv[i], "--mismatch") == 0) mismatch = true;
+  }
+  int procs = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &tally.world_rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &procs);
+  tally.world_size = procs;
+  const double start = MPI_Wtime();
+  std::uint32_t tag = 0;
+  double root_wait_ms = 0;
+  if (mismatch) {
+    mismatch_case(tag);
+  } else if (stall_ms > 0) {
+    root_wait_ms = stall_case(stall_ms, tag);
+    if (tally.world_rank == 0 && expect_root_wait_ms >= 0)
+      report(root_wait_ms >= expect_root_wait_ms, "the root's MPI_Bcast returned after " + std::to_string(root_wait_ms) +
+                                                     " ms, before the stopped rank could hold the data (expected >= " +
+                                                     std::to_string(expect_root_wait_ms) + " ms)");
+  } else {
+    all_cases(procs, tag, limit);
+  }
+
+  long mine[3] = {tally.checks, tally.failures, tally.calls};
+  long sum[3] = {0, 0, 0};
+  MPI_Reduce(mine, sum, 3, MPI_LONG, MPI_SUM, 0, MPI_COMM_WORLD);
+  const double seconds = MPI_Wtime() - start;
+  if (tally.world_rank == 0)
+    std::printf(
+        "{\"procs\": %d, \"checks\": %ld, \"failures\": %ld, \"calls\": %ld, \"seconds\": %.2f, "
+        "\"root_wait_ms\": %.1f}\n",
+        procs, sum[0], sum[1], sum[2], seconds, root_wait_ms);
+  MPI_Finalize();
+  return tally.world_rank == 0 && sum[1] != 0 ? 1 : 0;
+}

@@ -1,0 +1,162 @@
+#!/usr/bin/env bash
+# Runs the byte-checking MPI program (tests/mpi/bcast_check.cpp) under Open MPI's
+# mpirun on loopback TCP, with 2, 4 and 8 processes, without the shim and with it
+# (LD_PRELOAD=build/lib/libhmcast_mpi.so), plus three runs of the shim with a
+# setting: HMCAST_MPI=off, HMCAST_MPI_MAX_GROUPS=1, injected datagram loss and
+# reordering, one rank stopped for 400 ms (the root must wait for it), and an
+# erroneous size mismatch that must come back as MPI_ERR_TRUNCATE.
+# Every byte of every broadcast is checked at every rank.
+#
+# Prints one line per run, then as its last line one JSON object:
+#   procs           most processes in a run with the shim
+#   checks          checks made (every rank's, over all runs, plus this script's own)
+#   failures        checks that failed (0 to pass)
+#   hmcast_calls    MPI_Bcast calls that went through hmcast, summed over ranks and runs
+#   fallback_calls  MPI_Bcast calls the shim passed to PMPI_Bcast, summed likewise
+#   runs            each run's figures
+# Exits 0 only if failures == 0 and hmcast_calls > 0.
+#
+# Options: --build DIR (default build), --max-bytes N (largest broadcast, default 64 MiB),
+# --sanitizer asan|tsan: use the shim of a sanitizer build (--build build-asan or
+# build-tsan), its runtime preloaded with it, in a shorter set of runs (4 processes,
+# 8 MiB at most) with the sanitizer halting on its first report. The check program
+# is always the default build's: only the shim is under the sanitizer.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+BUILD=build
+MAX_BYTES=""
+SANITIZER=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --build) BUILD="$2"; shift 2;;
+    --max-bytes) MAX_BYTES="$2"; shift 2;;
+    --sanitizer) SANITIZER="$2"; shift 2;;
+    *) echo "usage: $0 [--build DIR] [--max-bytes N] [--sanitizer asan|tsan]" >&2; exit 2;;
+  esac
+done
+CHECK="build/bin/hmcast_mpi_check"
+SHIM="$PWD/$BUILD/lib/libhmcast_mpi.so"
+for f in "$CHECK" "$SHIM"; do
+  [ -e "$f" ] || { echo "missing $f: build it first (cmake --build --preset default --target hmcast_mpi hmcast_mpi_check)" >&2; exit 2; }
+done
+PRELOAD="$SHIM"
+SANITIZER_ENV=()
+case "$SANITIZER" in
+  "") MAX_BYTES=${MAX_BYTES:-$((64 << 20))};;
+  asan) PRELOAD="$(g++ -print-file-name=libasan.so) $SHIM"
+        SANITIZER_ENV=(-x ASAN_OPTIONS=detect_leaks=0:halt_on_error=1 -x UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1)
+        MAX_BYTES=${MAX_BYTES:-$((8 << 20))};;
+  tsan) PRELOAD="$(g++ -print-file-name=libtsan.so) $SHIM"
+        SANITIZER_ENV=(-x TSAN_OPTIONS=halt_on_error=1)
+        MAX_BYTES=${MAX_BYTES:-$((8 << 20))};;
+  *) echo "--sanitizer takes asan or tsan" >&2; exit 2;;
+esac
+command -v mpirun >/dev/null || { echo "mpirun not found: run scripts/install-deps.sh (openmpi-bin)" >&2; exit 2; }
+
+# Loopback TCP only; more processes than cores; root needs the explicit permission.
+MPIRUN=(mpirun --oversubscribe --mca btl self,tcp --mca pml ob1 --mca btl_tcp_if_include lo --mca oob_tcp_if_include lo)
+[ "$(id -u)" -eq 0 ] && MPIRUN+=(--allow-run-as-root)
+
+WORK=$(mktemp -d)
+trap 'rm -rf "$WORK"' EXIT
+RESULTS="$WORK/results.jsonl"
+: >"$RESULTS"
+
+run() {  # run <label> <procs> <shim: yes|no> [VAR=value ...]: one mpirun, its figures appended to $RESULTS
+  local label="$1" np="$2" shim="$3"; shift 3
+  local env=()
+  if [ "$shim" = yes ]; then env+=(-x "LD_PRELOAD=$PRELOAD" -x HMCAST_MPI_STATS=1 "${SANITIZER_ENV[@]}"); fi
+  for kv in "$@"; do env+=(-x "$kv"); done
+  local rc=0
+  timeout 240 "${MPIRUN[@]}" -np "$np" "${env[@]}" "$CHECK" --max-bytes "$MAX_BYTES" ${PROGRAM_ARGS:-} \
+    >"$WORK/out" 2>"$WORK/err" || rc=$?
+  python3 - "$label" "$np" "$shim" "$rc" "$WORK/out" "$WORK/err" "$* ${PROGRAM_ARGS:-}" >>"$RESULTS" <<'PY'
+import json, sys
+label, np, shim, rc, out_path, err_path, settings = sys.argv[1:]
+np, rc = int(np), int(rc)
+out = open(out_path, errors="replace").read().splitlines()
+err = open(err_path, errors="replace").read().splitlines()
+r = {"run": label, "procs": np, "shim": shim == "yes", "settings": settings, "exit": rc,
+     "checks": 0, "failures": 0, "calls": 0, "seconds": None, "script_failures": []}
+try:
+    prog = json.loads(out[-1])
+    r.update(checks=prog["checks"], failures=prog["failures"], calls=prog["calls"], seconds=prog["seconds"],
+             root_wait_ms=prog["root_wait_ms"])
+except (IndexError, ValueError, KeyError):
+    r["script_failures"].append("no JSON line from the program (exit %d; timeout is 124)" % rc)
+if rc != 0:
+    r["script_failures"].append("mpirun exited %d" % rc)
+stats = [json.loads(l.split("hmcast_mpi stats: ", 1)[1]) for l in err if "hmcast_mpi stats: " in l]
+r["stat_ranks"] = len(stats)
+for k in ("hmcast_calls", "fallback_calls", "hmcast_large", "hmcast_packed", "fallback_disabled",
+          "fallback_group_limit", "fallback_intercomm", "fallback_single_rank", "fallback_setup_failed",
+          "repairs_sent", "faults_dropped", "hmcast_errors"):
+    r[k] = sum(s[k] for s in stats)
+if r["shim"]:
+    if len(stats) != np:
+        r["script_failures"].append("%d of %d ranks printed shim stats" % (len(stats), np))
+    # Every MPI_Bcast the program made went one way or the other.
+    counted = r["hmcast_calls"] + r["fallback_calls"] + r["hmcast_errors"]
+    if counted != r["calls"]:
+        r["script_failures"].append("shim counted %d calls, the program made %d" % (counted, r["calls"]))
+    errors_expected = np - 1 if "--mismatch" in settings else 0  # each receiver of the short buffer
+    if r["hmcast_errors"] != errors_expected:
+        r["script_failures"].append("%d calls failed in the shim, expected %d" % (r["hmcast_errors"], errors_expected))
+    if "HMCAST_MPI=off" in settings:
+        if r["hmcast_calls"] != 0 or r["fallback_disabled"] != r["calls"]:
+            r["script_failures"].append("HMCAST_MPI=off did not send every call to PMPI_Bcast")
+    else:
+        if r["hmcast_calls"] == 0: r["script_failures"].append("no call went through hmcast")
+        if r["fallback_intercomm"] == 0 and "--mismatch" not in settings and "--stall" not in settings:
+            r["script_failures"].append("the inter-communicator did not fall back")
+        if r["fallback_setup_failed"] != 0: r["script_failures"].append("a group could not be formed")
+    if "HMCAST_MPI_MAX_GROUPS=1" in settings and r["fallback_group_limit"] == 0:
+        r["script_failures"].append("HMCAST_MPI_MAX_GROUPS=1 did not bound the groups")
+    if "HMCAST_FAULT_LOSS" in settings and (r["faults_dropped"] == 0 or r["repairs_sent"] == 0):
+        r["script_failures"].append("the fault layer dropped nothing, or nothing was repaired")
+elif stats:
+    r["script_failures"].append("shim stats printed in a run without the shim")
+for l in err:
+    if l.startswith("FAIL") or ("hmcast_mpi: rank" in l and "--mismatch" not in settings):
+        sys.stderr.write("  " + l + "\n")
+print(json.dumps(r))
+PY
+  python3 -c 'import json,sys; r=json.loads(sys.argv[1]); print("%-26s procs=%d checks=%d failures=%d hmcast_calls=%d fallback_calls=%d dropped=%d repairs=%d seconds=%s root_wait_ms=%s %s" % (r["run"], r["procs"], r["checks"], r["failures"], r["hmcast_calls"], r["fallback_calls"], r["faults_dropped"], r["repairs_sent"], r["seconds"], r.get("root_wait_ms"), "; ".join(r["script_failures"]) or "ok"))' "$(tail -n 1 "$RESULTS")"
+}
+
+if [ -z "$SANITIZER" ]; then
+  for np in 2 4 8; do
+    run "mpi-only" "$np" no
+    run "shim" "$np" yes
+  done
+  run "shim HMCAST_MPI=off" 4 yes HMCAST_MPI=off
+  run "shim max 1 group" 4 yes HMCAST_MPI_MAX_GROUPS=1
+  # The root returns only once every rank holds the data: the last rank stops itself
+  # (SIGSTOP) for 400 ms, the root broadcasts 1 KiB 200 ms into it. Plain MPI
+  # returns at once (figure recorded, not judged); the shim must wait >= 100 ms.
+  PROGRAM_ARGS="--stall 400" run "mpi-only one rank stopped" 4 no
+  PROGRAM_ARGS="--stall 400 --expect-root-wait-ms 100" run "shim one rank stopped" 4 yes
+else
+  run "shim ($SANITIZER)" 4 yes
+fi
+run "shim loss+reorder" 4 yes HMCAST_FAULT_LOSS=0.02 HMCAST_FAULT_REORDER=0.05 HMCAST_FAULT_SEED=7
+# Erroneous program: the root sends more bytes than the others expect. Each receiver
+# must get MPI_ERR_TRUNCATE (MPI_ERRORS_RETURN), and the communicator keep working.
+PROGRAM_ARGS=--mismatch run "shim size mismatch" 4 yes
+
+python3 - "$RESULTS" <<'PY'
+import json, sys
+runs = [json.loads(l) for l in open(sys.argv[1])]
+script_checks = sum(1 + 3 * r["shim"] for r in runs)  # exit/JSON per run; stats, call sums, path per shim run
+summary = {
+    "procs": max(r["procs"] for r in runs if r["shim"]),
+    "checks": sum(r["checks"] for r in runs) + script_checks,
+    "failures": sum(r["failures"] + len(r["script_failures"]) for r in runs),
+    "hmcast_calls": sum(r["hmcast_calls"] for r in runs),
+    "fallback_calls": sum(r["fallback_calls"] for r in runs),
+    "runs": [{k: r.get(k) for k in ("run", "procs", "checks", "failures", "hmcast_calls", "fallback_calls", "seconds",
+                                    "root_wait_ms")} for r in runs],
+}
+print(json.dumps(summary))
+sys.exit(0 if summary["failures"] == 0 and summary["hmcast_calls"] > 0 else 1)
+PY
