@@ -80,7 +80,6 @@ std::unique_ptr<CommGroup> CommGroup::form(MPI_Comm comm, std::string& why) {
   PMPI_Comm_rank(comm, &rank);
   PMPI_Comm_size(comm, &size);
   std::unique_ptr<CommGroup> g(new CommGroup);
-  g->rank_ = rank;
   // HMCAST_MPI_INTERFACE: this host's interface for the group (its datagrams, its
   // links, and rank 0's manager). Loopback by default, which serves one host only:
   // a communicator across hosts fails here at once rather than by a join timeout.
