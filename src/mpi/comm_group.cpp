@@ -3,8 +3,12 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <exception>
 
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <netinet/in.h>
 #include <unistd.h>
 
 #include "membership/coordinator.hpp"
@@ -17,6 +21,43 @@ namespace {
 std::string env_or(const char* name, const char* fallback) {
   const char* v = std::getenv(name);
   return (v != nullptr && *v != '\0') ? std::string(v) : std::string(fallback);
+}
+
+/// HMCAST_MPI_INTERFACE: an IPv4 address, or the name of an interface (e.g. eth0)
+/// whose IPv4 address is used, so one value fits every host. Empty if a name
+/// matches no interface with an IPv4 address.
+std::string interface_address() {
+  const std::string v = env_or("HMCAST_MPI_INTERFACE", "127.0.0.1");
+  in_addr parsed{};
+  if (::inet_pton(AF_INET, v.c_str(), &parsed) == 1) return v;
+  ifaddrs* list = nullptr;
+  if (::getifaddrs(&list) != 0) return {};
+  std::string found;
+  for (const ifaddrs* i = list; i != nullptr && found.empty(); i = i->ifa_next) {
+    if (i->ifa_addr == nullptr || i->ifa_addr->sa_family != AF_INET || v != i->ifa_name) continue;
+    sockaddr_in a{};
+    std::memcpy(&a, i->ifa_addr, sizeof a);
+    char text[INET_ADDRSTRLEN] = {};
+    if (::inet_ntop(AF_INET, &a.sin_addr, text, sizeof text) != nullptr) found = text;
+  }
+  ::freeifaddrs(list);
+  return found;
+}
+
+/// Collective: the name of the first host of the communicator that differs from
+/// rank 0's, or empty if all ranks run on one host.
+std::string other_host(MPI_Comm comm, int size) {
+  constexpr int kLen = 256;
+  std::vector<char> mine(kLen, '\0');
+  ::gethostname(mine.data(), kLen - 1);
+  std::vector<char> all(static_cast<std::size_t>(kLen) * static_cast<std::size_t>(size));
+  PMPI_Allgather(mine.data(), kLen, MPI_CHAR, all.data(), kLen, MPI_CHAR, comm);
+  const std::string first(all.data());
+  for (int r = 1; r < size; ++r) {
+    const std::string h(all.data() + static_cast<std::ptrdiff_t>(r) * kLen);
+    if (h != first) return h;
+  }
+  return {};
 }
 
 /// What rank 0 tells the others: where its membership manager listens.
@@ -39,10 +80,26 @@ std::unique_ptr<CommGroup> CommGroup::form(MPI_Comm comm, std::string& why) {
   PMPI_Comm_rank(comm, &rank);
   PMPI_Comm_size(comm, &size);
   std::unique_ptr<CommGroup> g(new CommGroup);
-  g->rank_ = rank;
-  // HMCAST_MPI_INTERFACE: the IPv4 address of this host's interface for the group
-  // (its datagrams, its links, and rank 0's manager). Loopback by default: one host.
-  const std::string iface = env_or("HMCAST_MPI_INTERFACE", "127.0.0.1");
+  // HMCAST_MPI_INTERFACE: this host's interface for the group (its datagrams, its
+  // links, and rank 0's manager). Loopback by default, which serves one host only:
+  // a communicator across hosts fails here at once rather than by a join timeout.
+  const std::string iface = interface_address();
+  const std::string elsewhere = other_host(comm, size);
+  int usable = iface.empty() ? 0 : 1;
+  if (iface.empty())
+    why = "HMCAST_MPI_INTERFACE=" + env_or("HMCAST_MPI_INTERFACE", "") +
+          " is neither an IPv4 address nor an interface with one on this host";
+  if (!elsewhere.empty() && iface.rfind("127.", 0) == 0) {
+    usable = 0;
+    why = "the communicator spans hosts (this one and " + elsewhere + ") but hmcast is on loopback: set "
+          "HMCAST_MPI_INTERFACE to the interface to use (a name like eth0, or an address)";
+  }
+  int all_usable = 0;
+  PMPI_Allreduce(&usable, &all_usable, 1, MPI_INT, MPI_LAND, comm);
+  if (all_usable == 0) {
+    if (usable != 0) why = "another rank of the communicator has no usable interface (see its message)";
+    return nullptr;
+  }
 
   Rendezvous rv{};
   if (rank == 0) {

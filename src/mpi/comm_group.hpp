@@ -72,7 +72,6 @@ class CommGroup {
   };
   std::optional<BcastError> wait_next(int root, std::size_t size, Message& out);
 
-  int rank_ = 0;
   std::unique_ptr<socket::ManagerServer> manager_;  // rank 0 only; outlives the node
   std::unique_ptr<Node> node_;
   Group group_;

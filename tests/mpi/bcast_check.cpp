@@ -254,6 +254,22 @@ void all_cases(int procs, std::uint32_t& tag, const Sizes& limit) {
   run_suite(half, "split(parity)", half_tag, limit, false);
   tag = half_tag;
 
+  // Interleaved: three live groups at once, calls alternating between them, sizes
+  // and roots varying (each communicator's traffic must stay its own).
+  {
+    MPI_Comm comms[3] = {MPI_COMM_WORLD, dup, half};
+    const char* names[3] = {"world (interleaved)", "dup(world) (interleaved)", "split (interleaved)"};
+    for (std::uint32_t i = 0; i < 90; ++i) {
+      const std::uint32_t which = i % 3;
+      int size = 0;
+      MPI_Comm_size(comms[which], &size);
+      const std::size_t bytes = i % 15 == 7 ? (3U << 19U) + i : 16U + (i * 977U) % 9000U;  // 1.5 MiB now and then
+      contiguous_case(comms[which], names[which], MPI_BYTE, "MPI_BYTE", 1, bytes, static_cast<int>(i * 7U) % size,
+                      tag + 1 + i);
+    }
+    tag += 90;
+  }
+
   // Communicators created and freed in turn: each forms and tears down its group.
   for (int round = 0; round < 3; ++round) {
     MPI_Comm c;
