@@ -100,7 +100,7 @@ double percentile(const std::vector<double>& v, double p) {
 }  // namespace
 
 nlohmann::json GroupRunReport::to_json() const {
-  return {{"procs", procs},
+  nlohmann::json j = {{"procs", procs},
           {"senders", senders},
           {"messages_sent", messages_sent},
           {"completed", completed},
@@ -141,6 +141,12 @@ nlohmann::json GroupRunReport::to_json() const {
           {"spray_tcp_disconnected", spray_tcp_disconnected},
           {"problems", problems},
           {"manager_views", manager_views}};
+  j["transport"] = transport;
+  if (transport == "verbs") {
+    j["ud_multicast_datagrams"] = ud_multicast_datagrams;
+    j["rc_bytes"] = rc_bytes;
+  }
+  return j;
 }
 
 GroupRunReport run_group(const GroupRunOptions& o) {
@@ -150,6 +156,7 @@ GroupRunReport run_group(const GroupRunOptions& o) {
   const SizeMix mix = SizeMix::parse(o.sizes);
   GroupRunReport rep;
   rep.procs = o.procs;
+  rep.transport = o.transport;
   rep.senders = o.senders;
   rep.messages_sent = std::uint64_t{o.senders} * o.messages;
 
@@ -184,6 +191,8 @@ GroupRunReport run_group(const GroupRunOptions& o) {
                              std::to_string(o.link_delay_us), "--interface", substitute(o.interface_template, c.index),
                              "--mtu", std::to_string(o.mtu), "--progress-ms", std::to_string(o.progress_ms),
                              "--timeout", std::to_string(o.timeout_s)});
+    if (o.transport != "socket")
+      argv.insert(argv.end(), {"--transport", o.transport, "--device", o.device, "--completion", o.completion});
     if (o.serial) argv.emplace_back("--serial");
     if (o.timestamps) argv.emplace_back("--timestamps");
     if (joiner) argv.emplace_back("--joiner");
@@ -395,6 +404,8 @@ GroupRunReport run_group(const GroupRunOptions& o) {
     rep.fifo_violations += d["fifo_violations"].get<std::uint64_t>();
     rep.bad_packets_dropped += d["bad_packets_dropped"].get<std::uint64_t>();
     rep.repairs_sent += d["repairs_sent"].get<std::uint64_t>();
+    rep.ud_multicast_datagrams += d.value("ud_multicast_datagrams", std::uint64_t{0});
+    rep.rc_bytes += d.value("rc_bytes", std::uint64_t{0});
     if (const auto f = d.find("faults"); f != d.end()) {
       rep.faults_dropped += f->value("dropped", std::uint64_t{0});
       rep.faults_duplicated += f->value("duplicated", std::uint64_t{0});

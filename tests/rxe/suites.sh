@@ -1,0 +1,13 @@
+# The verbs suites run inside the VM (sourced by guest.sh: run_suite, $hm, $out).
+# Sizes are small: under TCG emulation everything runs 10-50x slower than native.
+VERBS=(--transport verbs --device rxe0 --interface-template 10.77.0.1)
+want() { [ "$SUITES" = all ] || [[ ",$SUITES," == *",$1,"* ]]; }
+
+# The soak: mixed sizes, two senders, 2% of datagrams dropped at each receiver, one
+# member SIGKILLed mid-run (views_installed >= 2), every byte checked at every member.
+want soak && run_suite soak 400 "$hm" soak "${VERBS[@]}" --procs 5 --senders 2 --messages 150 \
+  --sizes 64:40,512:20,2KiB:20,8KiB:15 --loss 0.02 --kill 1 --timeout 300 --json
+
+# The pipeline: large messages (RC blocks, binomial pipeline) in a group of odd size.
+want pipeline && run_suite pipeline 400 "$hm" soak "${VERBS[@]}" --procs 5 --senders 2 --messages 2 \
+  --sizes 3MiB:1,1536KiB:1 --timeout 300 --json
