@@ -84,7 +84,9 @@ DeviceChoice choose_device(const VerbsOptions& o) {
   check_options(o);
   DeviceList devices;
   if (devices.list == nullptr || devices.count == 0)
-    throw Error(ErrorCode::transport_failed, no_device_message("no RDMA device found on this host"));
+    throw Error(ErrorCode::transport_failed,
+                no_device_message("no RDMA device found on this host" +
+                                  (o.device.empty() ? std::string() : " (looked for '" + o.device + "')")));
   std::string seen;
   for (int i = 0; i < devices.count; ++i) {
     const std::string name = ::ibv_get_device_name(devices.list[i]);
