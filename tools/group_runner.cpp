@@ -139,6 +139,7 @@ nlohmann::json GroupRunReport::to_json() const {
           {"spray_datagrams", spray_datagrams},
           {"spray_tcp_attempts", spray_tcp_attempts},
           {"spray_tcp_disconnected", spray_tcp_disconnected},
+          {"spray_link_frames", spray_link_frames},
           {"problems", problems},
           {"manager_views", manager_views}};
   j["transport"] = transport;
@@ -203,6 +204,7 @@ GroupRunReport run_group(const GroupRunOptions& o) {
   sim::Rng rng(o.seed ^ 0x6b696c6cULL);
   std::atomic<bool> stop_spray{false};
   SprayStats spray_stats;
+  std::string spray_failure;  // the sprayer could not run (set by its thread before it ends)
   std::thread sprayer;
   bool spray_started = false;
   std::vector<std::pair<std::uint32_t, std::int64_t>> kills;  // (member id, t_ns)
@@ -303,7 +305,14 @@ GroupRunReport run_group(const GroupRunOptions& o) {
       spray_started = target.has_value();
       if (target)
         sprayer = std::thread([&, t = *target] {
-          spray_stats = spray(t, substitute(o.interface_template, 1), o.seed, stop_spray);
+          try {
+            if (o.transport == "verbs")
+              spray_stats = spray_verbs(t, substitute(o.interface_template, 1), o.device, o.seed, stop_spray);
+            else
+              spray_stats = spray(t, substitute(o.interface_template, 1), o.seed, stop_spray);
+          } catch (const std::exception& e) {
+            spray_failure = e.what();
+          }
         });
     }
     const bool all_done = std::all_of(kids.begin(), kids.end(), [](const Child& c) { return c.killed || c.done || c.exited; });
@@ -342,9 +351,13 @@ GroupRunReport run_group(const GroupRunOptions& o) {
   if (sprayer.joinable()) sprayer.join();
   rep.spray_datagrams = spray_stats.datagrams;
   rep.spray_tcp_attempts = spray_stats.tcp_attempts;
+  rep.spray_link_frames = spray_stats.link_frames;
   rep.spray_tcp_disconnected = spray_stats.tcp_disconnected;
   if (o.spray && rep.spray_tcp_disconnected != rep.spray_tcp_attempts)
     rep.problems.push_back("a member kept a TCP connection that sent it bad input");
+  if (o.spray && !spray_failure.empty()) rep.problems.push_back("the sprayer failed: " + spray_failure);
+  if (o.spray && o.transport == "verbs" && spray_failure.empty() && rep.spray_datagrams == 0)
+    rep.problems.push_back("the sprayer sent nothing: the bad-input test did not run");
   for (auto& c : kids) {
     int status = 0;
     while (::waitpid(c.pid, &status, 0) < 0 && errno == EINTR) {

@@ -11,3 +11,9 @@ want soak && run_suite soak 400 "$hm" soak "${VERBS[@]}" --procs 5 --senders 2 -
 # The pipeline: large messages (RC blocks, binomial pipeline) in a group of odd size.
 want pipeline && run_suite pipeline 400 "$hm" soak "${VERBS[@]}" --procs 5 --senders 2 --messages 2 \
   --sizes 3MiB:1,1536KiB:1 --timeout 300 --json
+
+# Bad input: a non-member verbs endpoint sprays the group's UD multicast with garbage,
+# truncated, corrupted, stale-view, future-view, other-group and non-member datagrams,
+# and sends such frames over RC links to every member; nothing bad may be delivered.
+want bad_input && run_suite bad_input 300 "$hm" soak "${VERBS[@]}" --procs 4 --senders 2 --messages 800 \
+  --sizes 64:40,2KiB:20 --spray --timeout 200 --json

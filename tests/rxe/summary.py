@@ -3,6 +3,7 @@
 one JSON line: the figures of the verbs suites. Exits 0 only if the VM run
 succeeded and every suite passed."""
 import json
+import os
 import pathlib
 import re
 import sys
@@ -56,9 +57,18 @@ if pipe is not None:
     out["rc_bytes"] = out.get("rc_bytes", 0) + pipe.get("rc_bytes", 0)
 bad = last_json("bad_input")
 if bad is not None:
-    out["bad_input"] = {k: bad.get(k) for k in ("delivered_ok", "bad_packets_dropped") if k in bad}
-    ok = ok and bool(bad.get("delivered_ok"))
+    out["bad_input"] = {k: bad.get(k) for k in ("procs", "delivered_ok", "duplicates_delivered", "bad_packets_dropped",
+                                                 "spray_datagrams", "spray_link_frames") if k in bad}
+    # The hostile peer must have reached the members, and they must have dropped it.
+    ok = ok and bool(bad.get("delivered_ok")) and bad.get("bad_packets_dropped", 0) > 0 \
+        and bad.get("spray_datagrams", 0) > 0 and bad.get("spray_link_frames", 0) > 0
 
+# A full run (no HMCAST_RXE_SUITES subset) must have produced every suite's report.
+if os.environ.get("HMCAST_RXE_SUITES", "all") == "all":
+    for name, report in (("soak", soak), ("pipeline", pipe), ("bad_input", bad)):
+        if report is None:
+            out.setdefault("missing_reports", []).append(name)
+            ok = False
 out["passed"] = ok
 print(json.dumps(out))
 sys.exit(0 if ok else 1)
