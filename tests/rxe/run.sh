@@ -10,7 +10,8 @@
 # exits non-zero: this stage is never skipped.
 #
 # Environment: HMCAST_RXE_TIMEOUT (seconds for the whole VM run, default 900),
-# HMCAST_VNG_VENV (where the virtme-ng venv lives, default /opt/hmcast-vng),
+# HMCAST_VNG_VENV (where the virtme-ng venv lives, default /opt/hmcast-vng as root,
+# build/vng-venv otherwise),
 # HMCAST_RXE_SUITES (comma-separated subset of the suites, default all).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -20,7 +21,9 @@ t_start=$(date +%s)
 scripts/install-deps.sh   # qemu, Debian's kernel, rdma-core, busybox-static among the rest
 
 # virtme-ng comes from PyPI; Debian 12's pip refuses system installs (PEP 668): a venv.
-venv="${HMCAST_VNG_VENV:-/opt/hmcast-vng}"
+default_venv=/opt/hmcast-vng
+[ "$(id -u)" -eq 0 ] || default_venv="$root/build/vng-venv"  # /opt needs root
+venv="${HMCAST_VNG_VENV:-$default_venv}"
 if [ ! -x "$venv/bin/vng" ]; then
   echo "rxe: installing virtme-ng into $venv"
   /usr/bin/python3 -m venv "$venv"
