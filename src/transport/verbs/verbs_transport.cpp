@@ -106,7 +106,9 @@ struct Endpoint::Region {
     const std::size_t bytes = (slot * count + 4095) / 4096 * 4096;
     mem = static_cast<std::byte*>(std::aligned_alloc(4096, bytes));
     if (mem == nullptr) throw TransportError("verbs transport: out of memory for " + what);
-    mr = ::ibv_reg_mr(pd, mem, bytes, IBV_ACCESS_LOCAL_WRITE);
+    // The parentheses call the function, not verbs.h's macro of the same name (its
+    // expansion mixes two enums, which clang's -Wdeprecated-enum-enum-conversion rejects).
+    mr = (ibv_reg_mr)(pd, mem, bytes, IBV_ACCESS_LOCAL_WRITE);
     if (mr == nullptr) {
       const int e = errno;
       std::free(mem);
