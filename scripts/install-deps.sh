@@ -13,6 +13,9 @@ PACKAGES=(
   clang libclang-rt-14-dev
   iproute2
   openmpi-bin libopenmpi-dev
+  # the verbs transport (rdma-core) and its Soft-RoCE test VM (tests/rxe/)
+  libibverbs-dev librdmacm-dev rdma-core ibverbs-providers ibverbs-utils rdmacm-utils
+  qemu-system-x86 linux-image-amd64 busybox-static python3-venv kmod
 )
 missing=()
 for p in "${PACKAGES[@]}"; do

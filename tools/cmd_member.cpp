@@ -41,6 +41,9 @@ struct MemberOptions {
   std::uint32_t link_delay_us = 0;  // link frame delay drawn from [0, this]
   std::string interface_address = "127.0.0.1";
   std::uint32_t mtu = 8192;
+  std::string transport = "socket";   // or "verbs"
+  std::string device;                 // verbs: RDMA device (empty: the first active)
+  std::string completion = "hybrid";  // verbs: hybrid, poll or interrupt
   std::uint32_t progress_ms = 500;
   std::uint32_t timeout_s = 600;
   bool serial = false;      // a sender waits for each completion before the next broadcast
@@ -75,7 +78,13 @@ int run_member(const MemberOptions& o) {
   const SizeMix mix = SizeMix::parse(o.sizes);
   Reporter out;
   Config cfg;
-  cfg.transport = TransportKind::socket;
+  cfg.transport = o.transport == "verbs" ? TransportKind::verbs : TransportKind::socket;
+  cfg.verbs.device = o.device;
+  cfg.verbs.interface_address = o.interface_address;  // rdma_cm binds to it
+  cfg.verbs.mtu = std::min<std::uint32_t>(o.mtu, 4096);
+  cfg.verbs.completion = o.completion == "poll"        ? CompletionMode::poll
+                         : o.completion == "interrupt" ? CompletionMode::interrupt
+                                                       : CompletionMode::hybrid;
   cfg.group_size = o.size;
   cfg.socket.manager = o.manager;
   cfg.socket.embed_manager = o.embed_manager;
@@ -284,6 +293,8 @@ int run_member(const MemberOptions& o) {
             {"repairs_sent", st.repairs_sent},
             {"large_restarted", st.large_restarted},
             {"large_redeliveries_suppressed", st.large_redeliveries_suppressed},
+            {"ud_multicast_datagrams", st.multicast_datagrams_sent},
+            {"rc_bytes", st.link_bytes_sent},
             {"views_installed", st.views_installed},
             {"faults",
              {{"dropped", st.faults.dropped},
@@ -302,7 +313,7 @@ int run_member(const MemberOptions& o) {
 }  // namespace
 
 void add_member_command(CLI::App& app) {
-  auto* cmd = app.add_subcommand("member", "One member process on the socket transport (started by demo and soak)");
+  auto* cmd = app.add_subcommand("member", "One member process on the socket or verbs transport (started by demo and soak)");
   auto o = std::make_shared<MemberOptions>();
   cmd->add_option("--manager", o->manager, "HOST:PORT of the membership manager")->capture_default_str();
   cmd->add_flag("--embed-manager", o->embed_manager, "Run the manager in this process, listening on --manager");
@@ -321,7 +332,16 @@ void add_member_command(CLI::App& app) {
   cmd->add_option("--link-delay-us", o->link_delay_us, "Received link frames delayed by [0, N] us (links stay FIFO)")
       ->check(CLI::Range(0U, 10'000'000U));
   cmd->add_option("--interface", o->interface_address, "Local IPv4 address")->capture_default_str();
-  cmd->add_option("--mtu", o->mtu, "Largest datagram")->check(CLI::Range(256U, 65507U))->capture_default_str();
+  cmd->add_option("--mtu", o->mtu, "Largest datagram (verbs: at most 4096, the UD MTU)")
+      ->check(CLI::Range(256U, 65507U))
+      ->capture_default_str();
+  cmd->add_option("--transport", o->transport, "socket or verbs")
+      ->check(CLI::IsMember({"socket", "verbs"}))
+      ->capture_default_str();
+  cmd->add_option("--device", o->device, "verbs: RDMA device (default: the first with an active port)");
+  cmd->add_option("--completion", o->completion, "verbs: hybrid, poll or interrupt")
+      ->check(CLI::IsMember({"hybrid", "poll", "interrupt"}))
+      ->capture_default_str();
   cmd->add_option("--progress-ms", o->progress_ms, "Progress report interval")->check(CLI::Range(10U, 60000U));
   cmd->add_option("--timeout", o->timeout_s, "Give up after this many seconds")->check(CLI::Range(1U, 86400U));
   cmd->add_flag("--serial", o->serial, "Wait for each completion before the next broadcast (latency runs)");

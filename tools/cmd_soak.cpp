@@ -33,7 +33,12 @@ void add_soak_command(CLI::App& app) {
   cmd->add_option("--kill", o->kill, "Non-sender members SIGKILLed mid-run");
   cmd->add_option("--join", o->join, "Members started mid-run that join the running group");
   cmd->add_option("--seed", o->seed, "Workload, fault and kill seed")->capture_default_str();
-  cmd->add_option("--transport", *transport, "socket (the simulator has `hmcast sim small`)")->capture_default_str();
+  cmd->add_option("--transport", *transport, "socket or verbs (the simulator has `hmcast sim small`)")
+      ->capture_default_str();
+  cmd->add_option("--device", o->device, "verbs: RDMA device (default: the first with an active port)");
+  cmd->add_option("--completion", o->completion, "verbs: hybrid, poll or interrupt")
+      ->check(CLI::IsMember({"hybrid", "poll", "interrupt"}))
+      ->capture_default_str();
   cmd->add_option("--prefix", o->prefix, "Command words before each member ({i}: its index), e.g. ip netns exec hm{i}")
       ->expected(0, -1)->delimiter(' ');
   cmd->add_option("--interface-template", o->interface_template, "Each member's address ({i}: its index)")
@@ -44,9 +49,15 @@ void add_soak_command(CLI::App& app) {
   cmd->add_flag("--json", *json, "Print the result as one JSON line (last line of output)");
   cmd->add_flag("--spray", o->spray, "A hostile peer sprays garbage, truncated, oversized, stale-view and "
                                      "non-member packets and malformed TCP streams at the group");
-  cmd->callback([o, json, transport] {
-    if (*transport != "socket")
-      throw CLI::ValidationError("--transport", "only 'socket' runs processes; for the simulator use `hmcast sim small`");
+  cmd->callback([cmd, o, json, transport] {
+    if (*transport != "socket" && *transport != "verbs")
+      throw CLI::ValidationError("--transport",
+                                 "'socket' or 'verbs' run processes; for the simulator use `hmcast sim small`");
+    o->transport = *transport;
+    if (*transport == "verbs") {
+      if (cmd->count("--mtu") == 0) o->mtu = 4096;  // the UD MTU; the socket default is larger
+      if (o->mtu > 4096) throw CLI::ValidationError("--mtu", "verbs datagrams carry at most 4096 bytes");
+    }
     o->progress = &std::cerr;
     const auto r = run_group(*o);
     if (*json) {

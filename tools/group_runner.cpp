@@ -100,7 +100,7 @@ double percentile(const std::vector<double>& v, double p) {
 }  // namespace
 
 nlohmann::json GroupRunReport::to_json() const {
-  return {{"procs", procs},
+  nlohmann::json j = {{"procs", procs},
           {"senders", senders},
           {"messages_sent", messages_sent},
           {"completed", completed},
@@ -139,8 +139,15 @@ nlohmann::json GroupRunReport::to_json() const {
           {"spray_datagrams", spray_datagrams},
           {"spray_tcp_attempts", spray_tcp_attempts},
           {"spray_tcp_disconnected", spray_tcp_disconnected},
+          {"spray_link_frames", spray_link_frames},
           {"problems", problems},
           {"manager_views", manager_views}};
+  j["transport"] = transport;
+  if (transport == "verbs") {
+    j["ud_multicast_datagrams"] = ud_multicast_datagrams;
+    j["rc_bytes"] = rc_bytes;
+  }
+  return j;
 }
 
 GroupRunReport run_group(const GroupRunOptions& o) {
@@ -150,6 +157,7 @@ GroupRunReport run_group(const GroupRunOptions& o) {
   const SizeMix mix = SizeMix::parse(o.sizes);
   GroupRunReport rep;
   rep.procs = o.procs;
+  rep.transport = o.transport;
   rep.senders = o.senders;
   rep.messages_sent = std::uint64_t{o.senders} * o.messages;
 
@@ -184,6 +192,8 @@ GroupRunReport run_group(const GroupRunOptions& o) {
                              std::to_string(o.link_delay_us), "--interface", substitute(o.interface_template, c.index),
                              "--mtu", std::to_string(o.mtu), "--progress-ms", std::to_string(o.progress_ms),
                              "--timeout", std::to_string(o.timeout_s)});
+    if (o.transport != "socket")
+      argv.insert(argv.end(), {"--transport", o.transport, "--device", o.device, "--completion", o.completion});
     if (o.serial) argv.emplace_back("--serial");
     if (o.timestamps) argv.emplace_back("--timestamps");
     if (joiner) argv.emplace_back("--joiner");
@@ -194,6 +204,7 @@ GroupRunReport run_group(const GroupRunOptions& o) {
   sim::Rng rng(o.seed ^ 0x6b696c6cULL);
   std::atomic<bool> stop_spray{false};
   SprayStats spray_stats;
+  std::string spray_failure;  // the sprayer could not run (set by its thread before it ends)
   std::thread sprayer;
   bool spray_started = false;
   std::vector<std::pair<std::uint32_t, std::int64_t>> kills;  // (member id, t_ns)
@@ -294,7 +305,14 @@ GroupRunReport run_group(const GroupRunOptions& o) {
       spray_started = target.has_value();
       if (target)
         sprayer = std::thread([&, t = *target] {
-          spray_stats = spray(t, substitute(o.interface_template, 1), o.seed, stop_spray);
+          try {
+            if (o.transport == "verbs")
+              spray_stats = spray_verbs(t, substitute(o.interface_template, 1), o.device, o.seed, stop_spray);
+            else
+              spray_stats = spray(t, substitute(o.interface_template, 1), o.seed, stop_spray);
+          } catch (const std::exception& e) {
+            spray_failure = e.what();
+          }
         });
     }
     const bool all_done = std::all_of(kids.begin(), kids.end(), [](const Child& c) { return c.killed || c.done || c.exited; });
@@ -333,9 +351,13 @@ GroupRunReport run_group(const GroupRunOptions& o) {
   if (sprayer.joinable()) sprayer.join();
   rep.spray_datagrams = spray_stats.datagrams;
   rep.spray_tcp_attempts = spray_stats.tcp_attempts;
+  rep.spray_link_frames = spray_stats.link_frames;
   rep.spray_tcp_disconnected = spray_stats.tcp_disconnected;
   if (o.spray && rep.spray_tcp_disconnected != rep.spray_tcp_attempts)
     rep.problems.push_back("a member kept a TCP connection that sent it bad input");
+  if (o.spray && !spray_failure.empty()) rep.problems.push_back("the sprayer failed: " + spray_failure);
+  if (o.spray && o.transport == "verbs" && spray_failure.empty() && rep.spray_datagrams == 0)
+    rep.problems.push_back("the sprayer sent nothing: the bad-input test did not run");
   for (auto& c : kids) {
     int status = 0;
     while (::waitpid(c.pid, &status, 0) < 0 && errno == EINTR) {
@@ -396,6 +418,8 @@ GroupRunReport run_group(const GroupRunOptions& o) {
     rep.repairs_sent += d["repairs_sent"].get<std::uint64_t>();
     rep.large_restarted += d["large_restarted"].get<std::uint64_t>();
     rep.large_redeliveries_suppressed += d["large_redeliveries_suppressed"].get<std::uint64_t>();
+    rep.ud_multicast_datagrams += d.value("ud_multicast_datagrams", std::uint64_t{0});
+    rep.rc_bytes += d.value("rc_bytes", std::uint64_t{0});
     if (const auto f = d.find("faults"); f != d.end()) {
       rep.faults_dropped += f->value("dropped", std::uint64_t{0});
       rep.faults_duplicated += f->value("duplicated", std::uint64_t{0});

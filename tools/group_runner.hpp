@@ -36,6 +36,12 @@ struct GroupRunOptions {
   /// Where the manager listens (reachable from every member).
   std::string manager_host = "127.0.0.1";
   std::uint32_t mtu = 8192;
+  /// "socket" or "verbs" (the members' transport; membership is TCP either way).
+  std::string transport = "socket";
+  /// verbs: the RDMA device (empty: the first with an active port) and the
+  /// completion mode (hybrid, poll, interrupt).
+  std::string device;
+  std::string completion = "hybrid";
   std::uint32_t timeout_s = 600;
   std::uint32_t progress_ms = 250;
   std::ostream* progress = nullptr;  // where progress lines go (none if null)
@@ -71,6 +77,11 @@ struct GroupRunReport {
   // What the fault layers did, summed over the members that reported (not the killed).
   std::uint64_t faults_dropped = 0, faults_duplicated = 0, faults_reordered = 0, faults_delayed = 0,
                 faults_link_delayed = 0, faults_released_early = 0;
+  std::string transport = "socket";
+  // Summed over the members that reported: datagrams their transport multicast and
+  // bytes it sent on reliable links (verbs: UD QP and RC QPs; 0 on other transports).
+  std::uint64_t ud_multicast_datagrams = 0;
+  std::uint64_t rc_bytes = 0;
   std::uint64_t bytes_broadcast = 0;  // payload bytes of all messages, once
   double wall_s = 0;                  // first member joined -> last member done
   double latency_p50_us = 0, latency_p99_us = 0, latency_max_us = 0;
@@ -82,6 +93,7 @@ struct GroupRunReport {
   std::uint64_t spray_datagrams = 0;        // bad datagrams sprayed at the group
   std::uint64_t spray_tcp_attempts = 0;     // bad TCP streams sent to members' link ports
   std::uint64_t spray_tcp_disconnected = 0; // ...that the member hung up on
+  std::uint64_t spray_link_frames = 0;      // verbs: bad frames sent to members over RC links
   std::vector<std::string> problems;  // what went wrong, readable
   nlohmann::json manager_views = nlohmann::json::array();  // each view the manager issued: id, size, who left
 

@@ -55,6 +55,41 @@ bool member_hangs_up(const membership::MemberAddress& m, const std::vector<std::
 
 }  // namespace
 
+std::vector<std::byte> bad_datagram(const membership::IssuedView& target, sim::Rng& rng, std::uint64_t round,
+                                    std::size_t oversize) {
+  const MemberId member = target.view.members.empty() ? 1 : target.view.members.front();
+  const std::vector<std::byte> body(100, std::byte{0x5a});
+  // One well-formed data packet with the given header fields.
+  const auto packet = [&](GroupId gid, ViewId view, MemberId src) {
+    wire::Data d;
+    d.sender = src;
+    d.seq = 1 + rng.below(1000);
+    d.msg_len = static_cast<std::uint32_t>(body.size());
+    d.payload = body;
+    return wire::encode(wire::Header{wire::Type::data, gid, view, src}, d);
+  };
+  std::vector<std::byte> d;
+  switch (round % 8) {
+    case 0: d = random_bytes(rng, 1 + rng.below(1400)); break;
+    case 1: {
+      d = packet(target.group_id, target.view.id, member);
+      d.resize(1 + rng.below(d.size() - 1));  // truncated
+      break;
+    }
+    case 2: {
+      d = packet(target.group_id, target.view.id, member);
+      d[rng.below(wire::kHeaderSize)] ^= std::byte{0x41};  // corrupted header
+      break;
+    }
+    case 3: d = random_bytes(rng, oversize); break;  // over the MTU (or as long as the fabric carries)
+    case 4: d = packet(target.group_id, target.view.id == 0 ? 0 : target.view.id - 1, member); break;  // stale
+    case 5: d = packet(target.group_id, target.view.id + 1000, member); break;  // far future view
+    case 6: d = packet(target.group_id ^ 0x1234, target.view.id, member); break;  // another group
+    default: d = packet(target.group_id, target.view.id, 900000 + static_cast<MemberId>(rng.below(100))); break;
+  }
+  return d;
+}
+
 SprayStats spray(const membership::IssuedView& target, const std::string& interface_address, std::uint64_t seed,
                  const std::atomic<bool>& stop, std::uint32_t pause_us) {
   SprayStats st;
@@ -68,18 +103,6 @@ SprayStats spray(const membership::IssuedView& target, const std::string& interf
   (void)::setsockopt(udp, IPPROTO_IP, IP_MULTICAST_LOOP, &loop, sizeof loop);
   auto group = addr_of(target.multicast_address, target.multicast_port);
   const MemberId member = target.view.members.empty() ? 1 : target.view.members.front();
-  const std::vector<std::byte> body(100, std::byte{0x5a});
-
-  // One well-formed data packet with the given header fields.
-  const auto packet = [&](GroupId gid, ViewId view, MemberId src) {
-    wire::Data d;
-    d.sender = src;
-    d.seq = 1 + rng.below(1000);
-    d.msg_len = static_cast<std::uint32_t>(body.size());
-    d.payload = body;
-    return wire::encode(wire::Header{wire::Type::data, gid, view, src}, d);
-  };
-
   // TCP first, once per member: the members must hang up on both.
   for (const auto& m : target.push.members) {
     st.tcp_attempts += 2;
@@ -94,25 +117,7 @@ SprayStats spray(const membership::IssuedView& target, const std::string& interf
   }
 
   for (std::uint64_t round = 0; !stop.load(); ++round) {
-    std::vector<std::byte> d;
-    switch (round % 8) {
-      case 0: d = random_bytes(rng, 1 + rng.below(1400)); break;
-      case 1: {
-        d = packet(target.group_id, target.view.id, member);
-        d.resize(1 + rng.below(d.size() - 1));  // truncated
-        break;
-      }
-      case 2: {
-        d = packet(target.group_id, target.view.id, member);
-        d[rng.below(wire::kHeaderSize)] ^= std::byte{0x41};  // corrupted header
-        break;
-      }
-      case 3: d = random_bytes(rng, 9000 + rng.below(50000)); break;  // over the MTU
-      case 4: d = packet(target.group_id, target.view.id == 0 ? 0 : target.view.id - 1, member); break;  // stale
-      case 5: d = packet(target.group_id, target.view.id + 1000, member); break;  // far future view
-      case 6: d = packet(target.group_id ^ 0x1234, target.view.id, member); break;  // another group
-      default: d = packet(target.group_id, target.view.id, 900000 + static_cast<MemberId>(rng.below(100))); break;
-    }
+    const auto d = bad_datagram(target, rng, round, 9000 + rng.below(50000));  // over the MTU: over 8192
     if (::sendto(udp, d.data(), d.size(), 0, reinterpret_cast<sockaddr*>(&group), sizeof group) >= 0) ++st.datagrams;
     std::this_thread::sleep_for(std::chrono::microseconds(pause_us));
   }

@@ -12,11 +12,13 @@
 #include <vector>
 
 #include "membership/coordinator.hpp"
+#include "transport/sim/sim_rng.hpp"
 
 namespace hmcast::tools {
 
 struct SprayStats {
   std::uint64_t datagrams = 0;
+  std::uint64_t link_frames = 0;       // verbs: bad frames sent over RC links to members
   std::uint64_t tcp_attempts = 0;
   std::uint64_t tcp_disconnected = 0;  // connections the member closed on us after bad input
 };
@@ -24,5 +26,19 @@ struct SprayStats {
 /// Sprays at the group `target` describes until `stop` is set (at most every `pause_us`).
 SprayStats spray(const membership::IssuedView& target, const std::string& interface_address, std::uint64_t seed,
                  const std::atomic<bool>& stop, std::uint32_t pause_us = 200);
+
+/// The same over verbs (verbs_sprayer.cpp): a non-member endpoint joins the group's
+/// UD multicast and sends the same kinds of bad datagrams (the "over the MTU" kind is
+/// cut to the UD MTU: the fabric carries no more), and opens RC links to every member
+/// and sends them bad frames (garbage, truncated, stale view, another group). Throws
+/// hmcast::Error if hmcast was built without verbs or the device is missing.
+SprayStats spray_verbs(const membership::IssuedView& target, const std::string& interface_address,
+                       const std::string& device, std::uint64_t seed, const std::atomic<bool>& stop,
+                       std::uint32_t pause_us = 200);
+
+/// The `round`-th bad datagram of the rotation (8 kinds); `oversize` bytes of garbage
+/// for the "over the MTU" kind.
+std::vector<std::byte> bad_datagram(const membership::IssuedView& target, sim::Rng& rng,
+                                    std::uint64_t round, std::size_t oversize);
 
 }  // namespace hmcast::tools

@@ -60,6 +60,57 @@ enum class TransportKind : std::uint8_t {
   /// Processes on any Linux hosts: UDP IP multicast for datagrams, TCP for reliable
   /// links, and a membership manager reached over TCP (SocketOptions).
   socket,
+  /// RDMA (rdma-core: libibverbs + librdmacm; InfiniBand, RoCE, Soft-RoCE): a UD queue
+  /// pair joined to the group's multicast address for datagrams, RC queue pairs for
+  /// reliable links (VerbsOptions). Membership is the socket transport's: the TCP
+  /// manager named by SocketOptions::manager (or embedded, SocketOptions::embed_manager).
+  verbs,
+};
+
+/// How the verbs transport waits for completions.
+enum class CompletionMode : std::uint8_t {
+  /// Busy-poll the completion queue for VerbsOptions::busy_poll after the last
+  /// completion, then arm the completion channel and sleep: low latency under load,
+  /// no CPU burnt when idle.
+  hybrid,
+  /// Always busy-poll (a core per Node; the lowest latency).
+  poll,
+  /// Always sleep on the completion channel (the least CPU; adds a wake-up per event).
+  interrupt,
+};
+
+/// The verbs transport (TransportKind::verbs). See docs/real-clusters.md for
+/// InfiniBand (subnet manager, partitions) and RoCE (IGMP, GID index) set-up.
+struct VerbsOptions {
+  /// RDMA device name (e.g. "mlx5_0", "rxe0"); empty: the first device with an active port.
+  std::string device;
+  /// Port number on the device (1-based); 0: its first active port.
+  std::uint8_t port = 0;
+  /// GID index whose IPv4-mapped address becomes interface_address when that is empty;
+  /// -1: the port's first IPv4-mapped GID. (rdma_cm picks the GID for the bound address.)
+  int gid_index = -1;
+  /// Local IPv4 address that rdma_cm binds to (the device of that netdev is used; it
+  /// must be `device` if one is named). Peers are told to connect to it.
+  std::string interface_address;
+  /// Largest datagram (hmcast header included); at most the group's path MTU
+  /// (RoCE: the netdev MTU rounded down to 1024/2048/4096; InfiniBand: the port's MTU).
+  std::uint32_t mtu = 4096;
+  /// UD receives kept posted (refilled as they complete): a burst longer than this
+  /// between two polls is lost like on the wire, and repaired by the protocol.
+  std::uint32_t receive_ring = 512;
+  /// UD sends in flight at once; a multicast that finds them all in use waits for
+  /// completions (bounded), then drops the datagram (counted) rather than overrun the queue.
+  std::uint32_t send_depth = 128;
+  /// Receive buffers posted per incoming reliable link: the credits its sender holds,
+  /// so a sender never finds no receive posted (no RNR retries).
+  std::uint32_t link_receive_depth = 16;
+  /// Bytes per reliable-link message; longer frames move in several.
+  std::uint32_t link_chunk = 68U << 10;
+  CompletionMode completion = CompletionMode::hybrid;
+  /// hybrid: how long to busy-poll after the last completion before sleeping.
+  std::chrono::microseconds busy_poll{50};
+  /// Address/route resolution and the multicast join must finish within this.
+  std::chrono::milliseconds resolve_timeout{5'000};
 };
 
 /// The socket transport. Members find each other through a membership manager: a
@@ -140,8 +191,10 @@ struct Config {
   std::uint32_t group_size = 1;
   /// join() fails with ErrorCode::join_timeout after this long.
   std::chrono::milliseconds join_timeout{10'000};
-  /// socket: how to reach the manager and which interface to use.
+  /// socket: how to reach the manager and which interface to use. verbs: the manager.
   SocketOptions socket;
+  /// verbs: device, port, queue depths, completion mode.
+  VerbsOptions verbs;
   /// Protocol tuning; empty means the transport's profile.
   std::optional<ProtocolConfig> protocol;
   FaultConfig faults;

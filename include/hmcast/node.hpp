@@ -87,6 +87,10 @@ struct GroupStats {
   /// Large-message bytes the transport read straight into their final buffer, with
   /// no copy on the way (socket transport; the Node's transport as a whole).
   std::uint64_t large_bytes_placed = 0;
+  /// Datagrams this Node's transport multicast, and bytes it sent on reliable links
+  /// (verbs: through the UD QP, and over RC QPs; other transports report 0).
+  std::uint64_t multicast_datagrams_sent = 0;
+  std::uint64_t link_bytes_sent = 0;
   FaultStats faults;
 };
 

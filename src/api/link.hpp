@@ -39,6 +39,10 @@ class Link {
   [[nodiscard]] virtual std::uint64_t bytes_placed() const { return 0; }
   /// Input the transport dropped as malformed before the protocol saw it.
   [[nodiscard]] virtual std::uint64_t bad_input() const { return 0; }
+  /// Datagrams the transport multicast and bytes it sent on reliable links (verbs:
+  /// the UD QP and RC QPs; transports that do not count them say 0).
+  [[nodiscard]] virtual std::uint64_t multicast_datagrams_sent() const { return 0; }
+  [[nodiscard]] virtual std::uint64_t link_bytes_sent() const { return 0; }
   /// Stop sending and receiving; peers see this member's links break.
   virtual void close() = 0;
 };
@@ -52,7 +56,21 @@ std::unique_ptr<Link> make_inproc_link(const std::string& fabric, const FaultCon
 std::unique_ptr<Link> make_socket_link(MemberId self, std::uint32_t multicast_address, std::uint16_t multicast_port,
                                        const SocketOptions& options, const FaultConfig& faults);
 
-/// The port a socket link's reliable links listen on (0 for other links).
+/// A verbs endpoint (UD multicast + RC links; transport/verbs) for member `self` of a
+/// group whose datagrams use multicast_address (IPv4, host order), under the fault
+/// layer if `faults` asks for any. Throws hmcast::Error(transport_failed) naming the
+/// fixes when there is no RDMA device, or when hmcast was built without verbs.
+std::unique_ptr<Link> make_verbs_link(MemberId self, std::uint32_t multicast_address, const VerbsOptions& options,
+                                      const FaultConfig& faults);
+
+/// Checks that a verbs device matching `options` exists (the Node's constructor
+/// fails early, with the fixes, rather than at join()).
+void check_verbs_device(const VerbsOptions& options);
+
+/// The port a socket or verbs link's reliable links listen on (0 for other links).
 std::uint16_t listening_port(const Link& link);
+/// The address peers reach a link's reliable links at: a verbs link's bound address,
+/// or `configured` (the socket transport's SocketOptions::interface_address).
+std::string listening_address(const Link& link, const std::string& configured);
 
 }  // namespace hmcast::detail

@@ -5,6 +5,10 @@
 #include "api/link.hpp"
 #include "hmcast/error.hpp"
 #include "transport/socket/socket_transport.hpp"
+#ifdef HMCAST_HAVE_VERBS
+#include "transport/verbs/device.hpp"
+#include "transport/verbs/verbs_transport.hpp"
+#endif
 
 namespace hmcast::detail {
 
@@ -68,6 +72,40 @@ class SocketLink final : public Link {
   std::unique_ptr<socket::Endpoint> endpoint_;
 };
 
+#ifdef HMCAST_HAVE_VERBS
+class VerbsLink final : public Link {
+ public:
+  VerbsLink(MemberId self, const verbs::EndpointConfig& cfg)
+      : endpoint_(std::make_unique<verbs::Endpoint>(self, cfg)) {}
+
+  [[nodiscard]] MemberId id() const override { return endpoint_->id(); }
+  void multicast(const std::vector<std::byte>& bytes) override { endpoint_->multicast(bytes); }
+  bool unicast(MemberId to, std::vector<std::byte> bytes) override { return endpoint_->unicast(to, std::move(bytes)); }
+  std::optional<Inbound> wait(std::chrono::steady_clock::time_point deadline) override {
+    try {
+      return endpoint_->wait(deadline);
+    } catch (const verbs::TransportError& e) {
+      throw Error(ErrorCode::transport_failed, e.what());
+    }
+  }
+  void wake() override { endpoint_->wake(); }
+  void add_peer(MemberId id, const std::string& host, std::uint16_t port) override {
+    endpoint_->add_peer(id, host, port);
+  }
+  void close() override { endpoint_->close(); }
+  [[nodiscard]] std::uint64_t bad_input() const override {
+    const auto st = endpoint_->stats();
+    return st.ud_malformed + st.links_malformed;
+  }
+  [[nodiscard]] std::uint64_t multicast_datagrams_sent() const override {
+    return endpoint_->stats().ud_multicast_datagrams;
+  }
+  [[nodiscard]] std::uint64_t link_bytes_sent() const override { return endpoint_->stats().rc_bytes; }
+
+  std::unique_ptr<verbs::Endpoint> endpoint_;
+};
+#endif
+
 }  // namespace
 
 std::unique_ptr<Link> make_inproc_link(const std::string& fabric, const FaultConfig& faults) {
@@ -93,9 +131,51 @@ std::unique_ptr<Link> make_socket_link(MemberId self, std::uint32_t multicast_ad
   }
 }
 
+std::unique_ptr<Link> make_verbs_link(MemberId self, std::uint32_t multicast_address, const VerbsOptions& options,
+                                      const FaultConfig& faults) {
+#ifdef HMCAST_HAVE_VERBS
+  verbs::EndpointConfig cfg;
+  cfg.options = options;
+  in_addr a{};
+  a.s_addr = htonl(multicast_address);
+  char text[INET_ADDRSTRLEN] = {};
+  cfg.group_address = ::inet_ntop(AF_INET, &a, text, sizeof text) != nullptr ? text : "";
+  try {
+    return with_faults(std::make_unique<VerbsLink>(self, cfg), faults);
+  } catch (const verbs::TransportError& e) {
+    throw Error(ErrorCode::transport_failed, e.what());
+  }
+#else
+  (void)self, (void)multicast_address, (void)options, (void)faults;
+  check_verbs_device(options);
+  return nullptr;
+#endif
+}
+
+void check_verbs_device(const VerbsOptions& options) {
+#ifdef HMCAST_HAVE_VERBS
+  (void)verbs::choose_device(options);
+#else
+  (void)options;
+  throw Error(ErrorCode::transport_failed,
+              "this hmcast was built without the verbs transport (HMCAST_VERBS=OFF): install libibverbs-dev and "
+              "librdmacm-dev and build again, or use the socket transport");
+#endif
+}
+
 std::uint16_t listening_port(const Link& link) {
   if (const auto* s = dynamic_cast<const SocketLink*>(&without_faults(link))) return s->endpoint_->tcp_port();
+#ifdef HMCAST_HAVE_VERBS
+  if (const auto* v = dynamic_cast<const VerbsLink*>(&without_faults(link))) return v->endpoint_->port();
+#endif
   return 0;
+}
+
+std::string listening_address(const Link& link, const std::string& configured) {
+#ifdef HMCAST_HAVE_VERBS
+  if (const auto* v = dynamic_cast<const VerbsLink*>(&without_faults(link))) return v->endpoint_->interface_address();
+#endif
+  return configured;
 }
 
 }  // namespace hmcast::detail

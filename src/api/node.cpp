@@ -58,6 +58,15 @@ ProtocolConfig socket_profile(const SocketOptions& o) {
   return p;
 }
 
+/// Verbs: the socket profile's patience (processes share cores, and Soft-RoCE runs
+/// in the kernel's softirqs), with datagrams of the UD MTU.
+ProtocolConfig verbs_profile(const VerbsOptions& o) {
+  ProtocolConfig p = inproc_profile();
+  p.mtu = o.mtu;
+  p.repair_budget = 40;
+  return p;
+}
+
 }  // namespace
 
 struct GroupState {
@@ -351,17 +360,20 @@ void join_socket(NodeState& s, const std::string& name, const std::shared_ptr<Gr
                  const rc_pipeline::PipelineConfig& large) {
   if (s.control)
     throw Error(ErrorCode::invalid_config,
-                "a Node on the socket transport joins one group: create another Node for '" + name + "'");
+                "a Node on the socket or verbs transport joins one group: create another Node for '" + name + "'");
   const auto deadline = std::chrono::steady_clock::now() + s.cfg.join_timeout;
   const auto [host, port] = socket::split_host_port(s.cfg.socket.manager, "manager address");
   s.control = std::make_unique<socket::ManagerClient>(host, port, deadline);
   const auto welcome = s.control->join(name, s.cfg.group_size, deadline);
-  s.link = make_socket_link(welcome.member, welcome.multicast_address, welcome.multicast_port, s.cfg.socket,
-                                    s.cfg.faults);
+  if (s.cfg.transport == TransportKind::verbs)
+    s.link = make_verbs_link(welcome.member, welcome.multicast_address, s.cfg.verbs, s.cfg.faults);
+  else
+    s.link = make_socket_link(welcome.member, welcome.multicast_address, welcome.multicast_port, s.cfg.socket,
+                              s.cfg.faults);
   s.link->set_block_placer([node = &s](MemberId from, std::span<const std::byte> head, std::size_t size) {
     return node->place_block(from, head, size);
   });
-  s.control->listening(s.cfg.socket.interface_address, listening_port(*s.link));
+  s.control->listening(listening_address(*s.link, s.cfg.socket.interface_address), listening_port(*s.link));
   const auto first = s.control->wait_view(deadline);
   for (const auto& m : first.members)
     if (m.id != welcome.member) s.link->add_peer(m.id, m.host, m.port);
@@ -421,12 +433,17 @@ Node::Node(Config config) : state_(std::make_shared<detail::NodeState>()) {
   if (config.group_size == 0) throw Error(ErrorCode::invalid_config, "Config::group_size must be at least 1");
   config.faults = detail::faults_with_environment(config.faults);
   state_->cfg = config;
-  if (config.transport == TransportKind::socket) {
-    state_->protocol = config.protocol.value_or(detail::socket_profile(config.socket));
-    if (state_->protocol.mtu > config.socket.mtu)
+  if (config.transport == TransportKind::socket || config.transport == TransportKind::verbs) {
+    const bool verbs = config.transport == TransportKind::verbs;
+    if (verbs) detail::check_verbs_device(config.verbs);  // no device: fail now, naming the fixes
+    state_->protocol = config.protocol.value_or(verbs ? detail::verbs_profile(config.verbs)
+                                                      : detail::socket_profile(config.socket));
+    const std::uint32_t transport_mtu = verbs ? config.verbs.mtu : config.socket.mtu;
+    if (state_->protocol.mtu > transport_mtu)
       throw Error(ErrorCode::invalid_config, "ProtocolConfig::mtu (" + std::to_string(state_->protocol.mtu) +
-                                                 ") is over SocketOptions::mtu (" + std::to_string(config.socket.mtu) +
-                                                 "): lower it, or leave Config::protocol empty");
+                                                 ") is over the transport's MTU (" + std::to_string(transport_mtu) +
+                                                 ", SocketOptions::mtu or VerbsOptions::mtu): lower it, or leave "
+                                                 "Config::protocol empty");
     if (config.socket.embed_manager) {
       const auto [host, port] = socket::split_host_port(config.socket.manager, "manager address");
       membership::CoordinatorConfig coordinator;
@@ -467,7 +484,7 @@ Group Node::join(const std::string& name) {
   rc_pipeline::PipelineConfig large;
   large.block_size = state_->protocol.block_size;
   large.segment_size = state_->protocol.segment_size;
-  if (state_->cfg.transport == TransportKind::socket) {
+  if (state_->cfg.transport == TransportKind::socket || state_->cfg.transport == TransportKind::verbs) {
     detail::join_socket(*state_, name, g, large);
     return Group(g);
   }
@@ -530,6 +547,8 @@ GroupStats Group::stats() const {
   }
   out.bad_packets_dropped += state_->node->link->bad_input();
   out.large_bytes_placed = state_->node->link->bytes_placed();
+  out.multicast_datagrams_sent = state_->node->link->multicast_datagrams_sent();
+  out.link_bytes_sent = state_->node->link->link_bytes_sent();
   out.faults = detail::fault_stats(*state_->node->link);
   return out;
 }

@@ -1,0 +1,897 @@
+#include "transport/verbs/verbs_transport.hpp"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <infiniband/verbs.h>
+#include <poll.h>
+#include <rdma/rdma_cma.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+
+#include "core/wire.hpp"
+#include "hmcast/error.hpp"
+#include "transport/verbs/ud_layout.hpp"
+
+namespace hmcast::verbs {
+
+namespace {
+
+// Work request ids: the link's key (0: the UD QP), what the request is, and its slot.
+// Keys are never reused, so a completion of a destroyed link cannot hit a new one.
+constexpr std::uint32_t kUdRecv = 1, kUdSend = 2, kLinkData = 3, kCredit = 4;
+constexpr std::uint64_t make_wr_id(std::uint32_t key, std::uint32_t kind, std::uint32_t slot) {
+  return (std::uint64_t{key} << 32) | (std::uint64_t{kind} << 28) | slot;
+}
+
+// Credit messages: the acceptor returns credits once a quarter of its receives were
+// reposted, so at most four credit messages can be unread at the sender; it posts
+// eight receives for them, and the acceptor keeps at most four in flight.
+constexpr std::uint32_t kCreditRecvs = 8;
+constexpr std::uint32_t kCreditSendsInFlight = 4;
+constexpr std::size_t kCreditSlot = 64;
+// Connect and accept carry this, then a member id (connect) or receive depth (accept).
+constexpr std::uint32_t kPrivateMagic = 0x31564d48;  // "HMV1"
+constexpr std::uint32_t kLinkReserveSlack = kCreditRecvs;
+constexpr std::uint32_t kCqLinks = 64;  // links the completion queue is sized for (more are refused)
+
+std::string errno_text(int e) { return std::string(std::strerror(e)) + " (errno " + std::to_string(e) + ")"; }
+
+[[noreturn]] void fail(const std::string& call, const std::string& hint) {
+  throw TransportError("verbs transport: " + call + " failed: " + errno_text(errno) + (hint.empty() ? "" : "; " + hint));
+}
+
+void set_nonblocking(int fd, const std::string& what) {
+  const int flags = ::fcntl(fd, F_GETFL);
+  if (flags < 0 || ::fcntl(fd, F_SETFL, flags | O_NONBLOCK) < 0) fail("fcntl(O_NONBLOCK) on " + what, "");
+}
+
+sockaddr_in ipv4(const std::string& text, std::uint16_t port, const std::string& what) {
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port);
+  if (::inet_pton(AF_INET, text.c_str(), &a.sin_addr) != 1)
+    throw Error(ErrorCode::invalid_config, "verbs transport: " + what + " '" + text + "' is not an IPv4 address");
+  return a;
+}
+
+sockaddr* as_sockaddr(sockaddr_in* a) { return reinterpret_cast<sockaddr*>(a); }
+
+std::array<std::byte, 8> private_data(std::uint32_t value) {
+  std::array<std::byte, 8> p{};
+  for (int i = 0; i < 4; ++i) {
+    p[static_cast<std::size_t>(i)] = static_cast<std::byte>(kPrivateMagic >> (8 * i));
+    p[static_cast<std::size_t>(4 + i)] = static_cast<std::byte>(value >> (8 * i));
+  }
+  return p;
+}
+
+/// The value of our private data, if `data` is ours.
+std::optional<std::uint32_t> parse_private(const void* data, std::uint8_t len) {
+  if (data == nullptr || len < 8) return std::nullopt;
+  std::array<std::uint8_t, 8> b{};
+  std::memcpy(b.data(), data, b.size());
+  std::uint32_t magic = 0, value = 0;
+  for (int i = 3; i >= 0; --i) {
+    magic = (magic << 8) | b[static_cast<std::size_t>(i)];
+    value = (value << 8) | b[static_cast<std::size_t>(4 + i)];
+  }
+  if (magic != kPrivateMagic) return std::nullopt;
+  return value;
+}
+
+MemberId wire_src(const std::byte* p) {
+  std::uint32_t v = 0;
+  for (int i = 3; i >= 0; --i) v = (v << 8) | std::to_integer<std::uint32_t>(p[20 + i]);
+  return v;
+}
+
+}  // namespace
+
+/// Registered memory cut into equal slots; registered once and reused for the life
+/// of its queue pair, so no registration happens on the data path.
+struct Endpoint::Region {
+  std::byte* mem = nullptr;
+  std::size_t slot = 0;
+  std::uint32_t count = 0;
+  ibv_mr* mr = nullptr;
+
+  Region(ibv_pd* pd, std::size_t slot_bytes, std::uint32_t slots, const std::string& what)
+      : slot(slot_bytes), count(slots) {
+    const std::size_t bytes = (slot * count + 4095) / 4096 * 4096;
+    mem = static_cast<std::byte*>(std::aligned_alloc(4096, bytes));
+    if (mem == nullptr) throw TransportError("verbs transport: out of memory for " + what);
+    // The parentheses call the function, not verbs.h's macro of the same name (its
+    // expansion mixes two enums, which clang's -Wdeprecated-enum-enum-conversion rejects).
+    mr = (ibv_reg_mr)(pd, mem, bytes, IBV_ACCESS_LOCAL_WRITE);
+    if (mr == nullptr) {
+      const int e = errno;
+      std::free(mem);
+      errno = e;
+      fail("ibv_reg_mr (" + std::to_string(bytes) + " bytes for " + what + ")",
+           "registered memory is pinned: raise the locked-memory limit (ulimit -l unlimited, or memlock in "
+           "/etc/security/limits.conf)");
+    }
+  }
+  ~Region() {
+    if (mr != nullptr) ::ibv_dereg_mr(mr);
+    std::free(mem);
+  }
+  Region(const Region&) = delete;
+  Region& operator=(const Region&) = delete;
+  [[nodiscard]] std::byte* at(std::uint32_t i) const { return mem + std::size_t{i} * slot; }
+  [[nodiscard]] std::uint64_t addr(std::uint32_t i) const { return reinterpret_cast<std::uintptr_t>(at(i)); }
+};
+
+/// One RC connection, used in one direction: we send frames on the ones we open
+/// (outgoing) and receive frames on the ones peers opened (accepted). Credits flow
+/// the other way on the same queue pair.
+struct Endpoint::Link {
+  enum class State : std::uint8_t { resolving, connecting, up, dead };
+  std::uint32_t key = 0;
+  rdma_cm_id* id = nullptr;
+  MemberId peer = 0;
+  bool outgoing = false;
+  State state = State::resolving;
+  bool has_qp = false;
+  std::uint32_t cq_reserved = 0;
+  std::unique_ptr<Region> data;    // outgoing: send slots; accepted: receive slots
+  std::unique_ptr<Region> credit;  // outgoing: receives for credit messages
+  std::vector<std::uint32_t> free_send;
+  std::uint32_t credits = 0;  // outgoing: receives the acceptor has posted for us
+  std::deque<std::vector<std::byte>> queue;
+  std::size_t queued_bytes = 0;
+  std::size_t front_offset = 0;  // bytes of queue.front() already posted
+  std::vector<std::byte> partial;  // accepted: the frame being reassembled
+  std::uint32_t unreturned = 0;    // accepted: receives reposted, credits not yet sent back
+  std::uint32_t credit_sends = 0;  // accepted: credit messages in flight
+};
+
+Endpoint::Endpoint(MemberId id, const EndpointConfig& config) : id_(id), cfg_(config) {
+  try {
+    open();
+  } catch (...) {
+    release();
+    throw;
+  }
+}
+
+Endpoint::~Endpoint() {
+  {
+    std::lock_guard lock(mu_);
+    close_locked();
+  }
+  release();
+}
+
+void Endpoint::open() {
+  const auto& o = cfg_.options;
+  device_ = choose_device(o);
+  if (o.mtu > device_.active_mtu)
+    throw Error(ErrorCode::invalid_config,
+                "VerbsOptions::mtu (" + std::to_string(o.mtu) + ") is over the active MTU of " + device_.device +
+                    " port " + std::to_string(device_.port) + " (" + std::to_string(device_.active_mtu) +
+                    "): lower it, or raise the MTU (RoCE: the netdev's MTU; 9000 gives 4096, 1500 gives 1024)");
+  mtu_ = o.mtu;
+  stats_.ud_mtu = o.mtu;
+  stats_.max_mcast_qp_attach = device_.max_mcast_qp_attach;
+  if (o.mtu < wire::kHeaderSize) throw Error(ErrorCode::invalid_config, "VerbsOptions::mtu is below the hmcast header");
+
+  channel_ = ::rdma_create_event_channel();
+  if (channel_ == nullptr) fail("rdma_create_event_channel", "is the rdma_ucm module loaded (modprobe rdma_ucm)?");
+  set_nonblocking(channel_->fd, "the rdma_cm event channel");
+
+  // Reliable links listen on the interface address; this also finds the device.
+  if (::rdma_create_id(channel_, &listen_id_, nullptr, RDMA_PS_TCP) != 0) fail("rdma_create_id (listen)", "");
+  auto local = ipv4(device_.interface_address, 0, "interface address");
+  if (::rdma_bind_addr(listen_id_, as_sockaddr(&local)) != 0)
+    fail("rdma_bind_addr(" + device_.interface_address + ")",
+         "the address must belong to a netdev with an RDMA device (check `rdma link show`)");
+  if (listen_id_->verbs == nullptr)
+    throw Error(ErrorCode::transport_failed,
+                no_device_message("the address " + device_.interface_address + " is on no RDMA device"));
+  const std::string bound = ::ibv_get_device_name(listen_id_->verbs->device);
+  if (bound != device_.device)
+    throw Error(ErrorCode::invalid_config, "verbs transport: the address " + device_.interface_address +
+                                               " belongs to device " + bound + ", not " + device_.device +
+                                               ": name that device, or give an address of " + device_.device);
+  if (::rdma_listen(listen_id_, 64) != 0) fail("rdma_listen", "");
+  port_ = ntohs(::rdma_get_src_port(listen_id_));
+  ibv_context* ctx = listen_id_->verbs;
+
+  ibv_device_attr dev{};
+  if (::ibv_query_device(ctx, &dev) != 0) fail("ibv_query_device", "");
+  pd_ = ::ibv_alloc_pd(ctx);
+  if (pd_ == nullptr) fail("ibv_alloc_pd", "");
+  comp_ = ::ibv_create_comp_channel(ctx);
+  if (comp_ == nullptr) fail("ibv_create_comp_channel", "");
+  set_nonblocking(comp_->fd, "the completion channel");
+  const std::uint32_t per_link = 2 * (o.link_receive_depth + kLinkReserveSlack);
+  const std::uint64_t want = std::uint64_t{o.receive_ring} + o.send_depth + std::uint64_t{kCqLinks} * per_link;
+  cq_size_ = static_cast<std::uint32_t>(std::min<std::uint64_t>(want, static_cast<std::uint64_t>(dev.max_cqe)));
+  if (cq_size_ < o.receive_ring + o.send_depth + per_link)
+    throw Error(ErrorCode::invalid_config, "verbs transport: " + device_.device + " allows " +
+                                               std::to_string(dev.max_cqe) +
+                                               " completions per queue: lower receive_ring, send_depth or "
+                                               "link_receive_depth");
+  cq_budget_ = cq_size_ - o.receive_ring - o.send_depth;
+  cq_ = ::ibv_create_cq(ctx, static_cast<int>(cq_size_), nullptr, comp_, 0);
+  if (cq_ == nullptr) fail("ibv_create_cq", "");
+
+  // The datagram path: a UD QP joined to the group's multicast address.
+  const auto deadline = std::chrono::steady_clock::now() + o.resolve_timeout;
+  const int timeout_ms = static_cast<int>(o.resolve_timeout.count());
+  if (::rdma_create_id(channel_, &mcast_id_, nullptr, RDMA_PS_UDP) != 0) fail("rdma_create_id (multicast)", "");
+  group_ = ipv4(cfg_.group_address, 0, "multicast group address");
+  auto src = ipv4(device_.interface_address, 0, "interface address");
+  if (::rdma_resolve_addr(mcast_id_, as_sockaddr(&src), as_sockaddr(&group_), timeout_ms) != 0)
+    fail("rdma_resolve_addr(" + cfg_.group_address + ")", "");
+  await_mcast_event(RDMA_CM_EVENT_ADDR_RESOLVED, deadline, "resolving the multicast address " + cfg_.group_address);
+  if (mcast_id_->verbs != ctx)
+    throw Error(ErrorCode::invalid_config, "verbs transport: the multicast group " + cfg_.group_address +
+                                               " routes to another device than " + device_.device +
+                                               ": add a route for 224.0.0.0/4 to its netdev");
+  ibv_qp_init_attr qa{};
+  qa.send_cq = cq_;
+  qa.recv_cq = cq_;
+  qa.qp_type = IBV_QPT_UD;
+  qa.sq_sig_all = 1;
+  qa.cap.max_send_wr = o.send_depth;
+  qa.cap.max_recv_wr = o.receive_ring;
+  qa.cap.max_send_sge = 1;
+  qa.cap.max_recv_sge = 1;
+  if (::rdma_create_qp(mcast_id_, pd_, &qa) != 0) fail("rdma_create_qp (UD)", "");
+  ud_recv_ = std::make_unique<Region>(pd_, ud_receive_bytes(mtu_), o.receive_ring, "the datagram receive ring");
+  ud_send_ = std::make_unique<Region>(pd_, mtu_, o.send_depth, "datagram send slots");
+  for (std::uint32_t i = 0; i < o.receive_ring; ++i) post_ud_receive(i);
+  for (std::uint32_t i = o.send_depth; i > 0; --i) ud_free_send_.push_back(i - 1);
+  if (::rdma_join_multicast(mcast_id_, as_sockaddr(&group_), nullptr) != 0)
+    fail("rdma_join_multicast(" + cfg_.group_address + ")",
+         "InfiniBand needs a subnet manager serving multicast joins (see docs/real-clusters.md)");
+  await_mcast_event(RDMA_CM_EVENT_MULTICAST_JOIN, deadline, "joining the multicast group " + cfg_.group_address);
+
+  wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (wake_fd_ < 0) fail("eventfd", "");
+  epoll_fd_ = ::epoll_create1(EPOLL_CLOEXEC);
+  if (epoll_fd_ < 0) fail("epoll_create1", "");
+  for (const int fd : {wake_fd_, channel_->fd, comp_->fd}) {
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.fd = fd;
+    if (::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev) != 0) fail("epoll_ctl", "");
+  }
+  last_completion_ = std::chrono::steady_clock::now();
+}
+
+void Endpoint::await_mcast_event(int expected, std::chrono::steady_clock::time_point deadline,
+                                 const std::string& what) {
+  for (;;) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0)
+      throw TransportError("verbs transport: timed out " + what +
+                           " (VerbsOptions::resolve_timeout); on InfiniBand check that a subnet manager runs");
+    pollfd p{channel_->fd, POLLIN, 0};
+    (void)::poll(&p, 1, static_cast<int>(left.count()));
+    rdma_cm_event* ev = nullptr;
+    if (::rdma_get_cm_event(channel_, &ev) != 0) {
+      if (errno == EAGAIN || errno == EINTR) continue;
+      fail("rdma_get_cm_event", "");
+    }
+    if (ev->id != mcast_id_) {  // nothing else can be under way yet: no peer knows our port
+      if (ev->event == RDMA_CM_EVENT_CONNECT_REQUEST) ::rdma_reject(ev->id, nullptr, 0);
+      ::rdma_ack_cm_event(ev);
+      continue;
+    }
+    const auto type = ev->event;
+    const int status = ev->status;
+    if (type == expected && status == 0) {
+      if (type == RDMA_CM_EVENT_MULTICAST_JOIN) {
+        remote_qpn_ = ev->param.ud.qp_num;
+        remote_qkey_ = ev->param.ud.qkey;
+        ah_ = ::ibv_create_ah(pd_, &ev->param.ud.ah_attr);
+      }
+      ::rdma_ack_cm_event(ev);
+      if (type == RDMA_CM_EVENT_MULTICAST_JOIN && ah_ == nullptr) fail("ibv_create_ah (multicast group)", "");
+      return;
+    }
+    ::rdma_ack_cm_event(ev);
+    throw TransportError("verbs transport: " + what + " failed: " + ::rdma_event_str(type) + " (status " +
+                         std::to_string(status) +
+                         "); RoCE needs an explicit IPv4 group address and a route for 224.0.0.0/4 on the netdev; "
+                         "InfiniBand needs a subnet manager that serves multicast (docs/real-clusters.md)");
+  }
+}
+
+void Endpoint::release() {
+  for (auto& [key, l] : links_) destroy_link(*l);
+  links_.clear();
+  link_of_id_.clear();
+  if (mcast_id_ != nullptr) {
+    if (mcast_id_->qp != nullptr) ::rdma_destroy_qp(mcast_id_);
+    if (ah_ != nullptr) ::ibv_destroy_ah(ah_);
+    ah_ = nullptr;
+    ud_recv_.reset();
+    ud_send_.reset();
+    ::rdma_destroy_id(mcast_id_);
+    mcast_id_ = nullptr;
+  }
+  if (listen_id_ != nullptr) ::rdma_destroy_id(listen_id_);
+  listen_id_ = nullptr;
+  if (cq_ != nullptr) ::ibv_destroy_cq(cq_);
+  cq_ = nullptr;
+  if (comp_ != nullptr) ::ibv_destroy_comp_channel(comp_);
+  comp_ = nullptr;
+  if (pd_ != nullptr) ::ibv_dealloc_pd(pd_);
+  pd_ = nullptr;
+  if (channel_ != nullptr) ::rdma_destroy_event_channel(channel_);
+  channel_ = nullptr;
+  if (epoll_fd_ >= 0) ::close(epoll_fd_);
+  if (wake_fd_ >= 0) ::close(wake_fd_);
+  epoll_fd_ = wake_fd_ = -1;
+}
+
+void Endpoint::post_ud_receive(std::uint32_t slot) {
+  ibv_sge sge{};
+  sge.addr = ud_recv_->addr(slot);
+  sge.length = static_cast<std::uint32_t>(ud_recv_->slot);
+  sge.lkey = ud_recv_->mr->lkey;
+  ibv_recv_wr wr{};
+  ibv_recv_wr* bad = nullptr;
+  wr.wr_id = make_wr_id(0, kUdRecv, slot);
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  if (::ibv_post_recv(mcast_id_->qp, &wr, &bad) != 0) fail("ibv_post_recv (UD)", "");
+}
+
+void Endpoint::post_link_receive(Link& l, std::uint32_t slot) {
+  Region& r = l.outgoing ? *l.credit : *l.data;
+  ibv_sge sge{};
+  sge.addr = r.addr(slot);
+  sge.length = static_cast<std::uint32_t>(r.slot);
+  sge.lkey = r.mr->lkey;
+  ibv_recv_wr wr{};
+  ibv_recv_wr* bad = nullptr;
+  wr.wr_id = make_wr_id(l.key, l.outgoing ? kCredit : kLinkData, slot);
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  if (::ibv_post_recv(l.id->qp, &wr, &bad) != 0) break_link(l, l.outgoing);
+}
+
+void Endpoint::add_peer(MemberId id, const std::string& host, std::uint16_t port) {
+  const auto addr = ipv4(host, port, "peer address");
+  std::lock_guard lock(mu_);
+  auto& p = peers_[id];
+  const bool changed = p.addr.sin_addr.s_addr != addr.sin_addr.s_addr || p.addr.sin_port != addr.sin_port;
+  p.addr = addr;
+  p.broken = false;
+  if (changed)
+    if (auto it = outgoing_.find(id); it != outgoing_.end()) break_link(*links_.at(it->second), false);
+}
+
+void Endpoint::wake() {
+  std::lock_guard lock(mu_);
+  woken_ = true;
+  if (wake_fd_ >= 0) {
+    const std::uint64_t one = 1;
+    (void)::write(wake_fd_, &one, sizeof one);
+  }
+}
+
+void Endpoint::multicast(const std::vector<std::byte>& bytes) {
+  if (bytes.size() > mtu_)
+    throw Error(ErrorCode::message_too_large, "verbs transport: a datagram of " + std::to_string(bytes.size()) +
+                                                  " bytes is over the MTU (" + std::to_string(mtu_) +
+                                                  "): ProtocolConfig::mtu must not exceed VerbsOptions::mtu");
+  std::lock_guard lock(mu_);
+  if (closed_ || !failure_.empty()) return;
+  if (ud_free_send_.empty()) {
+    // Never post over the send queue's depth: reap completions for a bounded time.
+    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(2);
+    while (ud_free_send_.empty() && std::chrono::steady_clock::now() < until) poll_cq_locked();
+    if (ud_free_send_.empty()) {
+      ++stats_.ud_send_dropped;
+      return;
+    }
+  }
+  const std::uint32_t slot = ud_free_send_.back();
+  ud_free_send_.pop_back();
+  std::memcpy(ud_send_->at(slot), bytes.data(), bytes.size());
+  ibv_sge sge{};
+  sge.addr = ud_send_->addr(slot);
+  sge.length = static_cast<std::uint32_t>(bytes.size());
+  sge.lkey = ud_send_->mr->lkey;
+  ibv_send_wr wr{};
+  ibv_send_wr* bad = nullptr;
+  wr.wr_id = make_wr_id(0, kUdSend, slot);
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  wr.opcode = IBV_WR_SEND;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  wr.wr.ud.ah = ah_;
+  wr.wr.ud.remote_qpn = remote_qpn_;
+  wr.wr.ud.remote_qkey = remote_qkey_;
+  if (::ibv_post_send(mcast_id_->qp, &wr, &bad) != 0) {
+    ud_free_send_.push_back(slot);
+    failure_ = "verbs transport: ibv_post_send on the UD QP failed: " + errno_text(errno);
+    return;
+  }
+  ++stats_.ud_multicast_datagrams;
+}
+
+bool Endpoint::unicast(MemberId to, std::vector<std::byte> bytes) {
+  if (bytes.size() > cfg_.max_frame)
+    throw Error(ErrorCode::message_too_large, "verbs transport: a frame of " + std::to_string(bytes.size()) +
+                                                  " bytes is over the link limit (" +
+                                                  std::to_string(cfg_.max_frame) + ")");
+  std::lock_guard lock(mu_);
+  if (closed_) return false;
+  auto p = peers_.find(to);
+  if (p == peers_.end() || p->second.broken) return false;
+  Link* l = nullptr;
+  if (auto it = outgoing_.find(to); it != outgoing_.end()) {
+    l = links_.at(it->second).get();
+  } else {
+    l = connect_to(to, p->second);
+    if (l == nullptr) return false;
+  }
+  if (l->queued_bytes + bytes.size() > cfg_.max_output_bytes) {
+    break_link(*l, true);  // the peer stopped taking what we send
+    return false;
+  }
+  l->queued_bytes += bytes.size();
+  l->queue.push_back(std::move(bytes));
+  flush(*l);
+  return true;
+}
+
+Endpoint::Link* Endpoint::connect_to(MemberId to, Peer& peer) {
+  rdma_cm_id* cm = nullptr;
+  if (::rdma_create_id(channel_, &cm, nullptr, RDMA_PS_TCP) != 0) {
+    mark_broken(to);
+    return nullptr;
+  }
+  auto src = ipv4(device_.interface_address, 0, "interface address");
+  if (::rdma_resolve_addr(cm, as_sockaddr(&src), as_sockaddr(&peer.addr),
+                          static_cast<int>(cfg_.options.resolve_timeout.count())) != 0) {
+    ::rdma_destroy_id(cm);
+    mark_broken(to);
+    return nullptr;
+  }
+  auto l = std::make_unique<Link>();
+  l->key = next_key_++;
+  l->id = cm;
+  l->peer = to;
+  l->outgoing = true;
+  Link* raw = l.get();
+  link_of_id_[cm] = l->key;
+  outgoing_[to] = l->key;
+  links_[l->key] = std::move(l);
+  return raw;
+}
+
+void Endpoint::setup_link_qp(Link& l) {
+  const auto& o = cfg_.options;
+  const std::uint32_t reserve = 2 * (o.link_receive_depth + kLinkReserveSlack);
+  if (reserve > cq_budget_ || l.id->verbs != listen_id_->verbs) {
+    ++stats_.links_rejected;
+    break_link(l, l.outgoing);
+    return;
+  }
+  ibv_qp_init_attr qa{};
+  qa.send_cq = cq_;
+  qa.recv_cq = cq_;
+  qa.qp_type = IBV_QPT_RC;
+  qa.sq_sig_all = 1;
+  qa.cap.max_send_wr = o.link_receive_depth + kLinkReserveSlack;
+  qa.cap.max_recv_wr = o.link_receive_depth + kLinkReserveSlack;
+  qa.cap.max_send_sge = 1;
+  qa.cap.max_recv_sge = 1;
+  if (::rdma_create_qp(l.id, pd_, &qa) != 0) {
+    break_link(l, l.outgoing);
+    return;
+  }
+  l.has_qp = true;
+  cq_budget_ -= reserve;
+  l.cq_reserved = reserve;
+  try {
+    l.data = std::make_unique<Region>(pd_, o.link_chunk, o.link_receive_depth, "a reliable link");
+    if (l.outgoing) l.credit = std::make_unique<Region>(pd_, kCreditSlot, kCreditRecvs, "credit receives");
+  } catch (const TransportError&) {
+    break_link(l, l.outgoing);
+    return;
+  }
+  if (l.outgoing) {
+    for (std::uint32_t i = o.link_receive_depth; i > 0; --i) l.free_send.push_back(i - 1);
+    for (std::uint32_t i = 0; i < kCreditRecvs; ++i) post_link_receive(l, i);
+  } else {
+    for (std::uint32_t i = 0; i < o.link_receive_depth; ++i) post_link_receive(l, i);
+  }
+}
+
+void Endpoint::flush(Link& l) {
+  if (!l.outgoing) return;
+  const std::size_t chunk = cfg_.options.link_chunk;
+  while (l.state == Link::State::up && !l.queue.empty() && l.credits > 0 && !l.free_send.empty()) {
+    const auto& frame = l.queue.front();
+    const std::size_t n = std::min(chunk, frame.size() - l.front_offset);
+    const bool last = l.front_offset + n == frame.size();
+    const std::uint32_t slot = l.free_send.back();
+    if (n > 0) std::memcpy(l.data->at(slot), frame.data() + l.front_offset, n);
+    ibv_sge sge{};
+    sge.addr = l.data->addr(slot);
+    sge.length = static_cast<std::uint32_t>(n);
+    sge.lkey = l.data->mr->lkey;
+    ibv_send_wr wr{};
+    ibv_send_wr* bad = nullptr;
+    wr.wr_id = make_wr_id(l.key, kLinkData, slot);
+    wr.sg_list = n > 0 ? &sge : nullptr;
+    wr.num_sge = n > 0 ? 1 : 0;
+    wr.opcode = IBV_WR_SEND_WITH_IMM;
+    wr.send_flags = IBV_SEND_SIGNALED;
+    wr.imm_data = htonl(last ? kLastChunk : 0U);
+    if (::ibv_post_send(l.id->qp, &wr, &bad) != 0) {
+      break_link(l, true);
+      return;
+    }
+    l.free_send.pop_back();
+    --l.credits;
+    ++stats_.rc_messages_sent;
+    stats_.rc_bytes += n;
+    l.front_offset += n;
+    if (last) {
+      l.queued_bytes -= frame.size();
+      l.queue.pop_front();
+      l.front_offset = 0;
+    }
+  }
+}
+
+void Endpoint::return_credits(Link& l, bool force) {
+  const std::uint32_t threshold = std::max<std::uint32_t>(1, cfg_.options.link_receive_depth / 4);
+  if (l.outgoing || l.state != Link::State::up || l.unreturned == 0) return;
+  if (!force && l.unreturned < threshold) return;
+  if (l.credit_sends >= kCreditSendsInFlight) return;  // a completion brings us back here
+  ibv_send_wr wr{};
+  ibv_send_wr* bad = nullptr;
+  wr.wr_id = make_wr_id(l.key, kCredit, 0);
+  wr.num_sge = 0;
+  wr.opcode = IBV_WR_SEND_WITH_IMM;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  wr.imm_data = htonl(l.unreturned);
+  if (::ibv_post_send(l.id->qp, &wr, &bad) != 0) {
+    break_link(l, false);
+    return;
+  }
+  l.unreturned = 0;
+  ++l.credit_sends;
+  ++stats_.credits_returned;
+}
+
+int Endpoint::poll_cq_locked() {
+  if (cq_ == nullptr) return 0;
+  std::array<ibv_wc, 32> wcs{};
+  int total = 0;
+  for (;;) {
+    const int n = ::ibv_poll_cq(cq_, static_cast<int>(wcs.size()), wcs.data());
+    if (n < 0) {
+      failure_ = "verbs transport: ibv_poll_cq failed";
+      return total;
+    }
+    for (int i = 0; i < n; ++i) on_completion(wcs[static_cast<std::size_t>(i)]);
+    total += n;
+    if (n < static_cast<int>(wcs.size())) break;
+  }
+  if (total > 0) last_completion_ = std::chrono::steady_clock::now();
+  return total;
+}
+
+void Endpoint::on_completion(const ibv_wc& wc) {
+  const auto key = static_cast<std::uint32_t>(wc.wr_id >> 32);
+  const auto kind = static_cast<std::uint32_t>((wc.wr_id >> 28) & 0xF);
+  const auto slot = static_cast<std::uint32_t>(wc.wr_id & 0x0FFF'FFFF);
+  if (key == 0) {
+    on_ud_completion(wc, kind, slot);
+    return;
+  }
+  auto it = links_.find(key);
+  if (it == links_.end()) return;  // a link already destroyed: its completions mean nothing
+  on_link_completion(*it->second, wc, kind, slot);
+}
+
+void Endpoint::on_ud_completion(const ibv_wc& wc, std::uint32_t kind, std::uint32_t slot) {
+  if (kind == kUdSend) ud_free_send_.push_back(slot);
+  if (wc.status != IBV_WC_SUCCESS) {
+    if (closed_) return;  // flushed while leaving
+    ++stats_.completion_errors;
+    failure_ = std::string("verbs transport: the datagram queue pair failed (") + ::ibv_wc_status_str(wc.status) +
+               "): the multicast path is gone; recreate the Node";
+    return;
+  }
+  if (kind != kUdRecv) return;
+  const auto payload = ud_payload_bytes(wc.byte_len, mtu_);
+  const std::byte* start = ud_recv_->at(slot) + kGrhBytes;
+  if (!payload) {
+    ++stats_.ud_malformed;
+  } else if (*payload >= wire::kHeaderSize && wire_src(start) == id_) {
+    ++stats_.ud_own;  // every member hears the group, the sender too
+  } else {
+    const MemberId from = *payload >= wire::kHeaderSize ? wire_src(start) : 0;
+    ++stats_.ud_received;
+    inbox_.push_back(Inbound{true, from, std::vector<std::byte>(start, start + *payload), false});
+  }
+  if (!closed_) post_ud_receive(slot);
+}
+
+void Endpoint::on_link_completion(Link& l, const ibv_wc& wc, std::uint32_t kind, std::uint32_t slot) {
+  if (l.state == Link::State::dead) return;
+  if (wc.status != IBV_WC_SUCCESS) {
+    ++stats_.completion_errors;
+    break_link(l, l.outgoing);  // the peer is gone or broke the link: membership hears of it
+    return;
+  }
+  const bool received = (wc.opcode & IBV_WC_RECV) != 0;
+  const bool has_imm = (wc.wc_flags & IBV_WC_WITH_IMM) != 0;
+  const std::uint32_t imm = has_imm ? ntohl(wc.imm_data) : 0;
+  if (kind == kLinkData && received) {  // a chunk of a frame, at the acceptor
+    if (!has_imm || l.partial.size() + wc.byte_len > cfg_.max_frame) {
+      ++stats_.links_malformed;
+      break_link(l, false);
+      return;
+    }
+    const std::byte* p = l.data->at(slot);
+    l.partial.insert(l.partial.end(), p, p + wc.byte_len);
+    post_link_receive(l, slot);
+    ++l.unreturned;
+    if ((imm & kLastChunk) != 0) {
+      ++stats_.rc_frames_received;
+      inbox_.push_back(Inbound{false, l.peer, std::move(l.partial), false});
+      l.partial = {};
+    }
+    return_credits(l, false);
+  } else if (kind == kLinkData) {  // our chunk's send completed
+    l.free_send.push_back(slot);
+    flush(l);
+  } else if (kind == kCredit && received) {  // credits, at the sender
+    l.credits += imm;
+    post_link_receive(l, slot);
+    flush(l);
+  } else if (kind == kCredit) {  // our credit message went out
+    if (l.credit_sends > 0) --l.credit_sends;
+    return_credits(l, false);
+  }
+}
+
+void Endpoint::handle_cm_events_locked() {
+  rdma_cm_event* ev = nullptr;
+  while (channel_ != nullptr && ::rdma_get_cm_event(channel_, &ev) == 0) {
+    on_cm_event(*ev);
+    ::rdma_ack_cm_event(ev);
+  }
+}
+
+void Endpoint::on_cm_event(rdma_cm_event& ev) {
+  if (ev.event == RDMA_CM_EVENT_CONNECT_REQUEST) {
+    on_connect_request(ev);
+    return;
+  }
+  if (ev.event == RDMA_CM_EVENT_DEVICE_REMOVAL) {
+    failure_ = "verbs transport: the RDMA device " + device_.device + " was removed";
+    return;
+  }
+  if (ev.id == mcast_id_) {
+    if (ev.event == RDMA_CM_EVENT_MULTICAST_ERROR && !closed_)
+      failure_ = "verbs transport: the multicast group " + cfg_.group_address +
+                 " reported an error (the subnet manager or switch dropped it): the datagram path is gone";
+    return;
+  }
+  auto idit = link_of_id_.find(ev.id);
+  if (idit == link_of_id_.end()) return;
+  Link& l = *links_.at(idit->second);
+  if (l.state == Link::State::dead) return;
+  switch (ev.event) {
+    case RDMA_CM_EVENT_ADDR_RESOLVED:
+      if (::rdma_resolve_route(l.id, static_cast<int>(cfg_.options.resolve_timeout.count())) != 0)
+        break_link(l, true);
+      break;
+    case RDMA_CM_EVENT_ROUTE_RESOLVED: {
+      setup_link_qp(l);
+      if (l.state == Link::State::dead) break;
+      const auto pd = private_data(id_);
+      rdma_conn_param param{};
+      param.private_data = pd.data();
+      param.private_data_len = static_cast<std::uint8_t>(pd.size());
+      param.retry_count = 7;
+      param.rnr_retry_count = 7;  // credits keep receives posted; this only covers a slow repost
+      if (::rdma_connect(l.id, &param) != 0) {
+        break_link(l, true);
+        break;
+      }
+      l.state = Link::State::connecting;
+      break;
+    }
+    case RDMA_CM_EVENT_ESTABLISHED:
+      if (l.outgoing) {
+        const auto depth = parse_private(ev.param.conn.private_data, ev.param.conn.private_data_len);
+        if (!depth || *depth == 0) {
+          ++stats_.links_rejected;
+          break_link(l, true);
+          break;
+        }
+        l.credits = *depth;
+        l.state = Link::State::up;
+        flush(l);
+      } else {
+        // The sender may have used its credits before this event reached us:
+        // chunks that arrived meanwhile owe it credits now.
+        l.state = Link::State::up;
+        return_credits(l, false);
+      }
+      break;
+    case RDMA_CM_EVENT_ADDR_ERROR:
+    case RDMA_CM_EVENT_ROUTE_ERROR:
+    case RDMA_CM_EVENT_CONNECT_ERROR:
+    case RDMA_CM_EVENT_UNREACHABLE:
+    case RDMA_CM_EVENT_REJECTED:
+    case RDMA_CM_EVENT_DISCONNECTED:
+      break_link(l, l.outgoing);
+      break;
+    default:
+      break;
+  }
+}
+
+void Endpoint::on_connect_request(rdma_cm_event& ev) {
+  auto l = std::make_unique<Link>();
+  l->key = next_key_++;
+  l->id = ev.id;
+  l->state = Link::State::connecting;
+  Link& link = *l;
+  link_of_id_[ev.id] = l->key;
+  links_[l->key] = std::move(l);
+  const auto peer = parse_private(ev.param.conn.private_data, ev.param.conn.private_data_len);
+  const auto accepted = std::count_if(links_.begin(), links_.end(), [](const auto& kv) {
+    return !kv.second->outgoing && kv.second->state != Link::State::dead;
+  });
+  if (closed_ || !peer || static_cast<std::uint64_t>(accepted) > cfg_.max_links) {
+    ++stats_.links_rejected;
+    ::rdma_reject(ev.id, nullptr, 0);
+    break_link(link, false);
+    return;
+  }
+  link.peer = *peer;
+  setup_link_qp(link);
+  if (link.state == Link::State::dead) {
+    ::rdma_reject(ev.id, nullptr, 0);
+    return;
+  }
+  const auto pd = private_data(cfg_.options.link_receive_depth);
+  rdma_conn_param param{};
+  param.private_data = pd.data();
+  param.private_data_len = static_cast<std::uint8_t>(pd.size());
+  param.retry_count = 7;
+  param.rnr_retry_count = 7;
+  if (::rdma_accept(ev.id, &param) != 0) {
+    break_link(link, false);
+    return;
+  }
+  ++stats_.links_accepted;
+}
+
+void Endpoint::break_link(Link& l, bool peer_lost) {
+  if (l.state == Link::State::dead) return;
+  l.state = Link::State::dead;
+  if (l.outgoing) {
+    if (auto it = outgoing_.find(l.peer); it != outgoing_.end() && it->second == l.key) outgoing_.erase(it);
+    if (peer_lost) mark_broken(l.peer);
+  }
+  ::rdma_disconnect(l.id);  // errors ignored: it may never have connected
+  dead_.push_back(l.key);
+}
+
+void Endpoint::mark_broken(MemberId id) {
+  auto it = peers_.find(id);
+  if (it == peers_.end() || it->second.broken) return;
+  it->second.broken = true;
+  ++stats_.links_broken;
+}
+
+void Endpoint::destroy_link(Link& l) {
+  if (l.has_qp) ::rdma_destroy_qp(l.id);
+  l.has_qp = false;
+  l.data.reset();
+  l.credit.reset();
+  cq_budget_ += l.cq_reserved;
+  l.cq_reserved = 0;
+  if (l.id != nullptr) ::rdma_destroy_id(l.id);
+  l.id = nullptr;
+}
+
+void Endpoint::reap_dead_links() {
+  // Only called with no rdma_cm event held: destroying an id waits for its events' acks.
+  for (const auto key : dead_) {
+    auto it = links_.find(key);
+    if (it == links_.end()) continue;
+    link_of_id_.erase(it->second->id);
+    destroy_link(*it->second);
+    links_.erase(it);
+  }
+  dead_.clear();
+}
+
+std::optional<Inbound> Endpoint::wait(std::chrono::steady_clock::time_point deadline) {
+  const auto mode = cfg_.options.completion;
+  for (;;) {
+    {
+      std::unique_lock lock(mu_);
+      if (!failure_.empty()) throw TransportError(failure_);
+      if (closed_) return std::nullopt;
+      const auto pop = [&] {
+        auto in = std::move(inbox_.front());
+        inbox_.pop_front();
+        return in;
+      };
+      if (!inbox_.empty()) return pop();
+      if (woken_) {
+        woken_ = false;
+        return std::nullopt;
+      }
+      poll_cq_locked();
+      handle_cm_events_locked();
+      reap_dead_links();
+      if (!failure_.empty()) throw TransportError(failure_);
+      if (!inbox_.empty()) return pop();
+      const auto now = std::chrono::steady_clock::now();
+      if (now >= deadline) return std::nullopt;
+      if (mode == CompletionMode::poll) continue;
+      if (mode == CompletionMode::hybrid && now - last_completion_ < cfg_.options.busy_poll) continue;
+      // Arm, then look once more: a completion that came before the arm raises no event.
+      if (::ibv_req_notify_cq(cq_, 0) != 0) throw TransportError("verbs transport: ibv_req_notify_cq failed");
+      if (poll_cq_locked() > 0 || !inbox_.empty()) continue;
+      ++stats_.cq_sleeps;
+    }
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    std::array<epoll_event, 4> evs{};
+    const int n = ::epoll_wait(epoll_fd_, evs.data(), static_cast<int>(evs.size()),
+                               static_cast<int>(std::clamp<std::int64_t>(left.count() + 1, 0, 1000)));
+    for (int i = 0; i < n; ++i) {
+      const int fd = evs[static_cast<std::size_t>(i)].data.fd;
+      if (fd == wake_fd_) {
+        std::uint64_t v = 0;
+        (void)::read(wake_fd_, &v, sizeof v);
+      } else if (comp_ != nullptr && fd == comp_->fd) {
+        ibv_cq* cq = nullptr;
+        void* ctx = nullptr;
+        while (::ibv_get_cq_event(comp_, &cq, &ctx) == 0) ::ibv_ack_cq_events(cq, 1);
+      }
+    }
+  }
+}
+
+void Endpoint::close_locked() {
+  if (closed_) return;
+  closed_ = true;
+  for (auto& [key, l] : links_)
+    if (l->state != Link::State::dead && l->id != nullptr) ::rdma_disconnect(l->id);
+  if (mcast_id_ != nullptr && ah_ != nullptr) (void)::rdma_leave_multicast(mcast_id_, as_sockaddr(&group_));
+  if (wake_fd_ >= 0) {
+    const std::uint64_t one = 1;
+    (void)::write(wake_fd_, &one, sizeof one);
+  }
+}
+
+void Endpoint::close() {
+  std::lock_guard lock(mu_);
+  close_locked();
+}
+
+Stats Endpoint::stats() const {
+  std::lock_guard lock(mu_);
+  return stats_;
+}
+
+}  // namespace hmcast::verbs

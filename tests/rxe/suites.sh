@@ -1,0 +1,20 @@
+# The verbs suites run inside the VM (sourced by guest.sh: run_suite, $hm, $out).
+# Sizes are small: under TCG emulation everything runs 10-50x slower than native.
+VERBS=(--transport verbs --device rxe0 --interface-template 10.77.0.1)
+want() { [ "$SUITES" = all ] || [[ ",$SUITES," == *",$1,"* ]]; }
+
+# The soak: mixed sizes, two senders, 2% of datagrams dropped at each receiver, one
+# member SIGKILLed mid-run (views_installed >= 2), every byte checked at every member.
+want soak && run_suite soak 400 "$hm" soak "${VERBS[@]}" --procs 5 --senders 2 --messages 150 \
+  --sizes 64:40,512:20,2KiB:20,8KiB:15 --loss 0.02 --kill 1 --timeout 300 --json
+
+# The pipeline: large messages (RC blocks, binomial pipeline) in a group of odd size,
+# with completions taken by interrupts only (the other suites use hybrid polling).
+want pipeline && run_suite pipeline 400 "$hm" soak "${VERBS[@]}" --completion interrupt --procs 5 --senders 2 \
+  --messages 2 --sizes 3MiB:1,1536KiB:1 --timeout 300 --json
+
+# Bad input: a non-member verbs endpoint sprays the group's UD multicast with garbage,
+# truncated, corrupted, stale-view, future-view, other-group and non-member datagrams,
+# and sends such frames over RC links to every member; nothing bad may be delivered.
+want bad_input && run_suite bad_input 300 "$hm" soak "${VERBS[@]}" --procs 4 --senders 2 --messages 800 \
+  --sizes 64:40,2KiB:20 --spray --timeout 200 --json

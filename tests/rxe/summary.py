@@ -1,0 +1,74 @@
+#!/usr/bin/env python3
+"""Reads what the VM left in the results directory (tests/rxe/guest.sh) and prints
+one JSON line: the figures of the verbs suites. Exits 0 only if the VM run
+succeeded and every suite passed."""
+import json
+import os
+import pathlib
+import re
+import sys
+
+results = pathlib.Path(sys.argv[1])
+vm_rc = int(sys.argv[2])
+setup_s, vm_s = int(sys.argv[3]), int(sys.argv[4])
+
+
+def last_json(name):
+    """The last line of a suite's stdout as JSON, or None."""
+    path = results / f"{name}.out"
+    if not path.exists():
+        return None
+    lines = [l for l in path.read_text(errors="replace").splitlines() if l.strip()]
+    try:
+        return json.loads(lines[-1]) if lines else None
+    except json.JSONDecodeError:
+        return None
+
+
+devinfo = (results / "ibv_devinfo.txt").read_text(errors="replace")
+device = re.search(r"hca_id:\s*(\S+)", devinfo)
+mtu = re.search(r"active_mtu:\s*(\d+)", devinfo)
+suites = {p.stem: int(p.read_text().strip() or -1) for p in sorted(results.glob("*.rc"))}
+
+out = {
+    "transport": "verbs",
+    "device": device.group(1) if device else None,
+    "active_mtu": int(mtu.group(1)) if mtu else None,
+    "suites": suites,
+    "vm_exit": vm_rc,
+    "setup_seconds": setup_s,
+    "vm_seconds": vm_s,
+}
+ok = vm_rc == 0 and all(rc == 0 for rc in suites.values())
+
+soak = last_json("soak")
+if soak is not None:
+    for key in ("procs", "messages_sent", "delivered_ok", "duplicates_delivered", "missing",
+                "ud_multicast_datagrams", "rc_bytes", "views_installed", "view_change_ms",
+                "faults_dropped", "large_messages"):
+        if key in soak:
+            out[key] = soak[key]
+    ok = ok and bool(soak.get("delivered_ok"))
+pipe = last_json("pipeline")
+if pipe is not None:
+    out["pipeline"] = {k: pipe.get(k) for k in ("procs", "delivered_ok", "messages_sent", "rc_bytes",
+                                                 "duplicates_delivered") if k in pipe}
+    ok = ok and bool(pipe.get("delivered_ok"))
+    out["rc_bytes"] = out.get("rc_bytes", 0) + pipe.get("rc_bytes", 0)
+bad = last_json("bad_input")
+if bad is not None:
+    out["bad_input"] = {k: bad.get(k) for k in ("procs", "delivered_ok", "duplicates_delivered", "bad_packets_dropped",
+                                                 "spray_datagrams", "spray_link_frames") if k in bad}
+    # The hostile peer must have reached the members, and they must have dropped it.
+    ok = ok and bool(bad.get("delivered_ok")) and bad.get("bad_packets_dropped", 0) > 0 \
+        and bad.get("spray_datagrams", 0) > 0 and bad.get("spray_link_frames", 0) > 0
+
+# A full run (no HMCAST_RXE_SUITES subset) must have produced every suite's report.
+if os.environ.get("HMCAST_RXE_SUITES", "all") == "all":
+    for name, report in (("soak", soak), ("pipeline", pipe), ("bad_input", bad)):
+        if report is None:
+            out.setdefault("missing_reports", []).append(name)
+            ok = False
+out["passed"] = ok
+print(json.dumps(out))
+sys.exit(0 if ok else 1)

@@ -1,0 +1,114 @@
+// The verbs transport's parts that need no RDMA device: UD buffer arithmetic, path
+// MTUs, option checks, and the error a Node gives where there is no device. The
+// transport itself runs on Soft-RoCE in a VM: tests/rxe/run.sh.
+#include <catch2/catch.hpp>
+
+#include <string>
+
+#include "hmcast/hmcast.hpp"
+#include "transport/verbs/ud_layout.hpp"
+#ifdef HMCAST_HAVE_VERBS
+#include "transport/verbs/device.hpp"
+#endif
+
+using namespace hmcast;
+
+TEST_CASE("a UD receive holds the 40-byte GRH area before the payload", "[verbs]") {
+  CHECK(verbs::ud_receive_bytes(4096) == 4136);
+  CHECK(verbs::ud_receive_bytes(1024) == 1064);
+  // byte_len of a completion counts the GRH area.
+  CHECK(verbs::ud_payload_bytes(40 + 100, 4096) == std::optional<std::size_t>(100));
+  CHECK(verbs::ud_payload_bytes(40, 4096) == std::optional<std::size_t>(0));
+  CHECK(verbs::ud_payload_bytes(40 + 4096, 4096) == std::optional<std::size_t>(4096));
+  CHECK_FALSE(verbs::ud_payload_bytes(39, 4096).has_value());        // shorter than the GRH area
+  CHECK_FALSE(verbs::ud_payload_bytes(40 + 4097, 4096).has_value());  // more than the buffer holds
+}
+
+TEST_CASE("path MTUs: the enum's bytes and what a netdev MTU allows on RoCE", "[verbs]") {
+  CHECK(verbs::mtu_enum_bytes(1) == 256);
+  CHECK(verbs::mtu_enum_bytes(3) == 1024);
+  CHECK(verbs::mtu_enum_bytes(5) == 4096);
+  CHECK(verbs::mtu_enum_bytes(0) == 0);
+  CHECK(verbs::mtu_enum_bytes(6) == 0);
+  CHECK(verbs::roce_path_mtu(1500) == 1024);
+  CHECK(verbs::roce_path_mtu(9000) == 4096);
+  CHECK(verbs::roce_path_mtu(4200) == 4096);
+  CHECK(verbs::roce_path_mtu(4100) == 2048);
+  CHECK(verbs::roce_path_mtu(300) == 0);
+}
+
+TEST_CASE("reliable-link frames move in chunks", "[verbs]") {
+  CHECK(verbs::chunks_for(0, 65536) == 1);
+  CHECK(verbs::chunks_for(1, 65536) == 1);
+  CHECK(verbs::chunks_for(65536, 65536) == 1);
+  CHECK(verbs::chunks_for(65537, 65536) == 2);
+  CHECK(verbs::chunks_for(3 * 65536 + 5, 65536) == 4);
+}
+
+TEST_CASE("a verbs Node where the device does not exist fails at once, naming the fixes", "[verbs]") {
+  Config cfg;
+  cfg.transport = TransportKind::verbs;
+  cfg.verbs.device = "hmcast-no-such-device";
+  try {
+    Node node(cfg);
+    FAIL("a Node was made on a device that does not exist");
+  } catch (const Error& e) {
+    CHECK(e.code() == ErrorCode::transport_failed);
+    const std::string what = e.what();
+    INFO(what);
+#ifdef HMCAST_HAVE_VERBS
+    CHECK(what.find("hmcast-no-such-device") != std::string::npos);
+    CHECK(what.find("rdma-core") != std::string::npos);                 // install and load a driver
+    CHECK(what.find("rdma link add rxe0 type rxe") != std::string::npos);  // or Soft-RoCE
+#endif
+    CHECK(what.find("socket transport") != std::string::npos);  // or use the socket transport
+  }
+}
+
+#ifdef HMCAST_HAVE_VERBS
+TEST_CASE("verbs options are checked before any device is touched", "[verbs]") {
+  const auto rejects = [](VerbsOptions o, const std::string& field) {
+    try {
+      verbs::check_options(o);
+      return false;
+    } catch (const Error& e) {
+      return e.code() == ErrorCode::invalid_config && std::string(e.what()).find(field) != std::string::npos;
+    }
+  };
+  verbs::check_options(VerbsOptions{});  // the defaults are valid
+  VerbsOptions o;
+  o.mtu = 8192;
+  CHECK(rejects(o, "mtu"));
+  o = {};
+  o.receive_ring = 0;
+  CHECK(rejects(o, "receive_ring"));
+  o = {};
+  o.send_depth = 0;
+  CHECK(rejects(o, "send_depth"));
+  o = {};
+  o.link_receive_depth = 2;
+  CHECK(rejects(o, "link_receive_depth"));
+  o = {};
+  o.link_chunk = 100;
+  CHECK(rejects(o, "link_chunk"));
+  o = {};
+  o.busy_poll = std::chrono::seconds(5);
+  CHECK(rejects(o, "busy_poll"));
+  o = {};
+  o.gid_index = -2;
+  CHECK(rejects(o, "gid_index"));
+  // A bad option is reported as such even on a host without devices.
+  Config cfg;
+  cfg.transport = TransportKind::verbs;
+  cfg.verbs.receive_ring = 0;
+  CHECK_THROWS_AS(Node(cfg), Error);
+}
+
+TEST_CASE("the no-device message names every way out", "[verbs]") {
+  const auto m = verbs::no_device_message("no RDMA device found on this host");
+  CHECK(m.find("no RDMA device found on this host") != std::string::npos);
+  CHECK(m.find("ibverbs-providers") != std::string::npos);
+  CHECK(m.find("modprobe rdma_rxe") != std::string::npos);
+  CHECK(m.find("TransportKind::socket") != std::string::npos);
+}
+#endif
