@@ -25,21 +25,22 @@ wire::Announce Pipeline::announce_of(const Transfer& t) const {
   return wire::Announce{t.sender, t.seq, t.size, t.block_size, static_cast<std::uint8_t>(t.algorithm)};
 }
 
-LargeResult Pipeline::broadcast(std::uint64_t size, Outbox& out) {
+LargeResult Pipeline::broadcast(std::uint64_t size, Outbox& out, std::uint64_t block_size) {
   if (!view_.contains(self_)) return {LargeError::not_member, 0};
   if (queue_.size() >= cfg_.queue_limit) return {LargeError::queue_full, 0};
+  if (block_size == 0 || block_size > wire::kMaxBlock) block_size = cfg_.block_size;
   const Seq seq = next_seq_++;
-  queue_.emplace_back(seq, size);
+  queue_.push_back(Queued{seq, size, block_size});
   if (!own_active_) start_next(out);
   return {LargeError::none, seq};
 }
 
 void Pipeline::start_next(Outbox& out) {
   if (own_active_ || queue_.empty()) return;
-  const auto [seq, size] = queue_.front();
+  const auto [seq, size, block_size] = queue_.front();
   queue_.pop_front();
   own_active_ = seq;
-  Transfer& t = create(self_, seq, size, cfg_.block_size, cfg_.algorithm);
+  Transfer& t = create(self_, seq, size, block_size, cfg_.algorithm);
   t.buffer = true;
   t.have.assign(t.blocks, true);
   t.have_count = t.blocks;
@@ -352,9 +353,9 @@ void Pipeline::on_view(const View& view, Outbox& out) {
   own_active_.reset();
   view_ = view;
   if (!view_.contains(self_)) {
-    for (const auto& [seq, size] : queue_) {
+    for (const auto& q : queue_) {
       ++stats_.failed;
-      out.emplace_back(action::FailedLarge{seq, "this member was removed from the group; join again"});
+      out.emplace_back(action::FailedLarge{q.seq, "this member was removed from the group; join again"});
     }
     queue_.clear();
     return;
