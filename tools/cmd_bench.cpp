@@ -146,6 +146,7 @@ void add_bench_command(CLI::App& app) {
   auto algo = std::make_shared<std::string>();
   auto block = std::make_shared<std::string>();
   auto profile = std::make_shared<std::string>();
+  auto extra = std::make_shared<std::vector<std::string>>();
   auto calibrate = std::make_shared<bool>(false);
   auto profile_out = std::make_shared<std::string>("hmcast-profile.txt");
   cmd->add_option("--transport", *transport, "socket, sim or both")->capture_default_str();
@@ -164,6 +165,8 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("--radix", *radix, "socket: override the policy's ACK-tree radix")->check(CLI::Range(2U, 65536U));
   cmd->add_option("--algo", *algo, "socket: large-path schedule: sequential, chain, tree, binomial_pipeline");
   cmd->add_option("--block", *block, "socket: large-path block size for every message (default: the policy's)");
+  cmd->add_option("--member-args", *extra, "socket: more words for every member (see `hmcast member --help`)")
+      ->expected(0, -1)->delimiter(' ');
   cmd->add_flag("--calibrate", *calibrate,
                 "Measure the policy's crossover points on the socket transport (--procs: the group size) and "
                 "write a profile file (--profile-out)");
@@ -173,6 +176,7 @@ void add_bench_command(CLI::App& app) {
     if (*radix != 0) base->member_args.insert(base->member_args.end(), {"--radix", std::to_string(*radix)});
     if (!algo->empty()) base->member_args.insert(base->member_args.end(), {"--algo", *algo});
     if (!block->empty()) base->member_args.insert(base->member_args.end(), {"--block", *block});
+    base->member_args.insert(base->member_args.end(), extra->begin(), extra->end());
     if (*calibrate) {
       const auto n = static_cast<std::uint32_t>(std::stoul(split(*procs).empty() ? "8" : split(*procs).back()));
       run_calibration(n, *base, *profile_out, *json);

@@ -53,6 +53,8 @@ struct MemberOptions {
   std::string algo;          // large-path schedule
   std::string block;         // large-path block size (every message)
   std::string max_small;     // size above which messages take the large path
+  std::uint32_t window = 0;  // large path: blocks a receiver lets come at once
+  std::string credit_lead;   // large path: ask for the next block this many bytes early
 };
 
 LargeAlgorithm parse_large_algorithm(const std::string& name) {
@@ -108,8 +110,11 @@ int run_member(const MemberOptions& o) {
   cfg.faults.link_delay_ns_max = std::int64_t{o.link_delay_us} * 1000;
   cfg.faults.seed = o.seed;  // the fault layer mixes in the member id: members draw apart, runs repeat
   cfg.profile_file = o.profile;
-  if (o.radix != 0 || !o.algo.empty() || !o.block.empty() || !o.max_small.empty()) {
+  if (o.radix != 0 || !o.algo.empty() || !o.block.empty() || !o.max_small.empty() || o.window != 0 ||
+      !o.credit_lead.empty()) {
     ProtocolConfig p = default_protocol(cfg);
+    if (o.window != 0) p.large_receive_window = o.window;
+    if (!o.credit_lead.empty()) p.large_credit_lead_bytes = parse_size(o.credit_lead);
     if (o.radix != 0) p.radix = o.radix;
     if (!o.block.empty()) {
       p.block_size = parse_size(o.block);
@@ -388,6 +393,9 @@ void add_member_command(CLI::App& app) {
   cmd->add_option("--profile", o->profile, "Transport profile file (hmcast bench --calibrate); default: built in");
   cmd->add_option("--radix", o->radix, "Override the policy's ACK-tree radix")->check(CLI::Range(2U, 65536U));
   cmd->add_option("--algo", o->algo, "Override the large-path schedule: sequential, chain, tree, binomial_pipeline");
+  cmd->add_option("--window", o->window, "Override the large path's receive window (blocks)")
+      ->check(CLI::Range(1U, 64U));
+  cmd->add_option("--credit-lead", o->credit_lead, "Override the large path's credit lead, e.g. 1MiB");
   cmd->add_option("--max-small", o->max_small, "Override the size above which messages take the large path");
   cmd->add_option("--block", o->block, "Override the large-path block size (every message), e.g. 1MiB");
   cmd->add_flag("--joiner", o->joiner,

@@ -42,6 +42,13 @@ struct ProtocolConfig {
   /// large ones cost fewer transfers.
   std::uint32_t target_blocks = 0;
   std::uint64_t min_block_size = 64U << 10;
+  /// Blocks a receiver lets come at once on the large path, and how many bytes
+  /// before a block is complete it asks for the next one. Together they must cover
+  /// the credit's round trip times the link rate, queues included, or the link
+  /// idles between blocks (a rate-limited host whose own sending fills its queue
+  /// delays its credits by that queue).
+  std::uint32_t large_receive_window = 1;
+  std::uint64_t large_credit_lead_bytes = 256U << 10;
   /// Schedule of the large path's blocks.
   LargeAlgorithm large_algorithm = LargeAlgorithm::binomial_pipeline;
   /// A block moves in segments of this many bytes (at most block_size), and a member

@@ -493,6 +493,8 @@ Group Node::join(const std::string& name) {
   large.block_size = state_->protocol.block_size;
   large.segment_size = state_->protocol.segment_size;
   large.algorithm = detail::algorithm_of(state_->protocol.large_algorithm);
+  large.receive_window = state_->protocol.large_receive_window;
+  large.credit_lead_bytes = state_->protocol.large_credit_lead_bytes;
   if (state_->cfg.transport == TransportKind::socket) {
     detail::join_socket(*state_, name, g, large);
     return Group(g);

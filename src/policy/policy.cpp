@@ -51,6 +51,8 @@ ProtocolConfig tuned(const Profile& p, std::uint32_t group_size, ProtocolConfig 
   base.target_blocks = p.target_blocks;
   base.segment_size = std::min(base.segment_size, p.min_block_size);
   base.ack_interval_ns = p.ack_interval_ns;
+  base.large_receive_window = p.receive_window;
+  base.large_credit_lead_bytes = p.credit_lead_bytes;
   return base;
 }
 

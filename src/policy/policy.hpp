@@ -44,7 +44,7 @@ struct Choice {
                             std::uint32_t mtu) noexcept;
 /// `base` with the profile's choices for a group of `group_size`: max_small_message,
 /// radix, block_size (the largest block; per message see block_size_for),
-/// ack_interval_ns.
+/// ack_interval_ns, the large path's receive window and credit lead.
 [[nodiscard]] ProtocolConfig tuned(const Profile& p, std::uint32_t group_size, ProtocolConfig base);
 /// One line for logs and stats: "path=small radix=8 fragments=1" etc.
 [[nodiscard]] std::string describe(const Choice& c);

@@ -47,6 +47,12 @@ Profile builtin_profile(std::string_view transport) {
     p.flat_tree_max_group = 16;
     p.tree_radix = 4;
     p.ack_interval_ns = 20'000;
+    // A member process may be descheduled for tens of milliseconds on shared cores
+    // (and a host's own sending queues its credits behind its data): with one block
+    // of credit the links idled a third of the time on the emulated cluster
+    // (docs/benchmarks.md); four blocks asked for a whole block early keep them busy.
+    p.receive_window = 4;
+    p.credit_lead_bytes = 1U << 20;
   } else if (transport == "verbs") {
     // Polled completion queues: a hop costs a few microseconds, the sender's
     // receive queue is the limit. Panda's RDMA collectives: degree 3 best for the
@@ -77,6 +83,8 @@ void validate(const Profile& p) {
   check_range("max_block_size", p.max_block_size, p.min_block_size, bounds::kMaxBlock);
   check_range("target_blocks", p.target_blocks, 1U, bounds::kMaxTargetBlocks);
   check_range("ack_interval_ns", p.ack_interval_ns, std::int64_t{0}, bounds::kMaxAckIntervalNs);
+  check_range("receive_window", p.receive_window, 1U, bounds::kMaxReceiveWindow);
+  check_range("credit_lead_bytes", p.credit_lead_bytes, std::uint64_t{0}, bounds::kMaxCreditLead);
 }
 
 std::string format_profile(const Profile& p) {
@@ -90,7 +98,9 @@ std::string format_profile(const Profile& p) {
       << "min_block_size " << p.min_block_size << "\n"
       << "max_block_size " << p.max_block_size << "\n"
       << "target_blocks " << p.target_blocks << "\n"
-      << "ack_interval_ns " << p.ack_interval_ns << "\n";
+      << "ack_interval_ns " << p.ack_interval_ns << "\n"
+      << "receive_window " << p.receive_window << "\n"
+      << "credit_lead_bytes " << p.credit_lead_bytes << "\n";
   return out.str();
 }
 
@@ -140,13 +150,17 @@ Profile parse_profile(std::string_view text) {
       p.target_blocks = number<std::uint32_t>(key, value, line_no);
     } else if (key == "ack_interval_ns") {
       p.ack_interval_ns = number<std::int64_t>(key, value, line_no);
+    } else if (key == "receive_window") {
+      p.receive_window = number<std::uint32_t>(key, value, line_no);
+    } else if (key == "credit_lead_bytes") {
+      p.credit_lead_bytes = number<std::uint64_t>(key, value, line_no);
     } else {
       fail("line " + std::to_string(line_no) + ": unknown key '" + key + "'");
     }
   }
   if (!have_version) fail("empty: the first line must be 'hmcast-profile " + std::to_string(kProfileVersion) + "'");
   for (const char* k : {"transport", "max_small_message", "flat_tree_max_group", "tree_radix", "min_block_size",
-                        "max_block_size", "target_blocks", "ack_interval_ns"})
+                        "max_block_size", "target_blocks", "ack_interval_ns", "receive_window", "credit_lead_bytes"})
     if (seen[k] != 1) fail(std::string("missing key '") + k + "'");
   validate(p);
   return p;

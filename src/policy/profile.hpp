@@ -14,6 +14,8 @@
 //   max_block_size 1048576        blocks of a size in [min, max] (RDMC: the best
 //   target_blocks 64              block grows with the message)
 //   ack_interval_ns 20000       ACK coalescing interval
+//   receive_window 4            large path: blocks a receiver lets come at once
+//   credit_lead_bytes 1048576   large path: ask for the next block this early
 // Every key must appear exactly once; unknown keys, values out of the bounds
 // below and trailing garbage are errors (ProfileError says which line).
 #pragma once
@@ -34,6 +36,8 @@ struct Profile {
   std::uint64_t max_block_size = 1U << 20;
   std::uint32_t target_blocks = 64;
   std::int64_t ack_interval_ns = 20'000;
+  std::uint32_t receive_window = 1;
+  std::uint64_t credit_lead_bytes = 256U << 10;
   friend bool operator==(const Profile&, const Profile&) = default;
 };
 
@@ -45,6 +49,8 @@ inline constexpr std::uint32_t kMaxRadix = 1024;
 inline constexpr std::uint64_t kMinBlock = 4096, kMaxBlock = 64ULL << 20;
 inline constexpr std::uint32_t kMaxTargetBlocks = 1U << 16;
 inline constexpr std::int64_t kMaxAckIntervalNs = 100'000'000;
+inline constexpr std::uint32_t kMaxReceiveWindow = 64;
+inline constexpr std::uint64_t kMaxCreditLead = 1ULL << 30;
 }  // namespace bounds
 
 struct ProfileError : std::runtime_error {
