@@ -14,4 +14,6 @@
 # root and iproute2 (without them the large-message part is skipped and says so).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-exec python3 bench/compare_mpi.py "$@"
+PY=python3
+[ -x /usr/bin/python3 ] && PY=/usr/bin/python3  # Debian's, with python3-matplotlib
+exec "$PY" bench/compare_mpi.py "$@"

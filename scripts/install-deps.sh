@@ -12,6 +12,8 @@ PACKAGES=(
   libcli11-dev
   clang libclang-rt-14-dev
   iproute2
+  openmpi-bin libopenmpi-dev
+  python3-matplotlib
 )
 missing=()
 for p in "${PACKAGES[@]}"; do

@@ -55,6 +55,7 @@ struct MemberOptions {
   std::string max_small;     // size above which messages take the large path
   std::uint32_t window = 0;  // large path: blocks a receiver lets come at once
   std::string credit_lead;   // large path: ask for the next block this many bytes early
+  std::string link_buffer;   // SocketOptions::link_buffer_bytes
 };
 
 LargeAlgorithm parse_large_algorithm(const std::string& name) {
@@ -110,6 +111,7 @@ int run_member(const MemberOptions& o) {
   cfg.faults.link_delay_ns_max = std::int64_t{o.link_delay_us} * 1000;
   cfg.faults.seed = o.seed;  // the fault layer mixes in the member id: members draw apart, runs repeat
   cfg.profile_file = o.profile;
+  if (!o.link_buffer.empty()) cfg.socket.link_buffer_bytes = static_cast<std::uint32_t>(parse_size(o.link_buffer));
   if (o.radix != 0 || !o.algo.empty() || !o.block.empty() || !o.max_small.empty() || o.window != 0 ||
       !o.credit_lead.empty()) {
     ProtocolConfig p = default_protocol(cfg);
@@ -396,6 +398,7 @@ void add_member_command(CLI::App& app) {
   cmd->add_option("--window", o->window, "Override the large path's receive window (blocks)")
       ->check(CLI::Range(1U, 64U));
   cmd->add_option("--credit-lead", o->credit_lead, "Override the large path's credit lead, e.g. 1MiB");
+  cmd->add_option("--link-buffer", o->link_buffer, "Socket buffers of each reliable link, e.g. 4MiB (default: kernel)");
   cmd->add_option("--max-small", o->max_small, "Override the size above which messages take the large path");
   cmd->add_option("--block", o->block, "Override the large-path block size (every message), e.g. 1MiB");
   cmd->add_flag("--joiner", o->joiner,

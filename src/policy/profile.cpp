@@ -49,10 +49,11 @@ Profile builtin_profile(std::string_view transport) {
     p.ack_interval_ns = 20'000;
     // A member process may be descheduled for tens of milliseconds on shared cores
     // (and a host's own sending queues its credits behind its data): with one block
-    // of credit the links idled a third of the time on the emulated cluster
-    // (docs/benchmarks.md); four blocks asked for a whole block early keep them busy.
-    p.receive_window = 4;
-    p.credit_lead_bytes = 1U << 20;
+    // of credit asked 256 KiB early, 64 MiB to 8 rate-limited hosts took 1.7x one
+    // unicast; two blocks asked 512 KiB early keep the links busier (about 1.3x;
+    // four let senders crowd a receiver's link). See docs/benchmarks.md.
+    p.receive_window = 2;
+    p.credit_lead_bytes = 512U << 10;
   } else if (transport == "verbs") {
     // Polled completion queues: a hop costs a few microseconds, the sender's
     // receive queue is the limit. Panda's RDMA collectives: degree 3 best for the
