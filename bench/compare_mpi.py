@@ -355,8 +355,9 @@ def update_docs(out, made, table_md):
     docs = os.path.join(ROOT, "docs")
     img = os.path.join(docs, "benchmarks")
     os.makedirs(img, exist_ok=True)
-    for p in made:
-        shutil.copy(p, img)
+    for p in made + [os.path.join(out, f) for f in ("small.csv", "cluster.csv", "summary.json")]:
+        if os.path.exists(p):
+            shutil.copy(p, img)
     path = os.path.join(docs, "benchmarks.md")
     begin, end = "<!-- compare_mpi:begin -->", "<!-- compare_mpi:end -->"
     text = open(path).read() if os.path.exists(path) else "# Benchmarks\n\n%s\n%s\n" % (begin, end)
