@@ -176,7 +176,8 @@ void add_bench_command(CLI::App& app) {
     if (*radix != 0) base->member_args.insert(base->member_args.end(), {"--radix", std::to_string(*radix)});
     if (!algo->empty()) base->member_args.insert(base->member_args.end(), {"--algo", *algo});
     if (!block->empty()) base->member_args.insert(base->member_args.end(), {"--block", *block});
-    base->member_args.insert(base->member_args.end(), extra->begin(), extra->end());
+    for (const auto& w : *extra)
+      if (!w.empty()) base->member_args.push_back(w);  // --member-args= (empty) adds nothing
     if (*calibrate) {
       const auto n = static_cast<std::uint32_t>(std::stoul(split(*procs).empty() ? "8" : split(*procs).back()));
       run_calibration(n, *base, *profile_out, *json);
