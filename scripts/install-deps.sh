@@ -16,6 +16,7 @@ PACKAGES=(
   # the verbs transport (rdma-core) and its Soft-RoCE test VM (tests/rxe/)
   libibverbs-dev librdmacm-dev rdma-core ibverbs-providers ibverbs-utils rdmacm-utils
   qemu-system-x86 linux-image-amd64 busybox-static python3-venv kmod
+  python3-matplotlib
 )
 missing=()
 for p in "${PACKAGES[@]}"; do

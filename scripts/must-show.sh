@@ -94,3 +94,17 @@ if [ -n "${HMCAST_RXE_SUMMARY:-}" ] && [ -s "$HMCAST_RXE_SUMMARY" ]; then
 else
   run_cmd "$RXE_COND" tests/rxe/run.sh
 fi
+# Issue 6: hmcast against Open MPI side by side in one run (loopback, and 64 MiB on
+# the emulated cluster at 200 Mbit/s per host), ratios only from that run.
+if command -v mpirun >/dev/null && [ -x build/bin/hmcast_mpi_bench ]; then
+  CMP_OK='d["ok"] and d["small_2k_p50_ratio_vs_mpi_bcast_barrier"] <= 0.7'
+  if [ "$(id -u)" -eq 0 ] && command -v ip >/dev/null; then
+    CMP_OK="$CMP_OK"' and d["large_64m_ratio_vs_unicast"] <= 1.3 and d["large_64m_ratio_vs_sequential"] <= 0.4'
+  else
+    echo "note: the 64 MiB part of compare_mpi needs root and iproute2 (CI runs it)"
+  fi
+  run_cmd "$CMP_OK" bench/compare_mpi.sh --quick --out build/compare-quick
+else
+  echo "NOT MET: bench/compare_mpi.sh needs mpirun and build/bin/hmcast_mpi_bench (scripts/install-deps.sh installs Open MPI)"
+  exit 1
+fi

@@ -11,6 +11,7 @@
 #include <iostream>
 #include <sstream>
 
+#include "calibrate.hpp"
 #include "commands.hpp"
 #include "group_runner.hpp"
 #include "hmcast/config.hpp"
@@ -32,6 +33,13 @@ struct Row {
   std::uint32_t throughput_messages = 0;
   double throughput_mb_s = 0;
   bool ok = false;
+  nlohmann::json policy = nlohmann::json::object();  // what the policy chose (socket)
+};
+
+/// How the socket runs go: latency only, a fixed message count.
+struct Knobs {
+  bool latency_only = false;
+  std::uint32_t messages = 0;  // latency messages (0: by size, times --scale)
 };
 
 std::vector<std::string> split(const std::string& s) {
@@ -52,7 +60,7 @@ std::uint32_t throughput_count(std::uint64_t size, double scale) {
   return std::max<std::uint32_t>(3, static_cast<std::uint32_t>(n * scale));
 }
 
-Row socket_row(std::uint32_t procs, std::uint64_t size, double scale, const GroupRunOptions& base) {
+Row socket_row(std::uint32_t procs, std::uint64_t size, double scale, const GroupRunOptions& base, const Knobs& k) {
   Row r;
   r.transport = "socket";
   r.procs = procs;
@@ -64,12 +72,17 @@ Row socket_row(std::uint32_t procs, std::uint64_t size, double scale, const Grou
   o.timestamps = true;
   o.group = "bench";
   o.serial = true;
-  o.messages = r.latency_messages = latency_count(size, scale);
+  o.messages = r.latency_messages = k.messages != 0 ? k.messages : latency_count(size, scale);
   const auto lat = run_group(o);
   r.complete_p50_us = lat.latency_p50_us;
   r.complete_p99_us = lat.latency_p99_us;
   r.deliver_p50_us = lat.last_delivery_p50_us;
   r.deliver_p99_us = lat.last_delivery_p99_us;
+  r.policy = lat.policy;
+  if (k.latency_only) {
+    r.ok = lat.delivered_ok;
+    return r;
+  }
   o.serial = false;
   o.messages = r.throughput_messages = throughput_count(size, scale);
   const auto tp = run_group(o);
@@ -114,7 +127,7 @@ nlohmann::json to_json(const Row& r) {
           {"complete_p50_us", r.complete_p50_us}, {"complete_p99_us", r.complete_p99_us},
           {"deliver_p50_us", r.deliver_p50_us},   {"deliver_p99_us", r.deliver_p99_us},
           {"throughput_messages", r.throughput_messages}, {"throughput_mb_s", r.throughput_mb_s},
-          {"ok", r.ok}};
+          {"ok", r.ok}, {"policy", r.policy}};
 }
 
 }  // namespace
@@ -128,6 +141,14 @@ void add_bench_command(CLI::App& app) {
   auto csv = std::make_shared<std::string>();
   auto json = std::make_shared<bool>(false);
   auto base = std::make_shared<GroupRunOptions>();
+  auto knobs = std::make_shared<Knobs>();
+  auto radix = std::make_shared<std::uint32_t>(0);
+  auto algo = std::make_shared<std::string>();
+  auto block = std::make_shared<std::string>();
+  auto profile = std::make_shared<std::string>();
+  auto extra = std::make_shared<std::vector<std::string>>();
+  auto calibrate = std::make_shared<bool>(false);
+  auto profile_out = std::make_shared<std::string>("hmcast-profile.txt");
   cmd->add_option("--transport", *transport, "socket, sim or both")->capture_default_str();
   cmd->add_option("--procs", *procs, "Group sizes, comma-separated")->capture_default_str();
   cmd->add_option("--sizes", *sizes, "Message sizes, comma-separated")->capture_default_str();
@@ -138,7 +159,30 @@ void add_bench_command(CLI::App& app) {
       ->expected(0, -1)->delimiter(' ');
   cmd->add_option("--interface-template", base->interface_template, "Each member's address ({i}: its index)");
   cmd->add_option("--manager-host", base->manager_host, "Address the manager listens on");
+  cmd->add_flag("--latency-only", knobs->latency_only, "socket: skip the throughput runs");
+  cmd->add_option("--messages", knobs->messages, "socket: latency messages per row (default: by size and --scale)");
+  cmd->add_option("--profile", *profile, "socket: members load this profile file (default: built in)");
+  cmd->add_option("--radix", *radix, "socket: override the policy's ACK-tree radix")->check(CLI::Range(2U, 65536U));
+  cmd->add_option("--algo", *algo, "socket: large-path schedule: sequential, chain, tree, binomial_pipeline");
+  cmd->add_option("--block", *block, "socket: large-path block size for every message (default: the policy's)");
+  cmd->add_option("--member-args", *extra, "socket: more words for every member (see `hmcast member --help`)")
+      ->expected(0, -1)->delimiter(' ');
+  cmd->add_flag("--calibrate", *calibrate,
+                "Measure the policy's crossover points on the socket transport (--procs: the group size) and "
+                "write a profile file (--profile-out)");
+  cmd->add_option("--profile-out", *profile_out, "Where --calibrate writes the profile")->capture_default_str();
   cmd->callback([=] {
+    if (!profile->empty()) base->member_args.insert(base->member_args.end(), {"--profile", *profile});
+    if (*radix != 0) base->member_args.insert(base->member_args.end(), {"--radix", std::to_string(*radix)});
+    if (!algo->empty()) base->member_args.insert(base->member_args.end(), {"--algo", *algo});
+    if (!block->empty()) base->member_args.insert(base->member_args.end(), {"--block", *block});
+    for (const auto& w : *extra)
+      if (!w.empty()) base->member_args.push_back(w);  // --member-args= (empty) adds nothing
+    if (*calibrate) {
+      const auto n = static_cast<std::uint32_t>(std::stoul(split(*procs).empty() ? "8" : split(*procs).back()));
+      run_calibration(n, *base, *profile_out, *json);
+      return;
+    }
     if (*transport != "socket" && *transport != "sim" && *transport != "both")
       throw CLI::ValidationError("--transport", "choose socket, sim or both");
     std::vector<Row> rows;
@@ -151,7 +195,7 @@ void add_bench_command(CLI::App& app) {
         const auto size = parse_size(s);
         for (const char* t : {"sim", "socket"}) {
           if (*transport != "both" && *transport != t) continue;
-          Row r = std::string(t) == "sim" ? sim_row(n, size, *scale) : socket_row(n, size, *scale, *base);
+          Row r = std::string(t) == "sim" ? sim_row(n, size, *scale) : socket_row(n, size, *scale, *base, *knobs);
           std::cout << std::left << std::setw(8) << r.transport << std::setw(7) << r.procs << std::setw(8)
                     << format_size(r.size) << std::right << std::fixed << std::setprecision(1) << std::setw(11)
                     << r.complete_p50_us << " us" << std::setw(10) << r.complete_p99_us << " us" << std::setw(12)

@@ -19,6 +19,7 @@
 #include "commands.hpp"
 #include "hmcast/hmcast.hpp"
 #include "mono_clock.hpp"
+#include "rc_pipeline/schedule.hpp"
 #include "workload.hpp"
 
 namespace hmcast::tools {
@@ -49,7 +50,28 @@ struct MemberOptions {
   bool serial = false;      // a sender waits for each completion before the next broadcast
   bool timestamps = false;  // report send and delivery times of member 1's messages
   bool joiner = false;      // joins the group once it runs: expects each sender's messages from some index on
+  // Policy overrides (0 / empty: the policy's choice from the profile).
+  std::string profile;       // Config::profile_file
+  std::uint32_t radix = 0;   // ACK-tree radix
+  std::string algo;          // large-path schedule
+  std::string block;         // large-path block size (every message)
+  std::string max_small;     // size above which messages take the large path
+  std::uint32_t window = 0;  // large path: blocks a receiver lets come at once
+  std::string credit_lead;   // large path: ask for the next block this many bytes early
+  std::string link_buffer;   // SocketOptions::link_buffer_bytes
 };
+
+LargeAlgorithm parse_large_algorithm(const std::string& name) {
+  const auto a = rc_pipeline::parse_algorithm(name);
+  if (!a) throw CLI::ValidationError("--algo", "choose sequential, chain, tree or binomial_pipeline, not '" + name + "'");
+  switch (*a) {
+    case rc_pipeline::Algorithm::sequential: return LargeAlgorithm::sequential;
+    case rc_pipeline::Algorithm::chain: return LargeAlgorithm::chain;
+    case rc_pipeline::Algorithm::binomial_tree: return LargeAlgorithm::binomial_tree;
+    case rc_pipeline::Algorithm::binomial_pipeline: break;
+  }
+  return LargeAlgorithm::binomial_pipeline;
+}
 
 class Reporter {
  public:
@@ -97,6 +119,22 @@ int run_member(const MemberOptions& o) {
   cfg.faults.datagram_delay_ns_max = std::int64_t{o.delay_us} * 1000;
   cfg.faults.link_delay_ns_max = std::int64_t{o.link_delay_us} * 1000;
   cfg.faults.seed = o.seed;  // the fault layer mixes in the member id: members draw apart, runs repeat
+  cfg.profile_file = o.profile;
+  if (!o.link_buffer.empty()) cfg.socket.link_buffer_bytes = static_cast<std::uint32_t>(parse_size(o.link_buffer));
+  if (o.radix != 0 || !o.algo.empty() || !o.block.empty() || !o.max_small.empty() || o.window != 0 ||
+      !o.credit_lead.empty()) {
+    ProtocolConfig p = default_protocol(cfg);
+    if (o.window != 0) p.large_receive_window = o.window;
+    if (!o.credit_lead.empty()) p.large_credit_lead_bytes = parse_size(o.credit_lead);
+    if (o.radix != 0) p.radix = o.radix;
+    if (!o.block.empty()) {
+      p.block_size = parse_size(o.block);
+      p.target_blocks = 0;  // exactly this block size for every message
+    }
+    if (!o.max_small.empty()) p.max_small_message = static_cast<std::uint32_t>(parse_size(o.max_small));
+    if (!o.algo.empty()) p.large_algorithm = parse_large_algorithm(o.algo);
+    cfg.protocol = p;
+  }
   Node node(cfg);
   Group g = node.join(o.group);
   const MemberId self = g.self();
@@ -296,6 +334,11 @@ int run_member(const MemberOptions& o) {
             {"ud_multicast_datagrams", st.multicast_datagrams_sent},
             {"rc_bytes", st.link_bytes_sent},
             {"views_installed", st.views_installed},
+            {"policy",
+             {{"ack_radix", st.ack_radix},
+              {"max_small_message", st.max_small_message},
+              {"large_algorithm", st.large_algorithm},
+              {"last_block_size", st.last_block_size}}},
             {"faults",
              {{"dropped", st.faults.dropped},
               {"duplicated", st.faults.duplicated},
@@ -346,6 +389,15 @@ void add_member_command(CLI::App& app) {
   cmd->add_option("--timeout", o->timeout_s, "Give up after this many seconds")->check(CLI::Range(1U, 86400U));
   cmd->add_flag("--serial", o->serial, "Wait for each completion before the next broadcast (latency runs)");
   cmd->add_flag("--timestamps", o->timestamps, "Report send and delivery times of member 1's messages");
+  cmd->add_option("--profile", o->profile, "Transport profile file (hmcast bench --calibrate); default: built in");
+  cmd->add_option("--radix", o->radix, "Override the policy's ACK-tree radix")->check(CLI::Range(2U, 65536U));
+  cmd->add_option("--algo", o->algo, "Override the large-path schedule: sequential, chain, tree, binomial_pipeline");
+  cmd->add_option("--window", o->window, "Override the large path's receive window (blocks)")
+      ->check(CLI::Range(1U, 64U));
+  cmd->add_option("--credit-lead", o->credit_lead, "Override the large path's credit lead, e.g. 1MiB");
+  cmd->add_option("--link-buffer", o->link_buffer, "Socket buffers of each reliable link, e.g. 4MiB (default: kernel)");
+  cmd->add_option("--max-small", o->max_small, "Override the size above which messages take the large path");
+  cmd->add_option("--block", o->block, "Override the large-path block size (every message), e.g. 1MiB");
   cmd->add_flag("--joiner", o->joiner,
                 "Join the running group (mid-stream): expect each sender's messages from the first sent in our view");
   cmd->callback([o] {

@@ -141,7 +141,8 @@ nlohmann::json GroupRunReport::to_json() const {
           {"spray_tcp_disconnected", spray_tcp_disconnected},
           {"spray_link_frames", spray_link_frames},
           {"problems", problems},
-          {"manager_views", manager_views}};
+          {"manager_views", manager_views},
+          {"policy", policy}};
   j["transport"] = transport;
   if (transport == "verbs") {
     j["ud_multicast_datagrams"] = ud_multicast_datagrams;
@@ -197,6 +198,7 @@ GroupRunReport run_group(const GroupRunOptions& o) {
     if (o.serial) argv.emplace_back("--serial");
     if (o.timestamps) argv.emplace_back("--timestamps");
     if (joiner) argv.emplace_back("--joiner");
+    argv.insert(argv.end(), o.member_args.begin(), o.member_args.end());
     c.pid = spawn(argv, c.in_fd, c.out_fd);
   };
   for (std::uint32_t i = 0; i < o.procs; ++i) start_member(false);
@@ -388,6 +390,7 @@ GroupRunReport run_group(const GroupRunOptions& o) {
       continue;
     }
     const auto& d = c.done_report;
+    if (c.index == 1 && d.contains("policy")) rep.policy = d["policy"];
     const auto got = d["delivered"].get<std::uint64_t>();
     std::uint64_t want = expected;
     std::uint64_t want_digest = expected_digest;

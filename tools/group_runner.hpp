@@ -47,6 +47,9 @@ struct GroupRunOptions {
   std::ostream* progress = nullptr;  // where progress lines go (none if null)
   bool serial = false;      // senders wait for each completion (latency, not load)
   bool timestamps = false;  // measure delivery at the last receiver of member 1's messages
+  /// More words for every member's command line (policy overrides: --radix, --algo,
+  /// --block, --profile; see `hmcast member --help`).
+  std::vector<std::string> member_args;
   bool spray = false;       // a hostile peer sprays bad input at the group while it runs (sprayer.hpp)
 };
 
@@ -96,6 +99,7 @@ struct GroupRunReport {
   std::uint64_t spray_link_frames = 0;      // verbs: bad frames sent to members over RC links
   std::vector<std::string> problems;  // what went wrong, readable
   nlohmann::json manager_views = nlohmann::json::array();  // each view the manager issued: id, size, who left
+  nlohmann::json policy = nlohmann::json::object();  // what member 1's policy chose (GroupStats)
 
   [[nodiscard]] nlohmann::json to_json() const;
 };

@@ -9,6 +9,13 @@
 
 namespace hmcast {
 
+/// How a large message's blocks travel (RDMC's schedules; every member of a group
+/// must use the same one). binomial_pipeline is optimal; the others are baselines.
+enum class LargeAlgorithm : std::uint8_t { sequential, chain, binomial_tree, binomial_pipeline };
+
+/// Config::protocol empty: a Node takes its transport's profile (src/policy: built
+/// in, or Config::profile_file) and tunes it for Config::group_size (see
+/// hmcast::default_protocol). Set: exactly these values are used.
 struct ProtocolConfig {
   /// ACK-tree radix (2 = binomial). Higher radix: shallower tree, more ACKs per parent.
   std::uint32_t radix = 2;
@@ -27,8 +34,23 @@ struct ProtocolConfig {
   std::uint32_t max_small_message = 1U << 20;
   /// Largest message a member accepts on the large path (it allocates this much).
   std::uint64_t max_large_message = 16ULL << 30;
-  /// Block size of the large path.
+  /// Block size of the large path; with target_blocks, the largest block.
   std::uint64_t block_size = 1U << 20;
+  /// Per message, cut a large message into about this many blocks, of a size in
+  /// [min_block_size, block_size] (0: every message uses block_size). The best
+  /// block grows with the message (RDMC): small blocks fill the pipeline sooner,
+  /// large ones cost fewer transfers.
+  std::uint32_t target_blocks = 0;
+  std::uint64_t min_block_size = 64U << 10;
+  /// Blocks a receiver lets come at once on the large path, and how many bytes
+  /// before a block is complete it asks for the next one. Together they must cover
+  /// the credit's round trip times the link rate, queues included, or the link
+  /// idles between blocks (a rate-limited host whose own sending fills its queue
+  /// delays its credits by that queue).
+  std::uint32_t large_receive_window = 1;
+  std::uint64_t large_credit_lead_bytes = 256U << 10;
+  /// Schedule of the large path's blocks.
+  LargeAlgorithm large_algorithm = LargeAlgorithm::binomial_pipeline;
   /// A block moves in segments of this many bytes (at most block_size), and a member
   /// forwards each segment as soon as it holds it, instead of waiting for the whole
   /// block. Smaller segments cut the delay each relay adds; each one is a separate
@@ -130,6 +152,13 @@ struct SocketOptions {
   /// Largest datagram sent (hmcast header included). Above the network's MTU the
   /// kernel fragments, and losing one fragment loses the datagram.
   std::uint32_t mtu = 8192;
+  /// Socket buffers of each reliable link (SO_SNDBUF/SO_RCVBUF; 0: the kernel's
+  /// autotuning, which on a link with a tiny round trip leaves a few KB, so that a
+  /// large message moves only while this process is running: 64 MiB between two
+  /// rate-limited hosts took 1.31x a plain TCP stream with it, 1.07x with 4 MiB).
+  /// The kernel caps it at net.core.wmem_max / rmem_max; memory is used only as
+  /// data is queued.
+  std::uint32_t link_buffer_bytes = 4U << 20;
 };
 
 /// Seeded faults injected on what a member receives (tests; all off by default).
@@ -195,8 +224,13 @@ struct Config {
   SocketOptions socket;
   /// verbs: device, port, queue depths, completion mode.
   VerbsOptions verbs;
-  /// Protocol tuning; empty means the transport's profile.
+  /// Protocol tuning; empty means the transport's profile tuned by the policy for
+  /// group_size (hmcast::default_protocol).
   std::optional<ProtocolConfig> protocol;
+  /// A profile written by `hmcast bench --calibrate` (empty: the transport's
+  /// built-in profile). Used only when `protocol` is empty. A file that cannot be
+  /// read or parsed makes the Node constructor throw invalid_config.
+  std::string profile_file;
   FaultConfig faults;
 };
 

@@ -92,6 +92,13 @@ struct GroupStats {
   std::uint64_t multicast_datagrams_sent = 0;
   std::uint64_t link_bytes_sent = 0;
   FaultStats faults;
+  /// What the policy chose for this group (src/policy): its ACK-tree radix, the
+  /// size above which messages take the large path, the large path's schedule and
+  /// the block size of the last large message this member sent (0: none yet).
+  std::uint32_t ack_radix = 0;
+  std::uint64_t max_small_message = 0;
+  std::string large_algorithm;
+  std::uint64_t last_block_size = 0;
 };
 
 enum class SendMode : std::uint8_t {
@@ -145,6 +152,13 @@ class Group {
   Completion broadcast_large(std::span<const std::byte> bytes, SendMode mode);
   std::shared_ptr<detail::GroupState> state_;
 };
+
+/// The ProtocolConfig a Node with this config uses when Config::protocol is empty:
+/// the transport's timers and limits, tuned by the policy (src/policy) from the
+/// transport's profile (built in, or Config::profile_file) for Config::group_size.
+/// Start from it to override single fields. Throws Error{invalid_config} if the
+/// profile file cannot be read or parsed.
+[[nodiscard]] ProtocolConfig default_protocol(const Config& config);
 
 class Node {
  public:

@@ -1,4 +1,5 @@
 // The transport adapters behind detail::Link.
+#include <algorithm>
 #include <arpa/inet.h>
 
 #include "api/faulty_link.hpp"
@@ -124,6 +125,7 @@ std::unique_ptr<Link> make_socket_link(MemberId self, std::uint32_t multicast_ad
   cfg.listen_address = options.interface_address;
   cfg.ttl = options.ttl;
   cfg.mtu = options.mtu;
+  cfg.tcp_buffer = static_cast<int>(std::min<std::uint32_t>(options.link_buffer_bytes, 1U << 30));  // fits an int
   try {
     return with_faults(std::make_unique<SocketLink>(self, cfg), faults);
   } catch (const socket::TransportError& e) {

@@ -21,6 +21,7 @@
 #include "core/wire.hpp"
 #include "hmcast/node.hpp"
 #include "membership/control_wire.hpp"
+#include "policy/policy.hpp"
 #include "transport/socket/manager_client.hpp"
 #include "transport/socket/manager_server.hpp"
 #include "transport/socket/net_util.hpp"
@@ -67,6 +68,16 @@ ProtocolConfig verbs_profile(const VerbsOptions& o) {
   return p;
 }
 
+rc_pipeline::Algorithm algorithm_of(LargeAlgorithm a) {
+  switch (a) {
+    case LargeAlgorithm::sequential: return rc_pipeline::Algorithm::sequential;
+    case LargeAlgorithm::chain: return rc_pipeline::Algorithm::chain;
+    case LargeAlgorithm::binomial_tree: return rc_pipeline::Algorithm::binomial_tree;
+    case LargeAlgorithm::binomial_pipeline: break;
+  }
+  return rc_pipeline::Algorithm::binomial_pipeline;
+}
+
 }  // namespace
 
 struct GroupState {
@@ -91,6 +102,7 @@ struct GroupState {
   std::string closed_why = "this member is no longer in the group; join again";
   NodeState* node = nullptr;
   std::uint64_t empty_blocks_dropped = 0;  // Block frames without payload that nobody placed
+  std::uint64_t last_block_size = 0;       // the policy's block size for our last large message
 };
 
 struct NodeState {
@@ -429,6 +441,25 @@ void join_socket(NodeState& s, const std::string& name, const std::shared_ptr<Gr
 
 }  // namespace detail
 
+ProtocolConfig default_protocol(const Config& config) {
+  const char* transport = "inproc";
+  ProtocolConfig base = detail::inproc_profile();
+  if (config.transport == TransportKind::socket) {
+    transport = "socket";
+    base = detail::socket_profile(config.socket);
+  } else if (config.transport == TransportKind::verbs) {
+    transport = "verbs";
+    base = detail::verbs_profile(config.verbs);
+  }
+  policy::Profile profile;
+  try {
+    profile = config.profile_file.empty() ? policy::builtin_profile(transport) : policy::load_profile(config.profile_file);
+  } catch (const policy::ProfileError& e) {
+    throw Error(ErrorCode::invalid_config, std::string(e.what()) + "; or leave Config::profile_file empty");
+  }
+  return policy::tuned(profile, config.group_size, base);
+}
+
 Node::Node(Config config) : state_(std::make_shared<detail::NodeState>()) {
   if (config.group_size == 0) throw Error(ErrorCode::invalid_config, "Config::group_size must be at least 1");
   config.faults = detail::faults_with_environment(config.faults);
@@ -436,8 +467,7 @@ Node::Node(Config config) : state_(std::make_shared<detail::NodeState>()) {
   if (config.transport == TransportKind::socket || config.transport == TransportKind::verbs) {
     const bool verbs = config.transport == TransportKind::verbs;
     if (verbs) detail::check_verbs_device(config.verbs);  // no device: fail now, naming the fixes
-    state_->protocol = config.protocol.value_or(verbs ? detail::verbs_profile(config.verbs)
-                                                      : detail::socket_profile(config.socket));
+    state_->protocol = config.protocol ? *config.protocol : default_protocol(config);
     const std::uint32_t transport_mtu = verbs ? config.verbs.mtu : config.socket.mtu;
     if (state_->protocol.mtu > transport_mtu)
       throw Error(ErrorCode::invalid_config, "ProtocolConfig::mtu (" + std::to_string(state_->protocol.mtu) +
@@ -456,7 +486,7 @@ Node::Node(Config config) : state_(std::make_shared<detail::NodeState>()) {
     }
     return;  // the link and the progress thread come with join(): the manager assigns the id
   }
-  state_->protocol = config.protocol.value_or(detail::inproc_profile());
+  state_->protocol = config.protocol ? *config.protocol : default_protocol(config);
   state_->link = detail::make_inproc_link(config.fabric, config.faults);
   state_->progress = std::thread([s = state_.get()] { s->run(); });
 }
@@ -484,6 +514,9 @@ Group Node::join(const std::string& name) {
   rc_pipeline::PipelineConfig large;
   large.block_size = state_->protocol.block_size;
   large.segment_size = state_->protocol.segment_size;
+  large.algorithm = detail::algorithm_of(state_->protocol.large_algorithm);
+  large.receive_window = state_->protocol.large_receive_window;
+  large.credit_lead_bytes = state_->protocol.large_credit_lead_bytes;
   if (state_->cfg.transport == TransportKind::socket || state_->cfg.transport == TransportKind::verbs) {
     detail::join_socket(*state_, name, g, large);
     return Group(g);
@@ -550,6 +583,14 @@ GroupStats Group::stats() const {
   out.multicast_datagrams_sent = state_->node->link->multicast_datagrams_sent();
   out.link_bytes_sent = state_->node->link->link_bytes_sent();
   out.faults = detail::fault_stats(*state_->node->link);
+  const auto& cfg = state_->node->protocol;
+  out.ack_radix = cfg.radix;
+  out.max_small_message = cfg.max_small_message;
+  out.large_algorithm = std::string(rc_pipeline::to_string(detail::algorithm_of(cfg.large_algorithm)));
+  {
+    std::lock_guard lock(state_->mu);
+    out.last_block_size = state_->last_block_size;
+  }
   return out;
 }
 
@@ -604,7 +645,9 @@ Completion Group::broadcast_large(std::span<const std::byte> bytes, SendMode mod
   const Seq seq = state_->engine->pipeline().next_seq();
   state_->large[{state_->engine->self(), seq}] = buf;
   Outbox out;
-  const auto res = state_->engine->broadcast_large(buf->size(), detail::now_ns(), out);
+  const std::uint64_t block = policy::block_size_for(cfg, buf->size());
+  const auto res = state_->engine->broadcast_large(buf->size(), detail::now_ns(), out, block);
+  if (res.error == rc_pipeline::LargeError::none) state_->last_block_size = block;
   if (res.error != rc_pipeline::LargeError::none || res.seq != seq) {
     state_->large.erase({state_->engine->self(), seq});
     throw Error(ErrorCode::invalid_config, "large broadcast refused by the engine");  // checked above

@@ -25,21 +25,22 @@ wire::Announce Pipeline::announce_of(const Transfer& t) const {
   return wire::Announce{t.sender, t.seq, t.size, t.block_size, static_cast<std::uint8_t>(t.algorithm)};
 }
 
-LargeResult Pipeline::broadcast(std::uint64_t size, Outbox& out) {
+LargeResult Pipeline::broadcast(std::uint64_t size, Outbox& out, std::uint64_t block_size) {
   if (!view_.contains(self_)) return {LargeError::not_member, 0};
   if (queue_.size() >= cfg_.queue_limit) return {LargeError::queue_full, 0};
+  if (block_size == 0 || block_size > wire::kMaxBlock) block_size = cfg_.block_size;
   const Seq seq = next_seq_++;
-  queue_.emplace_back(seq, size);
+  queue_.push_back(Queued{seq, size, block_size});
   if (!own_active_) start_next(out);
   return {LargeError::none, seq};
 }
 
 void Pipeline::start_next(Outbox& out) {
   if (own_active_ || queue_.empty()) return;
-  const auto [seq, size] = queue_.front();
+  const auto [seq, size, block_size] = queue_.front();
   queue_.pop_front();
   own_active_ = seq;
-  Transfer& t = create(self_, seq, size, cfg_.block_size, cfg_.algorithm);
+  Transfer& t = create(self_, seq, size, block_size, cfg_.algorithm);
   t.buffer = true;
   t.have.assign(t.blocks, true);
   t.have_count = t.blocks;
@@ -338,10 +339,10 @@ void Pipeline::on_view(const View& view, Outbox& out) {
   // A schedule is laid out over one view; with members gone it cannot finish. Stop
   // what is in flight; our own unfinished message starts again over the new view
   // (same seq, ahead of the queue), so it completes against the survivors.
-  std::optional<std::pair<Seq, std::uint64_t>> restart;
+  std::optional<Queued> restart;
   for (auto& [key, t] : transfers_) {
     if (t.sender == self_ && !t.acked_up) {
-      restart.emplace(t.seq, t.size);  // its buffer stays: no ReleaseLarge
+      restart = Queued{t.seq, t.size, t.block_size};  // its buffer stays: no ReleaseLarge
       continue;
     }
     if (!t.delivered) out.emplace_back(action::DiscardLarge{t.sender, t.seq});
@@ -360,10 +361,10 @@ void Pipeline::on_view(const View& view, Outbox& out) {
     queue_.push_front(*restart);  // may exceed queue_limit by this one message: it was admitted before
   }
   if (!still_member) {
-    for (const auto& [seq, size] : queue_) {
+    for (const auto& q : queue_) {
       ++stats_.failed;
-      out.emplace_back(action::FailedLarge{seq, "this member was removed from the group; join again"});
-      out.emplace_back(action::ReleaseLarge{self_, seq});  // the buffer the application gave us
+      out.emplace_back(action::FailedLarge{q.seq, "this member was removed from the group; join again"});
+      out.emplace_back(action::ReleaseLarge{self_, q.seq});  // the buffer the application gave us
     }
     queue_.clear();
     return;

@@ -120,7 +120,10 @@ class Pipeline {
  public:
   Pipeline(GroupId group, MemberId self, View view, PipelineConfig config);
 
-  LargeResult broadcast(std::uint64_t size, Outbox& out);
+  /// Queues an own message of `size` bytes, cut into blocks of `block_size` (0: the
+  /// configured block size; the policy picks one per message). Throws nothing:
+  /// a block size over wire::kMaxBlock is clamped to the configured one.
+  LargeResult broadcast(std::uint64_t size, Outbox& out, std::uint64_t block_size = 0);
   void buffer_ready(MemberId sender, Seq seq, Outbox& out);
   void on_announce(MemberId from, const wire::Announce& a, Outbox& out);
   void on_ready(MemberId from, const wire::Ready& r, Outbox& out);
@@ -212,7 +215,12 @@ class Pipeline {
   // Per sender, across views: the last seq delivered here (a sender's large messages
   // are delivered in order, one at a time), so a restart is never delivered twice.
   std::map<MemberId, Seq> delivered_;
-  std::deque<std::pair<Seq, std::uint64_t>> queue_;
+  struct Queued {
+    Seq seq;
+    std::uint64_t size;
+    std::uint64_t block_size;
+  };
+  std::deque<Queued> queue_;
   std::optional<Seq> own_active_;
   Seq next_seq_ = 1;
   PipelineStats stats_;

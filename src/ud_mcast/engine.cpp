@@ -42,9 +42,10 @@ BroadcastResult Engine::broadcast(MessageBuffer message, TimeNs now, Outbox& out
   return {BroadcastError::none, seq};
 }
 
-rc_pipeline::LargeResult Engine::broadcast_large(std::uint64_t size, TimeNs now, Outbox& out) {
+rc_pipeline::LargeResult Engine::broadcast_large(std::uint64_t size, TimeNs now, Outbox& out,
+                                                 std::uint64_t block_size) {
   if (removed_) return {rc_pipeline::LargeError::not_member, 0};
-  auto r = pipeline_.broadcast(size, out);
+  auto r = pipeline_.broadcast(size, out, block_size);
   pipeline_activity_ = now;
   arm_stall(now);
   return r;

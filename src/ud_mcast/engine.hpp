@@ -77,7 +77,7 @@ class Engine {
 
   /// Send a large message of `size` bytes (large path, rc_pipeline/pipeline.hpp). The
   /// runtime supplies the bytes when SendBlock actions name them.
-  rc_pipeline::LargeResult broadcast_large(std::uint64_t size, TimeNs now, Outbox& out);
+  rc_pipeline::LargeResult broadcast_large(std::uint64_t size, TimeNs now, Outbox& out, std::uint64_t block_size = 0);
   /// The application provided the buffer a NeedBuffer action asked for.
   void buffer_ready(MemberId sender, Seq seq, Outbox& out);
   [[nodiscard]] const rc_pipeline::Pipeline& pipeline() const { return pipeline_; }

@@ -7,6 +7,10 @@
 #   tests/cluster/cluster.sh up N [RATE]   e.g. up 8 1gbit
 #   tests/cluster/cluster.sh down
 #
+# TBF_LATENCY (default 50ms) bounds each rate limiter's queue: how long a packet
+# may wait behind the host's own traffic (a host sending at full rate delays its
+# ACKs and credits by up to this much).
+#
 # Only these namespaces and this bridge carry the traffic: nothing leaves the host.
 set -euo pipefail
 BRIDGE=hmbr0
@@ -39,8 +43,8 @@ up() {
     ip -n "$ns" route add 224.0.0.0/4 dev eth0
     if [ -n "$rate" ]; then
       # Egress of each host, and of the bridge port towards it (its ingress).
-      ip netns exec "$ns" tc qdisc add dev eth0 root tbf rate "$rate" burst 256kb latency 50ms
-      tc qdisc add dev "$host_if" root tbf rate "$rate" burst 256kb latency 50ms
+      ip netns exec "$ns" tc qdisc add dev eth0 root tbf rate "$rate" burst 256kb latency "${TBF_LATENCY:-50ms}"
+      tc qdisc add dev "$host_if" root tbf rate "$rate" burst 256kb latency "${TBF_LATENCY:-50ms}"
     fi
   done
   # Wait for the bridge ports to forward (no STP on a fresh bridge, but links take a moment).

@@ -116,6 +116,9 @@ Endpoint::Endpoint(MemberId id, const SocketConfig& config) : id_(id), cfg_(conf
       fail_sys(errno, "cannot bind the listening socket to " + to_string(listen_addr),
                "the port may be in use (set SocketConfig::listen_port to 0 for an ephemeral one) or the address "
                "is not of this host (check SocketConfig::listen_address)");
+    if (cfg_.tcp_buffer > 0)  // before listen(): accepted links inherit it, and their window scale follows it
+      set_option(listen_fd_, SOL_SOCKET, SO_RCVBUF, cfg_.tcp_buffer, "cannot set SO_RCVBUF on the listening socket",
+                 "lower SocketOptions::link_buffer_bytes");
     if (::listen(listen_fd_, SOMAXCONN) != 0)
       fail_sys(errno, "cannot listen on " + to_string(listen_addr), "choose another SocketConfig::listen_port");
     sockaddr_in bound{};
@@ -258,6 +261,13 @@ Endpoint::Connection* Endpoint::connect_to(MemberId to, Peer& peer) {
     const int e = errno;
     close_fd(fd);
     fail_sys(e, "cannot set TCP_NODELAY", "this kernel refuses a standard socket option");
+  }
+  if (cfg_.tcp_buffer > 0 &&
+      (::setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &cfg_.tcp_buffer, sizeof cfg_.tcp_buffer) != 0 ||
+       ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &cfg_.tcp_buffer, sizeof cfg_.tcp_buffer) != 0)) {
+    const int e = errno;
+    close_fd(fd);
+    fail_sys(e, "cannot set the link's socket buffers", "lower SocketOptions::link_buffer_bytes");
   }
   bool connecting = false;
   for (;;) {

@@ -67,6 +67,12 @@ struct SocketConfig {
   std::size_t mtu = 8192;
   /// SO_RCVBUF asked for the datagram socket (the kernel caps it at net.core.rmem_max).
   int udp_receive_buffer = 4 << 20;
+  /// SO_SNDBUF and SO_RCVBUF of every reliable link (0: the kernel's autotuning).
+  /// Autotuning sizes buffers by the measured round trip; on a rate-limited link with
+  /// a near-zero round trip that leaves a few KB, and the link then idles whenever the
+  /// process is not scheduled to refill it. The kernel caps it at net.core.wmem_max
+  /// and net.core.rmem_max.
+  int tcp_buffer = 0;
   /// Address and port the reliable links listen on (0 = an ephemeral port; see tcp_port()).
   std::string listen_address = "127.0.0.1";
   std::uint16_t listen_port = 0;

@@ -1,0 +1,437 @@
+#!/usr/bin/env python3
+"""hmcast against Open MPI side by side, in one run (see bench/compare_mpi.sh).
+
+Small messages, loopback, real processes: `hmcast bench` (socket transport) and
+`hmcast_mpi_bench` under mpirun (TCP BTL on lo only), and the same MPI program
+under LD_PRELOAD=build/lib/libhmcast_mpi.so when that shim is built. Compared:
+  hmcast all-acked (the sender knows every member has it)  vs  MPI_Bcast + MPI_Barrier
+  hmcast last delivery (the last member has it)            vs  MPI_Bcast alone
+Each pair runs one after the other, alternating, `rounds` times; the medians of
+the rounds' p50s are compared.
+
+Large messages, the emulated cluster (tests/cluster/cluster.sh: namespaces, a
+bridge, tbf at a fixed per-host rate): 64 MiB to 8 hosts with the binomial
+pipeline, chain, binomial tree and sequential schedules, against one unicast of
+64 MiB between two hosts over the same links (a plain TCP stream), and
+MPI_Bcast across the namespaces where mpirun can start there.
+
+Writes CSV, summary.json, PNG charts and results.md to --out; with --docs also the
+charts to docs/benchmarks/ and the tables into docs/benchmarks.md. The last line
+printed is the summary JSON.
+"""
+import argparse
+import csv
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+HM = os.path.join(ROOT, "build/bin/hmcast")
+MPIB = os.path.join(ROOT, "build/bin/hmcast_mpi_bench")
+SHIM = os.path.join(ROOT, "build/lib/libhmcast_mpi.so")
+CLUSTER = os.path.join(ROOT, "tests/cluster/cluster.sh")
+RSH = os.path.join(ROOT, "bench/netns_rsh.sh")
+UNICAST = os.path.join(ROOT, "bench/unicast.py")
+MPIRUN = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--mca", "pml", "ob1", "--mca", "btl", "self,tcp"]
+MPIRUN_LO = MPIRUN + ["--mca", "btl_tcp_if_include", "lo", "--mca", "oob_tcp_if_include", "lo"]
+MIB = 1 << 20
+LOG = []
+
+
+def say(*a):
+    print(*a, file=sys.stderr, flush=True)
+
+
+def run(cmd, timeout, env=None):
+    """Runs cmd, returns its stdout; logs the command. Raises on failure or timeout."""
+    LOG.append(" ".join(cmd))
+    say("$ " + " ".join(cmd))
+    full_env = dict(os.environ)
+    if env:
+        full_env.update(env)
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=timeout, env=full_env)
+    if p.returncode != 0:
+        raise RuntimeError("%s exited %d: %s" % (cmd[0], p.returncode, (p.stderr or p.stdout)[-800:]))
+    return p.stdout
+
+
+def last_json(out):
+    lines = [l for l in out.strip().splitlines() if l.startswith("{")]
+    if not lines:
+        raise RuntimeError("no JSON line in output: " + out[-400:])
+    return json.loads(lines[-1])
+
+
+def fmt_size(n):
+    for unit, f in (("GiB", 1 << 30), ("MiB", MIB), ("KiB", 1024)):
+        if n >= f and n % f == 0:
+            return "%d %s" % (n // f, unit)
+    return "%d B" % n
+
+
+def fmt_us(us):
+    if us is None:
+        return "n/a"
+    return "%.2f s" % (us / 1e6) if us >= 1e6 else "%.1f ms" % (us / 1e3) if us >= 1e4 else "%.0f µs" % us
+
+
+# ---------------------------------------------------------------- small messages (loopback)
+
+def hmcast_small(procs, sizes, messages=None, extra=()):
+    cmd = [HM, "bench", "--transport", "socket", "--procs", str(procs), "--sizes", ",".join(map(str, sizes)),
+           "--latency-only", "--json"] + list(extra)
+    if messages:
+        cmd += ["--messages", str(messages)]
+    rows = last_json(run(cmd, 900))["rows"]
+    return {r["size"]: {"all": r["complete_p50_us"], "all_p99": r["complete_p99_us"], "last": r["deliver_p50_us"],
+                        "last_p99": r["deliver_p99_us"], "ok": r["ok"], "policy": r.get("policy", {})} for r in rows}
+
+
+def mpi_small(procs, sizes, scale, shim=False, prefix=None):
+    cmd = (prefix or MPIRUN_LO) + ["-np", str(procs)]
+    if shim:
+        cmd += ["-x", "LD_PRELOAD=" + SHIM]
+    cmd += [MPIB, "--sizes", ",".join(map(str, sizes)), "--scale", str(scale), "--json"]
+    if shim:
+        cmd += ["--label", "MPI_Bcast via hmcast shim"]
+    rows = last_json(run(cmd, 900))["rows"]
+    return {r["size"]: {"all": r["bcast_barrier_p50_us"], "all_p99": r["bcast_barrier_p99_us"],
+                        "last": r["bcast_p50_us"], "last_p99": r["bcast_p99_us"], "ok": r["ok"]} for r in rows}
+
+
+IMPLS = [("hmcast", "hmcast (socket)"), ("mpi", "Open MPI MPI_Bcast (TCP)"), ("shim", "MPI_Bcast via hmcast shim")]
+
+
+def small_runs(procs_list, sizes, rounds, scale, shim):
+    """rows: impl, procs, size, round, all_p50_us, last_p50_us, all_p99_us, last_p99_us, ok"""
+    rows = []
+    for procs in procs_list:
+        for rnd in range(rounds):
+            got = {"hmcast": hmcast_small(procs, sizes, None if scale >= 1 else None),
+                   "mpi": mpi_small(procs, sizes, scale)}
+            if shim:
+                try:
+                    got["shim"] = mpi_small(procs, sizes, scale, shim=True)
+                except Exception as e:  # the shim is another issue's work: report, do not stop
+                    say("shim run failed: %s" % e)
+            for impl, res in got.items():
+                for size, r in res.items():
+                    rows.append({"impl": impl, "procs": procs, "size": size, "round": rnd, "all_p50_us": r["all"],
+                                 "last_p50_us": r["last"], "all_p99_us": r["all_p99"], "last_p99_us": r["last_p99"],
+                                 "ok": r["ok"], "policy": json.dumps(r.get("policy", {}))})
+    return rows
+
+
+def median_of(rows, impl, procs, size, key):
+    v = [r[key] for r in rows if r["impl"] == impl and r["procs"] == procs and r["size"] == size]
+    return statistics.median(v) if v else None
+
+
+# ---------------------------------------------------------------- large messages (emulated cluster)
+
+def cluster_possible():
+    if os.geteuid() != 0:
+        return "needs root (network namespaces)"
+    if shutil.which("ip") is None or shutil.which("tc") is None:
+        return "needs iproute2 (ip, tc)"
+    return None
+
+
+def unicast_once(size):
+    """One TCP stream of `size` bytes from hm1 to hm2: seconds from the sender's start to the last byte."""
+    recv = subprocess.Popen(["ip", "netns", "exec", "hm2", sys.executable, UNICAST, "recv", "5201", str(size)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        if recv.stdout.readline().strip() != "listening":
+            raise RuntimeError("unicast receiver did not start: " + recv.stderr.read())
+        start = int(run(["ip", "netns", "exec", "hm1", sys.executable, UNICAST, "send", "10.77.0.2", "5201", str(size)],
+                        300).strip())
+        arrival = int(recv.communicate(timeout=60)[0].strip())
+        return (arrival - start) / 1e3
+    finally:
+        if recv.poll() is None:
+            recv.kill()
+            recv.wait()
+
+
+def hmcast_cluster(procs, size, algo, messages):
+    cmd = [HM, "bench", "--transport", "socket", "--procs", str(procs), "--sizes", str(size), "--latency-only",
+           "--messages", str(messages), "--algo", algo, "--json", "--prefix", "ip netns exec hm{i}",
+           "--interface-template", "10.77.0.{i}", "--manager-host", "10.77.0.254"]
+    r = last_json(run(cmd, 1200))["rows"][0]
+    return {"last": r["deliver_p50_us"], "all": r["complete_p50_us"], "ok": r["ok"], "policy": r.get("policy", {})}
+
+
+def mpi_cluster(procs, size, iters_scale):
+    hosts = ",".join("10.77.0.%d" % i for i in range(1, procs + 1))
+    prefix = MPIRUN + ["--host", hosts, "--mca", "plm_rsh_agent", RSH, "--mca", "btl_tcp_if_include", "10.77.0.0/24",
+                       "--mca", "oob_tcp_if_include", "10.77.0.0/24"]
+    return mpi_small(procs, [size], iters_scale, prefix=prefix)[size]
+
+
+def cluster_runs(rate, quick, hosts=8, size=64 * MIB):
+    rows = []
+    note = cluster_possible()
+    if note:
+        return rows, "skipped: the emulated cluster " + note
+    run([CLUSTER, "up", str(hosts), rate], 120)
+    try:
+        for rep in range(2 if quick else 3):
+            rows.append({"what": "unicast (one TCP stream, 2 hosts)", "key": "unicast", "rep": rep,
+                         "last_us": unicast_once(size), "all_us": None, "ok": True})
+        plan = [("binomial_pipeline", 3), ("sequential", 1)] if quick else \
+            [("binomial_pipeline", 4), ("chain", 2), ("binomial_tree", 2), ("sequential", 2)]
+        for algo, messages in plan:
+            r = hmcast_cluster(hosts, size, algo, messages)
+            rows.append({"what": "hmcast %s, %d hosts" % (algo, hosts), "key": algo, "rep": 0, "last_us": r["last"],
+                         "all_us": r["all"], "ok": r["ok"]})
+        if not quick:
+            r = hmcast_cluster(2, size, "binomial_pipeline", 3)
+            rows.append({"what": "hmcast, 2 hosts (one hop)", "key": "hmcast_2", "rep": 0, "last_us": r["last"],
+                         "all_us": r["all"], "ok": r["ok"]})
+            try:
+                r = mpi_cluster(hosts, size, 0.5)
+                rows.append({"what": "Open MPI MPI_Bcast, %d hosts" % hosts, "key": "mpi_bcast", "rep": 0,
+                             "last_us": r["last"], "all_us": r["all"], "ok": r["ok"]})
+            except Exception as e:
+                say("MPI_Bcast on the emulated cluster could not run: %s" % e)
+                rows.append({"what": "Open MPI MPI_Bcast, %d hosts: could not run (%s)" % (hosts, str(e)[:120]),
+                             "key": "mpi_bcast", "rep": 0, "last_us": None, "all_us": None, "ok": False})
+    finally:
+        subprocess.run([CLUSTER, "down"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return rows, None
+
+
+def cluster_value(rows, key):
+    v = [r["last_us"] for r in rows if r["key"] == key and r["last_us"] is not None]
+    return statistics.median(v) if v else None
+
+
+# ---------------------------------------------------------------- report
+
+def write_csv(path, rows):
+    if not rows:
+        return
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0].keys()))
+        w.writeheader()
+        w.writerows(rows)
+
+
+def charts(out, small, procs_list, sizes, large, shim_ran):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    made = []
+    impls = [i for i in IMPLS if i[0] != "shim" or shim_ran]
+    styles = {"hmcast": ("tab:blue", "o"), "mpi": ("tab:red", "s"), "shim": ("tab:green", "^")}
+    # 1. Latency by size at the largest group, both completion notions.
+    if len(sizes) > 1:
+        n = max(procs_list)
+        fig, axes = plt.subplots(1, 2, figsize=(12, 4.8), sharey=True)
+        for ax, key, title, names in ((axes[0], "all_p50_us", "Until the root knows all have it",
+                                       {"hmcast": "hmcast all-acked", "mpi": "MPI_Bcast + MPI_Barrier",
+                                        "shim": "shim: MPI_Bcast + MPI_Barrier"}),
+                                      (axes[1], "last_p50_us", "Until the last member has it",
+                                       {"hmcast": "hmcast last delivery", "mpi": "MPI_Bcast",
+                                        "shim": "shim: MPI_Bcast"})):
+            for impl, _ in impls:
+                ys = [median_of(small, impl, n, s, key) for s in sizes]
+                if all(y is None for y in ys):
+                    continue
+                c, m = styles[impl]
+                ax.plot([s for s, y in zip(sizes, ys) if y], [y for y in ys if y], marker=m, color=c, label=names[impl])
+            ax.set_xscale("log", base=2)
+            ax.set_yscale("log")
+            ax.set_xticks(sizes)
+            ax.set_xticklabels([fmt_size(s).replace(" ", "") for s in sizes], rotation=0)
+            ax.set_xlabel("message size")
+            ax.set_title("%s (%d processes, loopback)" % (title, n))
+            ax.grid(True, which="both", alpha=0.3)
+            ax.legend()
+        axes[0].set_ylabel("p50 latency (µs, log scale)")
+        fig.tight_layout()
+        path = os.path.join(out, "latency_by_size.png")
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        made.append(path)
+    # 2. 2 KiB by group size.
+    if 2048 in sizes:
+        fig, ax = plt.subplots(figsize=(8, 4.8))
+        series = [("hmcast", "all_p50_us", "hmcast all-acked"), ("mpi", "all_p50_us", "MPI_Bcast + MPI_Barrier"),
+                  ("hmcast", "last_p50_us", "hmcast last delivery"), ("mpi", "last_p50_us", "MPI_Bcast")]
+        if shim_ran:
+            series += [("shim", "all_p50_us", "shim: Bcast + Barrier")]
+        width = 0.8 / len(series)
+        colors = ["tab:blue", "tab:red", "lightsteelblue", "lightsalmon", "tab:green"]
+        for k, (impl, key, label) in enumerate(series):
+            ys = [median_of(small, impl, n, 2048, key) or 0 for n in procs_list]
+            xs = [i + (k - (len(series) - 1) / 2) * width for i in range(len(procs_list))]
+            bars = ax.bar(xs, ys, width, label=label, color=colors[k])
+            ax.bar_label(bars, labels=["%.0f" % y for y in ys], fontsize=8)
+        ax.set_xticks(range(len(procs_list)))
+        ax.set_xticklabels(["%d processes" % n for n in procs_list])
+        ax.set_ylabel("p50 latency (µs)")
+        ax.set_title("2 KiB broadcast on loopback: hmcast vs Open MPI (TCP)")
+        ax.legend(fontsize=8)
+        ax.grid(True, axis="y", alpha=0.3)
+        fig.tight_layout()
+        path = os.path.join(out, "small_2k_by_procs.png")
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        made.append(path)
+    # 3. 64 MiB on the emulated cluster.
+    keys = []
+    for r in large:
+        if r["key"] not in [k for k, _ in keys] and r["last_us"] is not None:
+            keys.append((r["key"], r["what"]))
+    if keys:
+        fig, ax = plt.subplots(figsize=(9, 4.8))
+        vals = [cluster_value(large, k) / 1e6 for k, _ in keys]
+        colors = ["grey" if k == "unicast" else "tab:red" if k == "mpi_bcast" else "tab:blue" for k, _ in keys]
+        bars = ax.barh(range(len(keys)), vals, color=colors)
+        ax.bar_label(bars, labels=["%.2f s" % v for v in vals], fontsize=8)
+        ax.set_yticks(range(len(keys)))
+        ax.set_yticklabels([w for _, w in keys], fontsize=8)
+        ax.invert_yaxis()
+        ax.set_xlabel("seconds until the last host has the 64 MiB message (p50)")
+        ax.set_title("64 MiB to 8 emulated hosts (per-host rate limit), against one unicast")
+        ax.grid(True, axis="x", alpha=0.3)
+        fig.tight_layout()
+        path = os.path.join(out, "large_64m_cluster.png")
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        made.append(path)
+    return made
+
+
+def tables(small, procs_list, sizes, large, summary, shim_ran):
+    md = []
+    md.append("Run: `%s` (%s, %s).\n" % (summary["command"], summary["started_utc"], summary["host"]))
+    md.append("### Small and medium messages, loopback, p50 (median of %d alternating rounds)\n" % summary["rounds"])
+    head = "| procs | size | hmcast all-acked | MPI_Bcast+Barrier | ratio | hmcast last delivery | MPI_Bcast | ratio |"
+    sep = "|---|---|---|---|---|---|---|---|"
+    if shim_ran:
+        head += " shim Bcast+Barrier | shim Bcast |"
+        sep += "---|---|"
+    md += [head, sep]
+    for n in procs_list:
+        for s in sizes:
+            ha, hl = median_of(small, "hmcast", n, s, "all_p50_us"), median_of(small, "hmcast", n, s, "last_p50_us")
+            ma, ml = median_of(small, "mpi", n, s, "all_p50_us"), median_of(small, "mpi", n, s, "last_p50_us")
+            line = "| %d | %s | %s | %s | %s | %s | %s | %s |" % (
+                n, fmt_size(s), fmt_us(ha), fmt_us(ma), "%.2f" % (ha / ma) if ha and ma else "n/a", fmt_us(hl),
+                fmt_us(ml), "%.2f" % (hl / ml) if hl and ml else "n/a")
+            if shim_ran:
+                line += " %s | %s |" % (fmt_us(median_of(small, "shim", n, s, "all_p50_us")),
+                                        fmt_us(median_of(small, "shim", n, s, "last_p50_us")))
+            md.append(line)
+    if not shim_ran:
+        md.append("\nMPI_Bcast via the hmcast shim: %s\n" % summary["shim"])
+    md.append("\n### 64 MiB to 8 emulated hosts (%s per host), time until the last host has it\n" % summary["rate"])
+    if large:
+        uni = cluster_value(large, "unicast")
+        md += ["| what | last delivery (p50) | all-acked (p50) | vs one unicast |", "|---|---|---|---|"]
+        seen = set()
+        for r in large:
+            if r["key"] in seen:
+                continue
+            seen.add(r["key"])
+            v = cluster_value(large, r["key"])
+            alls = [x["all_us"] for x in large if x["key"] == r["key"] and x["all_us"]]
+            md.append("| %s | %s | %s | %s |" % (r["what"], fmt_us(v), fmt_us(alls[0]) if alls else "—",
+                                                 "%.2f" % (v / uni) if v and uni else "n/a"))
+    else:
+        md.append(summary.get("cluster", "not run"))
+    md.append("\nFigures: `%s`" % json.dumps({k: summary[k] for k in summary if k.startswith(("small_", "large_"))}))
+    return "\n".join(md) + "\n"
+
+
+def update_docs(out, made, table_md):
+    docs = os.path.join(ROOT, "docs")
+    img = os.path.join(docs, "benchmarks")
+    os.makedirs(img, exist_ok=True)
+    for p in made + [os.path.join(out, f) for f in ("small.csv", "cluster.csv", "summary.json")]:
+        if os.path.exists(p):
+            shutil.copy(p, img)
+    path = os.path.join(docs, "benchmarks.md")
+    begin, end = "<!-- compare_mpi:begin -->", "<!-- compare_mpi:end -->"
+    text = open(path).read() if os.path.exists(path) else "# Benchmarks\n\n%s\n%s\n" % (begin, end)
+    if begin not in text:
+        text += "\n%s\n%s\n" % (begin, end)
+    pics = "\n".join("![%s](benchmarks/%s)" % (os.path.basename(p)[:-4].replace("_", " "), os.path.basename(p))
+                     for p in made)
+    a, rest = text.split(begin, 1)
+    _, b = rest.split(end, 1)
+    open(path, "w").write(a + begin + "\n" + table_md + "\n" + pics + "\n" + end + b)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--docs", action="store_true")
+    ap.add_argument("--out", default=os.path.join(ROOT, "build/compare"))
+    ap.add_argument("--rate", default="200mbit")
+    ap.add_argument("--rounds", type=int, default=None, help="alternating rounds of the loopback runs")
+    args = ap.parse_args()
+    for exe, target in ((HM, "hmcast_cli"), (MPIB, "hmcast_mpi_bench")):
+        if not os.path.exists(exe):
+            sys.exit("compare_mpi: %s is missing: cmake --build --preset default --target %s" % (exe, target))
+    if shutil.which("mpirun") is None:
+        sys.exit("compare_mpi: mpirun is missing: apt-get install openmpi-bin libopenmpi-dev")
+    os.makedirs(args.out, exist_ok=True)
+    t0 = time.time()
+    shim = os.path.exists(SHIM)
+    summary = {"command": "bench/compare_mpi.sh" + (" --quick" if args.quick else "") + (" --docs" if args.docs else ""),
+               "started_utc": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+               "host": "%d cores, %s" % (os.cpu_count(), os.uname().release), "rate": args.rate,
+               "shim": "ran (build/lib/libhmcast_mpi.so)" if shim else "not built (build/lib/libhmcast_mpi.so missing)"}
+    if args.quick:
+        procs_list, sizes, rounds = [8], [2048], args.rounds or 3
+    else:
+        procs_list, sizes, rounds = [2, 4, 8], [8, 64, 2048, 65536, MIB, 64 * MIB], args.rounds or 1
+    summary["rounds"] = rounds
+    small = small_runs(procs_list, sizes, rounds, 1.0, shim)
+    shim_ran = any(r["impl"] == "shim" for r in small)
+    large, note = cluster_runs(args.rate, args.quick)
+    if note:
+        summary["cluster"] = note
+    ha, ma = median_of(small, "hmcast", 8, 2048, "all_p50_us"), median_of(small, "mpi", 8, 2048, "all_p50_us")
+    hl, ml = median_of(small, "hmcast", 8, 2048, "last_p50_us"), median_of(small, "mpi", 8, 2048, "last_p50_us")
+    summary.update({
+        "small_2k_hmcast_all_acked_p50_us": ha, "small_2k_mpi_bcast_barrier_p50_us": ma,
+        "small_2k_hmcast_last_delivery_p50_us": hl, "small_2k_mpi_bcast_p50_us": ml,
+        "small_2k_p50_ratio_vs_mpi_bcast_barrier": round(ha / ma, 3) if ha and ma else None,
+        "small_2k_p50_ratio_vs_mpi_bcast": round(ha / ml, 3) if ha and ml else None,
+        "small_2k_last_delivery_p50_ratio_vs_mpi_bcast": round(hl / ml, 3) if hl and ml else None,
+    })
+    if shim_ran:
+        sa = median_of(small, "shim", 8, 2048, "all_p50_us")
+        summary["small_2k_shim_bcast_barrier_p50_us"] = sa
+    uni, pipe, seq = (cluster_value(large, k) for k in ("unicast", "binomial_pipeline", "sequential"))
+    summary.update({
+        "large_64m_unicast_us": uni, "large_64m_pipeline_us": pipe, "large_64m_sequential_us": seq,
+        "large_64m_ratio_vs_unicast": round(pipe / uni, 3) if pipe and uni else None,
+        "large_64m_ratio_vs_sequential": round(pipe / seq, 3) if pipe and seq else None,
+    })
+    summary["ok"] = all(r["ok"] for r in small) and all(r["ok"] for r in large if r["key"] != "mpi_bcast")
+    summary["elapsed_s"] = round(time.time() - t0, 1)
+    write_csv(os.path.join(args.out, "small.csv"), small)
+    write_csv(os.path.join(args.out, "cluster.csv"), large)
+    made = charts(args.out, small, procs_list, sizes, large, shim_ran)
+    table_md = tables(small, procs_list, sizes, large, summary, shim_ran)
+    open(os.path.join(args.out, "results.md"), "w").write(table_md)
+    open(os.path.join(args.out, "commands.log"), "w").write("\n".join(LOG) + "\n")
+    json.dump(summary, open(os.path.join(args.out, "summary.json"), "w"), indent=1)
+    if args.docs:
+        update_docs(args.out, made, table_md)
+    print(table_md)
+    print(json.dumps(summary))
+
+
+if __name__ == "__main__":
+    main()

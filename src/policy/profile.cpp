@@ -1,0 +1,186 @@
+#include "policy/profile.hpp"
+
+#include <charconv>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+namespace hmcast::policy {
+
+namespace {
+
+[[noreturn]] void fail(const std::string& what) { throw ProfileError("profile: " + what); }
+
+template <class T>
+void check_range(const char* key, T v, T lo, T hi) {
+  if (v < lo || v > hi)
+    fail(std::string(key) + " = " + std::to_string(v) + " is outside [" + std::to_string(lo) + ", " +
+         std::to_string(hi) + "]");
+}
+
+template <class T>
+T number(std::string_view key, std::string_view text, int line) {
+  T v{};
+  const auto* end = text.data() + text.size();
+  const auto [ptr, ec] = std::from_chars(text.data(), end, v);
+  if (ec != std::errc{} || ptr != end)
+    fail("line " + std::to_string(line) + ": " + std::string(key) + " needs a whole number in range, not '" +
+         std::string(text) + "'");
+  return v;
+}
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t' || s.front() == '\r')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r')) s.remove_suffix(1);
+  return s;
+}
+
+}  // namespace
+
+Profile builtin_profile(std::string_view transport) {
+  Profile p;
+  p.transport = std::string(transport);
+  if (transport == "socket") {
+    // Measured on loopback and on the emulated cluster (docs/benchmarks.md): every
+    // process is woken by the kernel, so each ACK-tree level costs a wake-up;
+    // up to 16 members one level (all ACK the sender) is fastest.
+    p.flat_tree_max_group = 16;
+    p.tree_radix = 4;
+    p.ack_interval_ns = 20'000;
+    // A member process may be descheduled for tens of milliseconds on shared cores
+    // (and a host's own sending queues its credits behind its data): with one block
+    // of credit asked 256 KiB early, 64 MiB to 8 rate-limited hosts took 1.7x one
+    // unicast; two blocks asked 512 KiB early keep the links busier (about 1.3x;
+    // four let senders crowd a receiver's link). See docs/benchmarks.md.
+    p.receive_window = 2;
+    p.credit_lead_bytes = 512U << 10;
+  } else if (transport == "verbs") {
+    // Polled completion queues: a hop costs a few microseconds, the sender's
+    // receive queue is the limit. Panda's RDMA collectives: degree 3 best for the
+    // smallest messages; 8 direct children keep the root's work small.
+    p.flat_tree_max_group = 8;
+    p.tree_radix = 3;
+    p.ack_interval_ns = 1'000;
+  } else if (transport == "sim") {
+    p.flat_tree_max_group = 4;
+    p.tree_radix = 2;
+    p.ack_interval_ns = 1'000;
+  } else if (transport == "inproc") {
+    p.flat_tree_max_group = 16;
+    p.tree_radix = 4;
+  } else {
+    fail("no built-in profile for transport '" + std::string(transport) + "' (socket, verbs, sim or inproc)");
+  }
+  return p;
+}
+
+void validate(const Profile& p) {
+  if (p.transport.empty() || p.transport.size() > 32 || p.transport.find_first_of(" \t\r\n#") != std::string::npos)
+    fail("transport must be one word of at most 32 characters");
+  check_range("max_small_message", p.max_small_message, bounds::kMinSmall, bounds::kMaxSmall);
+  check_range("flat_tree_max_group", p.flat_tree_max_group, 1U, bounds::kMaxFlatGroup);
+  check_range("tree_radix", p.tree_radix, 2U, bounds::kMaxRadix);
+  check_range("min_block_size", p.min_block_size, bounds::kMinBlock, bounds::kMaxBlock);
+  check_range("max_block_size", p.max_block_size, p.min_block_size, bounds::kMaxBlock);
+  check_range("target_blocks", p.target_blocks, 1U, bounds::kMaxTargetBlocks);
+  check_range("ack_interval_ns", p.ack_interval_ns, std::int64_t{0}, bounds::kMaxAckIntervalNs);
+  check_range("receive_window", p.receive_window, 1U, bounds::kMaxReceiveWindow);
+  check_range("credit_lead_bytes", p.credit_lead_bytes, std::uint64_t{0}, bounds::kMaxCreditLead);
+}
+
+std::string format_profile(const Profile& p) {
+  validate(p);
+  std::ostringstream out;
+  out << "hmcast-profile " << kProfileVersion << "\n"
+      << "transport " << p.transport << "\n"
+      << "max_small_message " << p.max_small_message << "\n"
+      << "flat_tree_max_group " << p.flat_tree_max_group << "\n"
+      << "tree_radix " << p.tree_radix << "\n"
+      << "min_block_size " << p.min_block_size << "\n"
+      << "max_block_size " << p.max_block_size << "\n"
+      << "target_blocks " << p.target_blocks << "\n"
+      << "ack_interval_ns " << p.ack_interval_ns << "\n"
+      << "receive_window " << p.receive_window << "\n"
+      << "credit_lead_bytes " << p.credit_lead_bytes << "\n";
+  return out.str();
+}
+
+Profile parse_profile(std::string_view text) {
+  if (text.size() > 64 * 1024) fail("file is over 64 KiB: not a profile");
+  Profile p;
+  std::map<std::string, int> seen;
+  int line_no = 0;
+  bool have_version = false;
+  while (!text.empty()) {
+    const auto nl = text.find('\n');
+    std::string_view line = text.substr(0, nl);
+    text = nl == std::string_view::npos ? std::string_view{} : text.substr(nl + 1);
+    ++line_no;
+    if (const auto hash = line.find('#'); hash != std::string_view::npos) line = line.substr(0, hash);
+    line = trim(line);
+    if (line.empty()) continue;
+    const auto sp = line.find_first_of(" \t");
+    if (sp == std::string_view::npos) fail("line " + std::to_string(line_no) + ": expected 'key value'");
+    const std::string key(line.substr(0, sp));
+    const std::string_view value = trim(line.substr(sp));
+    if (!have_version) {
+      if (key != "hmcast-profile")
+        fail("line " + std::to_string(line_no) + ": the first line must be 'hmcast-profile " +
+             std::to_string(kProfileVersion) + "'");
+      const int v = number<int>(key, value, line_no);
+      if (v != kProfileVersion)
+        fail("version " + std::to_string(v) + " is not supported (this build reads version " +
+             std::to_string(kProfileVersion) + "): calibrate again with `hmcast bench --calibrate`");
+      have_version = true;
+      continue;
+    }
+    if (++seen[key] > 1) fail("line " + std::to_string(line_no) + ": " + key + " appears twice");
+    if (key == "transport") {
+      p.transport = std::string(value);
+    } else if (key == "max_small_message") {
+      p.max_small_message = number<std::uint32_t>(key, value, line_no);
+    } else if (key == "flat_tree_max_group") {
+      p.flat_tree_max_group = number<std::uint32_t>(key, value, line_no);
+    } else if (key == "tree_radix") {
+      p.tree_radix = number<std::uint32_t>(key, value, line_no);
+    } else if (key == "min_block_size") {
+      p.min_block_size = number<std::uint64_t>(key, value, line_no);
+    } else if (key == "max_block_size") {
+      p.max_block_size = number<std::uint64_t>(key, value, line_no);
+    } else if (key == "target_blocks") {
+      p.target_blocks = number<std::uint32_t>(key, value, line_no);
+    } else if (key == "ack_interval_ns") {
+      p.ack_interval_ns = number<std::int64_t>(key, value, line_no);
+    } else if (key == "receive_window") {
+      p.receive_window = number<std::uint32_t>(key, value, line_no);
+    } else if (key == "credit_lead_bytes") {
+      p.credit_lead_bytes = number<std::uint64_t>(key, value, line_no);
+    } else {
+      fail("line " + std::to_string(line_no) + ": unknown key '" + key + "'");
+    }
+  }
+  if (!have_version) fail("empty: the first line must be 'hmcast-profile " + std::to_string(kProfileVersion) + "'");
+  for (const char* k : {"transport", "max_small_message", "flat_tree_max_group", "tree_radix", "min_block_size",
+                        "max_block_size", "target_blocks", "ack_interval_ns", "receive_window", "credit_lead_bytes"})
+    if (seen[k] != 1) fail(std::string("missing key '") + k + "'");
+  validate(p);
+  return p;
+}
+
+Profile load_profile(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) fail("cannot read '" + path + "': check the path (write one with `hmcast bench --calibrate --profile-out`)");
+  std::string text;
+  char buf[4096];
+  while (f.read(buf, sizeof buf) || f.gcount() > 0) {
+    text.append(buf, static_cast<std::size_t>(f.gcount()));
+    if (text.size() > 64 * 1024) fail("'" + path + "' is over 64 KiB: not a profile");
+  }
+  try {
+    return parse_profile(text);
+  } catch (const ProfileError& e) {
+    throw ProfileError(std::string(e.what()) + " (in '" + path + "')");
+  }
+}
+
+}  // namespace hmcast::policy

@@ -1,0 +1,76 @@
+// A transport's profile: the measured facts the policy chooses from (policy.hpp).
+//
+// Built-in profiles exist for socket, verbs, sim and inproc; `hmcast bench
+// --calibrate` measures the crossover points on the current transport and writes
+// a profile file (format below), which a Node loads through Config::profile_file.
+//
+// File format (text, one "key value" per line, '#' starts a comment):
+//   hmcast-profile 1            first line: the format version
+//   transport socket
+//   max_small_message 1048576   above this size a message takes the large path
+//   flat_tree_max_group 16      groups up to this size ACK straight to the sender
+//   tree_radix 4                ACK-tree radix in larger groups (>= 2)
+//   min_block_size 65536        a large message is cut into about target_blocks
+//   max_block_size 1048576        blocks of a size in [min, max] (RDMC: the best
+//   target_blocks 64              block grows with the message)
+//   ack_interval_ns 20000       ACK coalescing interval
+//   receive_window 4            large path: blocks a receiver lets come at once
+//   credit_lead_bytes 1048576   large path: ask for the next block this early
+// Every key must appear exactly once; unknown keys, values out of the bounds
+// below and trailing garbage are errors (ProfileError says which line).
+#pragma once
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+
+namespace hmcast::policy {
+
+struct Profile {
+  std::string transport = "socket";
+  std::uint32_t max_small_message = 1U << 20;
+  std::uint32_t flat_tree_max_group = 16;
+  std::uint32_t tree_radix = 4;
+  std::uint64_t min_block_size = 64U << 10;
+  std::uint64_t max_block_size = 1U << 20;
+  std::uint32_t target_blocks = 64;
+  std::int64_t ack_interval_ns = 20'000;
+  std::uint32_t receive_window = 1;
+  std::uint64_t credit_lead_bytes = 256U << 10;
+  friend bool operator==(const Profile&, const Profile&) = default;
+};
+
+/// Bounds every parsed or built profile must respect (a profile file is input).
+namespace bounds {
+inline constexpr std::uint32_t kMinSmall = 64, kMaxSmall = 64U << 20;
+inline constexpr std::uint32_t kMaxFlatGroup = 1024;
+inline constexpr std::uint32_t kMaxRadix = 1024;
+inline constexpr std::uint64_t kMinBlock = 4096, kMaxBlock = 64ULL << 20;
+inline constexpr std::uint32_t kMaxTargetBlocks = 1U << 16;
+inline constexpr std::int64_t kMaxAckIntervalNs = 100'000'000;
+inline constexpr std::uint32_t kMaxReceiveWindow = 64;
+inline constexpr std::uint64_t kMaxCreditLead = 1ULL << 30;
+}  // namespace bounds
+
+struct ProfileError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+inline constexpr int kProfileVersion = 1;
+
+/// The built-in profile of "socket", "verbs", "sim" or "inproc". Throws
+/// ProfileError for another name.
+[[nodiscard]] Profile builtin_profile(std::string_view transport);
+
+/// Throws ProfileError naming the first field out of its bounds.
+void validate(const Profile& p);
+
+/// The file form of a profile (parse_profile(format_profile(p)) == p).
+[[nodiscard]] std::string format_profile(const Profile& p);
+/// Parses the file form. Throws ProfileError with the line and what to fix.
+[[nodiscard]] Profile parse_profile(std::string_view text);
+/// Reads and parses a file. Throws ProfileError (also when it cannot be read).
+[[nodiscard]] Profile load_profile(const std::string& path);
+
+}  // namespace hmcast::policy

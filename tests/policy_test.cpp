@@ -1,0 +1,119 @@
+// The policy (src/policy): the choice per message and per group, and the profile
+// file: round trip, version, bounds and malformed input.
+#include <catch2/catch.hpp>
+
+#include "policy/policy.hpp"
+#include "policy/profile.hpp"
+
+using namespace hmcast;
+using namespace hmcast::policy;
+
+TEST_CASE("small groups ACK straight to the sender; larger ones use the profile's radix", "[policy]") {
+  Profile p = builtin_profile("socket");
+  p.flat_tree_max_group = 16;
+  p.tree_radix = 4;
+  CHECK(radix_for(p, 1) == 2);  // the tree needs radix >= 2; one member has no children anyway
+  CHECK(radix_for(p, 2) == 2);
+  CHECK(radix_for(p, 8) == 8);  // radix n: every member is the root's child, one level
+  CHECK(radix_for(p, 16) == 16);
+  CHECK(radix_for(p, 17) == 4);
+  CHECK(radix_for(p, 1000) == 4);
+}
+
+TEST_CASE("the path follows the crossover and the fragment count the MTU", "[policy]") {
+  Profile p = builtin_profile("socket");
+  p.max_small_message = 1U << 20;
+  const auto small = choose(p, 2048, 8, 8192);
+  CHECK(small.path == Path::small);
+  CHECK(small.fragments == 1);
+  CHECK(small.radix == 8);
+  const auto multi = choose(p, 100'000, 8, 8192);
+  CHECK(multi.path == Path::small);
+  CHECK(multi.fragments == (100'000 + 8192 - 64 - 1) / (8192 - 64));
+  const auto edge = choose(p, 1U << 20, 8, 8192);
+  CHECK(edge.path == Path::small);
+  const auto large = choose(p, (1U << 20) + 1, 8, 8192);
+  CHECK(large.path == Path::large);
+  CHECK(large.blocks * large.block_size >= (1U << 20) + 1);
+  CHECK(describe(large).find("path=large") == 0);
+}
+
+TEST_CASE("the block grows with the message, within the profile's bounds", "[policy]") {
+  Profile p = builtin_profile("socket");
+  p.min_block_size = 64U << 10;
+  p.max_block_size = 1U << 20;
+  p.target_blocks = 64;
+  CHECK(block_size_for(p, 2U << 20) == (64U << 10));    // 2 MiB / 64 = 32 KiB, raised to the minimum
+  CHECK(block_size_for(p, 16U << 20) == (256U << 10));  // exactly 64 blocks
+  CHECK(block_size_for(p, 64ULL << 20) == (1U << 20));
+  CHECK(block_size_for(p, 1ULL << 30) == (1U << 20));  // capped
+  std::uint64_t last = 0;
+  for (std::uint64_t size = 1U << 20; size <= (1ULL << 32); size *= 3) {
+    const auto b = block_size_for(p, size);
+    CHECK(b >= last);  // never shrinks as the message grows
+    CHECK(b % 4096 == 0);
+    last = b;
+  }
+}
+
+TEST_CASE("tuned() carries the profile into a ProtocolConfig; block_size_for agrees", "[policy]") {
+  const Profile p = builtin_profile("socket");
+  const ProtocolConfig c = tuned(p, 8, ProtocolConfig{});
+  CHECK(c.radix == 8);
+  CHECK(c.max_small_message == p.max_small_message);
+  CHECK(c.block_size == p.max_block_size);
+  CHECK(c.large_receive_window == p.receive_window);
+  CHECK(c.large_credit_lead_bytes == p.credit_lead_bytes);
+  for (std::uint64_t size : {2ULL << 20, 5ULL << 20, 16ULL << 20, 64ULL << 20, 1ULL << 30})
+    CHECK(block_size_for(c, size) == block_size_for(p, size));
+  ProtocolConfig fixed = c;
+  fixed.target_blocks = 0;
+  CHECK(block_size_for(fixed, 2ULL << 20) == fixed.block_size);
+}
+
+TEST_CASE("built-in profiles exist for socket, verbs, sim and inproc, and are valid", "[policy]") {
+  for (const char* t : {"socket", "verbs", "sim", "inproc"}) {
+    const Profile p = builtin_profile(t);
+    CHECK(p.transport == t);
+    CHECK_NOTHROW(validate(p));
+  }
+  CHECK_THROWS_AS(builtin_profile("carrier-pigeon"), ProfileError);
+  CHECK(builtin_profile("verbs").flat_tree_max_group < builtin_profile("socket").flat_tree_max_group);
+}
+
+TEST_CASE("a profile file round-trips and rejects what it cannot trust", "[policy]") {
+  Profile p = builtin_profile("verbs");
+  p.max_small_message = 300'000;
+  p.tree_radix = 3;
+  p.target_blocks = 17;
+  p.credit_lead_bytes = 12345;
+  const std::string text = format_profile(p);
+  CHECK(parse_profile(text) == p);
+  CHECK(parse_profile("# comment\n\n" + text + "  # trailing comment\n") == p);
+
+  const auto without = [&](const std::string& key) {
+    std::string out;
+    std::size_t pos = 0;
+    while (pos < text.size()) {
+      const auto nl = text.find('\n', pos);
+      const std::string line = text.substr(pos, nl - pos);
+      if (line.rfind(key + " ", 0) != 0) out += line + "\n";
+      pos = nl + 1;
+    }
+    return out;
+  };
+  CHECK_THROWS_WITH(parse_profile(without("tree_radix")), Catch::Contains("missing key 'tree_radix'"));
+  CHECK_THROWS_WITH(parse_profile(text + "tree_radix 3\n"), Catch::Contains("appears twice"));
+  CHECK_THROWS_WITH(parse_profile(text + "color blue\n"), Catch::Contains("unknown key"));
+  CHECK_THROWS_WITH(parse_profile(""), Catch::Contains("first line"));
+  CHECK_THROWS_WITH(parse_profile("hmcast-profile 2\n"), Catch::Contains("version 2 is not supported"));
+  CHECK_THROWS_WITH(parse_profile(without("tree_radix") + "tree_radix 1\n"), Catch::Contains("tree_radix"));
+  CHECK_THROWS_WITH(parse_profile(without("tree_radix") + "tree_radix -3\n"), Catch::Contains("whole number"));
+  CHECK_THROWS_WITH(parse_profile(without("tree_radix") + "tree_radix 99999999999999999999\n"),
+                    Catch::Contains("whole number"));
+  CHECK_THROWS_WITH(parse_profile(without("tree_radix") + "tree_radix 3x\n"), Catch::Contains("whole number"));
+  CHECK_THROWS_WITH(parse_profile(without("max_block_size") + "max_block_size 4096\n"),
+                    Catch::Contains("max_block_size"));  // below min_block_size
+  CHECK_THROWS_AS(parse_profile(std::string(70'000, '#')), ProfileError);
+  CHECK_THROWS_AS(load_profile("/nonexistent/hmcast-profile"), ProfileError);
+}
