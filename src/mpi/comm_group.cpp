@@ -68,12 +68,6 @@ struct Rendezvous {
 
 }  // namespace
 
-std::size_t CommGroup::max_small() {
-  // The socket transport's profile keeps the default threshold, and every rank
-  // runs the same shim, so this is the threshold the root's Node applied.
-  return ProtocolConfig{}.max_small_message;
-}
-
 std::unique_ptr<CommGroup> CommGroup::form(MPI_Comm comm, std::string& why) {
   int rank = 0;
   int size = 0;
@@ -133,6 +127,7 @@ std::unique_ptr<CommGroup> CommGroup::form(MPI_Comm comm, std::string& why) {
     g->group_ = g->node_->join("mpi-communicator");  // the manager is this communicator's own
     CommGroup* self = g.get();
     g->self_ = g->group_.self();
+    g->max_small_ = g->group_.stats().max_small_message;
     g->group_.on_view_change([self](const View&, std::span<const MemberId> left) {
       if (left.empty()) return;
       std::lock_guard lock(self->mu_);

@@ -61,8 +61,10 @@ class CommGroup {
   template <class Take>
   std::optional<BcastError> receive(int root, std::size_t size, Take&& take);
 
-  /// Broadcasts above this many bytes take hmcast's large path.
-  [[nodiscard]] static std::size_t max_small();
+  /// Broadcasts above this many bytes take hmcast's large path: the group's own
+  /// threshold (the policy's choice, GroupStats::max_small_message), the same at
+  /// every rank since every rank builds the same Config.
+  [[nodiscard]] std::size_t max_small() const { return max_small_; }
 
  private:
   CommGroup() = default;
@@ -76,6 +78,7 @@ class CommGroup {
   std::unique_ptr<Node> node_;
   Group group_;
   MemberId self_ = 0;
+  std::size_t max_small_ = 0;
   std::vector<MemberId> member_of_rank_;
 
   std::mutex mu_;

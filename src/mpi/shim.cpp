@@ -253,7 +253,7 @@ int bcast(void* buffer, int count, MPI_Datatype datatype, int root, MPI_Comm com
   }
   if (err) return raise(comm, *err);
   auto& s = stats();
-  ++(bytes > CommGroup::max_small() ? s.large : s.small);
+  ++(bytes > entry.group->max_small() ? s.large : s.small);
   if (!plain) ++s.packed;
   s.bytes += bytes;
   return MPI_SUCCESS;
