@@ -43,10 +43,13 @@ class InprocLink final : public Link {
   bool closed_ = false;
 };
 
-class SocketLink final : public Link {
+/// What the socket and verbs links share: a transport Endpoint behind the Link
+/// interface, its own errors turned into hmcast::Error(transport_failed).
+template <class Endpoint, class TransportError>
+class EndpointLink : public Link {
  public:
-  SocketLink(MemberId self, const socket::SocketConfig& cfg)
-      : endpoint_(std::make_unique<socket::Endpoint>(self, cfg)) {}
+  template <class EndpointConfig>
+  EndpointLink(MemberId self, const EndpointConfig& cfg) : endpoint_(std::make_unique<Endpoint>(self, cfg)) {}
 
   [[nodiscard]] MemberId id() const override { return endpoint_->id(); }
   void multicast(const std::vector<std::byte>& bytes) override { endpoint_->multicast(bytes); }
@@ -54,7 +57,7 @@ class SocketLink final : public Link {
   std::optional<Inbound> wait(std::chrono::steady_clock::time_point deadline) override {
     try {
       return endpoint_->wait(deadline);
-    } catch (const socket::TransportError& e) {
+    } catch (const TransportError& e) {
       throw Error(ErrorCode::transport_failed, e.what());
     }
   }
@@ -63,37 +66,25 @@ class SocketLink final : public Link {
     endpoint_->add_peer(id, host, port);
   }
   void close() override { endpoint_->close(); }
+
+  std::unique_ptr<Endpoint> endpoint_;
+};
+
+class SocketLink final : public EndpointLink<socket::Endpoint, socket::TransportError> {
+ public:
+  using EndpointLink::EndpointLink;
   void set_block_placer(socket::BlockPlacer placer) override { endpoint_->set_block_placer(std::move(placer)); }
   [[nodiscard]] std::uint64_t bytes_placed() const override { return endpoint_->stats().bytes_placed; }
   [[nodiscard]] std::uint64_t bad_input() const override {
     const auto st = endpoint_->stats();
     return st.datagrams_oversized + st.connections_malformed;
   }
-
-  std::unique_ptr<socket::Endpoint> endpoint_;
 };
 
 #ifdef HMCAST_HAVE_VERBS
-class VerbsLink final : public Link {
+class VerbsLink final : public EndpointLink<verbs::Endpoint, verbs::TransportError> {
  public:
-  VerbsLink(MemberId self, const verbs::EndpointConfig& cfg)
-      : endpoint_(std::make_unique<verbs::Endpoint>(self, cfg)) {}
-
-  [[nodiscard]] MemberId id() const override { return endpoint_->id(); }
-  void multicast(const std::vector<std::byte>& bytes) override { endpoint_->multicast(bytes); }
-  bool unicast(MemberId to, std::vector<std::byte> bytes) override { return endpoint_->unicast(to, std::move(bytes)); }
-  std::optional<Inbound> wait(std::chrono::steady_clock::time_point deadline) override {
-    try {
-      return endpoint_->wait(deadline);
-    } catch (const verbs::TransportError& e) {
-      throw Error(ErrorCode::transport_failed, e.what());
-    }
-  }
-  void wake() override { endpoint_->wake(); }
-  void add_peer(MemberId id, const std::string& host, std::uint16_t port) override {
-    endpoint_->add_peer(id, host, port);
-  }
-  void close() override { endpoint_->close(); }
+  using EndpointLink::EndpointLink;
   [[nodiscard]] std::uint64_t bad_input() const override {
     const auto st = endpoint_->stats();
     return st.ud_malformed + st.links_malformed;
@@ -102,10 +93,16 @@ class VerbsLink final : public Link {
     return endpoint_->stats().ud_multicast_datagrams;
   }
   [[nodiscard]] std::uint64_t link_bytes_sent() const override { return endpoint_->stats().rc_bytes; }
-
-  std::unique_ptr<verbs::Endpoint> endpoint_;
 };
 #endif
+
+/// Dotted text of an IPv4 address in host order (empty if it cannot be written).
+std::string ipv4_text(std::uint32_t address) {
+  in_addr a{};
+  a.s_addr = htonl(address);
+  char text[INET_ADDRSTRLEN] = {};
+  return ::inet_ntop(AF_INET, &a, text, sizeof text) != nullptr ? text : "";
+}
 
 }  // namespace
 
@@ -116,10 +113,7 @@ std::unique_ptr<Link> make_inproc_link(const std::string& fabric, const FaultCon
 std::unique_ptr<Link> make_socket_link(MemberId self, std::uint32_t multicast_address, std::uint16_t multicast_port,
                                        const SocketOptions& options, const FaultConfig& faults) {
   socket::SocketConfig cfg;
-  in_addr a{};
-  a.s_addr = htonl(multicast_address);
-  char text[INET_ADDRSTRLEN] = {};
-  cfg.group_address = ::inet_ntop(AF_INET, &a, text, sizeof text) != nullptr ? text : "";
+  cfg.group_address = ipv4_text(multicast_address);
   cfg.group_port = multicast_port;
   cfg.interface_address = options.interface_address;
   cfg.listen_address = options.interface_address;
@@ -138,10 +132,7 @@ std::unique_ptr<Link> make_verbs_link(MemberId self, std::uint32_t multicast_add
 #ifdef HMCAST_HAVE_VERBS
   verbs::EndpointConfig cfg;
   cfg.options = options;
-  in_addr a{};
-  a.s_addr = htonl(multicast_address);
-  char text[INET_ADDRSTRLEN] = {};
-  cfg.group_address = ::inet_ntop(AF_INET, &a, text, sizeof text) != nullptr ? text : "";
+  cfg.group_address = ipv4_text(multicast_address);
   try {
     return with_faults(std::make_unique<VerbsLink>(self, cfg), faults);
   } catch (const verbs::TransportError& e) {
