@@ -34,7 +34,7 @@ cmake --build --preset fuzz -j "$jobs"
 for f in build-fuzz/bin/*_fuzz; do
   [ -x "$f" ] || continue
   log=$(mktemp)
-  if ! "$f" -max_total_time="${HMCAST_FUZZ_SECONDS:-20}" -print_final_stats=1 >"$log" 2>&1; then
+  if ! "$f" -max_total_time="${HMCAST_FUZZ_SECONDS:-15}" -print_final_stats=1 >"$log" 2>&1; then
     cat "$log"; echo "FAILED: fuzz target $f"; exit 1
   fi
   echo "$(basename "$f"): $(grep -E 'stat::number_of_executed_units' "$log" | awk '{print $2}') inputs, no crash"
