@@ -126,6 +126,24 @@ struct Endpoint::Region {
   Region& operator=(const Region&) = delete;
   [[nodiscard]] std::byte* at(std::uint32_t i) const { return mem + std::size_t{i} * slot; }
   [[nodiscard]] std::uint64_t addr(std::uint32_t i) const { return reinterpret_cast<std::uintptr_t>(at(i)); }
+  /// The first `length` bytes of slot `i`, as a scatter/gather entry of this region.
+  [[nodiscard]] ibv_sge sge(std::uint32_t i, std::size_t length) const {
+    ibv_sge e{};
+    e.addr = addr(i);
+    e.length = static_cast<std::uint32_t>(length);
+    e.lkey = mr->lkey;
+    return e;
+  }
+  /// Posts a receive of all of slot `i` on `qp`; false if the queue pair refused it.
+  bool post_receive(ibv_qp* qp, std::uint32_t i, std::uint64_t wr_id) const {
+    ibv_sge e = sge(i, slot);
+    ibv_recv_wr wr{};
+    ibv_recv_wr* bad = nullptr;
+    wr.wr_id = wr_id;
+    wr.sg_list = &e;
+    wr.num_sge = 1;
+    return ::ibv_post_recv(qp, &wr, &bad) == 0;
+  }
 };
 
 /// One RC connection, used in one direction: we send frames on the ones we open
@@ -336,30 +354,13 @@ void Endpoint::release() {
 }
 
 void Endpoint::post_ud_receive(std::uint32_t slot) {
-  ibv_sge sge{};
-  sge.addr = ud_recv_->addr(slot);
-  sge.length = static_cast<std::uint32_t>(ud_recv_->slot);
-  sge.lkey = ud_recv_->mr->lkey;
-  ibv_recv_wr wr{};
-  ibv_recv_wr* bad = nullptr;
-  wr.wr_id = make_wr_id(0, kUdRecv, slot);
-  wr.sg_list = &sge;
-  wr.num_sge = 1;
-  if (::ibv_post_recv(mcast_id_->qp, &wr, &bad) != 0) fail("ibv_post_recv (UD)", "");
+  if (!ud_recv_->post_receive(mcast_id_->qp, slot, make_wr_id(0, kUdRecv, slot))) fail("ibv_post_recv (UD)", "");
 }
 
 void Endpoint::post_link_receive(Link& l, std::uint32_t slot) {
-  Region& r = l.outgoing ? *l.credit : *l.data;
-  ibv_sge sge{};
-  sge.addr = r.addr(slot);
-  sge.length = static_cast<std::uint32_t>(r.slot);
-  sge.lkey = r.mr->lkey;
-  ibv_recv_wr wr{};
-  ibv_recv_wr* bad = nullptr;
-  wr.wr_id = make_wr_id(l.key, l.outgoing ? kCredit : kLinkData, slot);
-  wr.sg_list = &sge;
-  wr.num_sge = 1;
-  if (::ibv_post_recv(l.id->qp, &wr, &bad) != 0) break_link(l, l.outgoing);
+  const Region& r = l.outgoing ? *l.credit : *l.data;
+  if (!r.post_receive(l.id->qp, slot, make_wr_id(l.key, l.outgoing ? kCredit : kLinkData, slot)))
+    break_link(l, l.outgoing);
 }
 
 void Endpoint::add_peer(MemberId id, const std::string& host, std::uint16_t port) {
@@ -401,10 +402,7 @@ void Endpoint::multicast(const std::vector<std::byte>& bytes) {
   const std::uint32_t slot = ud_free_send_.back();
   ud_free_send_.pop_back();
   std::memcpy(ud_send_->at(slot), bytes.data(), bytes.size());
-  ibv_sge sge{};
-  sge.addr = ud_send_->addr(slot);
-  sge.length = static_cast<std::uint32_t>(bytes.size());
-  sge.lkey = ud_send_->mr->lkey;
+  ibv_sge sge = ud_send_->sge(slot, bytes.size());
   ibv_send_wr wr{};
   ibv_send_wr* bad = nullptr;
   wr.wr_id = make_wr_id(0, kUdSend, slot);
@@ -522,10 +520,7 @@ void Endpoint::flush(Link& l) {
     const bool last = l.front_offset + n == frame.size();
     const std::uint32_t slot = l.free_send.back();
     if (n > 0) std::memcpy(l.data->at(slot), frame.data() + l.front_offset, n);
-    ibv_sge sge{};
-    sge.addr = l.data->addr(slot);
-    sge.length = static_cast<std::uint32_t>(n);
-    sge.lkey = l.data->mr->lkey;
+    ibv_sge sge = l.data->sge(slot, n);
     ibv_send_wr wr{};
     ibv_send_wr* bad = nullptr;
     wr.wr_id = make_wr_id(l.key, kLinkData, slot);
