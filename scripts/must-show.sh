@@ -95,19 +95,21 @@ else
   run_cmd "$RXE_COND" tests/rxe/run.sh
 fi
 # Issue 6: hmcast against Open MPI side by side in one run (loopback, and 64 MiB on
-# the emulated cluster at 200 Mbit/s per host), ratios only from that run. Checked
-# here: the run itself (every byte verified) and the pipeline against sequential send.
-# Issue 6's other two goals (2 KiB <= 0.7 x MPI_Bcast+MPI_Barrier, 64 MiB <= 1.3 x one
-# unicast) are not met on a quiet machine yet (issue 6 stays open): they are printed,
-# not asserted, so that CI shows where they stand.
+# the emulated cluster at 200 Mbit/s per host), ratios only from that run: 2 KiB
+# all-acked <= 0.7 x MPI_Bcast+MPI_Barrier, 64 MiB <= 1.3 x one unicast and <= 0.4 x
+# sequential sends. These machines are shared, so a run that misses is repeated once
+# (both are printed); two misses in a row fail.
 if command -v mpirun >/dev/null && [ -x build/bin/hmcast_mpi_bench ]; then
-  CMP_OK='d["ok"] and d["small_2k_p50_ratio_vs_mpi_bcast_barrier"] is not None'
+  CMP_OK='d["ok"] and d["small_2k_p50_ratio_vs_mpi_bcast_barrier"] <= 0.7'
   if [ "$(id -u)" -eq 0 ] && command -v ip >/dev/null; then
-    CMP_OK="$CMP_OK"' and d["large_64m_ratio_vs_unicast"] is not None and d["large_64m_ratio_vs_sequential"] <= 0.4'
+    CMP_OK="$CMP_OK"' and d["large_64m_ratio_vs_unicast"] <= 1.3 and d["large_64m_ratio_vs_sequential"] <= 0.4'
   else
     echo "note: the 64 MiB part of compare_mpi needs root and iproute2 (CI runs it)"
   fi
-  run_cmd "$CMP_OK" bench/compare_mpi.sh --quick --out build/compare-quick
+  if ! (run_cmd "$CMP_OK" bench/compare_mpi.sh --quick --out build/compare-quick); then
+    echo "the first side-by-side run missed; running it once more"
+    run_cmd "$CMP_OK" bench/compare_mpi.sh --quick --out build/compare-quick
+  fi
 else
   echo "NOT MET: bench/compare_mpi.sh needs mpirun and build/bin/hmcast_mpi_bench (scripts/install-deps.sh installs Open MPI)"
   exit 1

@@ -117,3 +117,12 @@ TEST_CASE("a profile file round-trips and rejects what it cannot trust", "[polic
   CHECK_THROWS_AS(parse_profile(std::string(70'000, '#')), ProfileError);
   CHECK_THROWS_AS(load_profile("/nonexistent/hmcast-profile"), ProfileError);
 }
+
+TEST_CASE("the socket profile cuts 64 MiB into 256 blocks and keeps mid sizes at 128 KiB", "[policy]") {
+  // Measured on 8 rate-limited hosts and on loopback (src/policy/profile.cpp).
+  const Profile p = builtin_profile("socket");
+  CHECK(block_size_for(p, 64ULL << 20) == (256U << 10));
+  CHECK(block_size_for(p, 8ULL << 20) == (128U << 10));
+  CHECK(block_size_for(p, 1ULL << 20) == (128U << 10));
+  CHECK(block_size_for(p, 1ULL << 30) == (1U << 20));
+}

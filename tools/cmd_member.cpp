@@ -44,7 +44,8 @@ struct MemberOptions {
   std::uint32_t mtu = 8192;
   std::string transport = "socket";   // or "verbs"
   std::string device;                 // verbs: RDMA device (empty: the first active)
-  std::string completion = "hybrid";  // verbs: hybrid, poll or interrupt
+  std::string completion = "hybrid";  // how the progress thread waits: hybrid, poll or interrupt
+  std::optional<std::uint32_t> busy_poll_us;  // hybrid: polling lasts this long after the last arrival (default: the transport's)
   std::uint32_t progress_ms = 500;
   std::uint32_t timeout_s = 600;
   bool serial = false;      // a sender waits for each completion before the next broadcast
@@ -107,6 +108,8 @@ int run_member(const MemberOptions& o) {
   cfg.verbs.completion = o.completion == "poll"        ? CompletionMode::poll
                          : o.completion == "interrupt" ? CompletionMode::interrupt
                                                        : CompletionMode::hybrid;
+  cfg.socket.completion = cfg.verbs.completion;
+  if (o.busy_poll_us) cfg.verbs.busy_poll = cfg.socket.busy_poll = std::chrono::microseconds(*o.busy_poll_us);
   cfg.group_size = o.size;
   cfg.socket.manager = o.manager;
   cfg.socket.embed_manager = o.embed_manager;
@@ -149,6 +152,7 @@ int run_member(const MemberOptions& o) {
     out.emit({{"event", "view"}, {"member", self}, {"view", v.id}, {"members", v.members},
               {"left", std::vector<MemberId>(left.begin(), left.end())}, {"t_ns", mono_ns()}});
   });
+  std::uint64_t expected = std::uint64_t{o.senders} * o.messages;
   g.on_deliver([&](const Delivery& d) {
     const auto t_delivered = mono_ns();  // before the check, which reads every byte
     auto c = check_message(o.seed, d.sender, d.bytes);
@@ -177,7 +181,10 @@ int run_member(const MemberOptions& o) {
       if (static_cast<std::int64_t>(c->index) < last) ++led.fifo_violations;
       last = c->index;
     }
-    led.changed.notify_all();
+    // Wake the main thread only when it has something to see: waking it on every
+    // delivery would put a thread switch next to each one, and on shared cores that
+    // is time the protocol is charged for.
+    if (o.joiner || led.unique >= expected) led.changed.notify_all();
   });
 
   // The sender: broadcast in order; a waiter thread records all-acked latencies. A view
@@ -191,7 +198,14 @@ int run_member(const MemberOptions& o) {
   struct InFlight {
     Completion c;
     std::int64_t t0;
-    std::int64_t t_done = 0;  // serial: when the sending thread saw the completion
+  };
+  // Called by one thread at a time: the sender in serial runs, the waiter otherwise.
+  const auto record_completion = [&](double latency_us) {
+    latencies_us.push_back(latency_us);
+    if (++completed == o.messages) {
+      std::lock_guard lock(led.mu);  // the main thread may be about to wait: no lost wake-up
+      led.changed.notify_all();
+    }
   };
   std::deque<InFlight> queue;
   bool sending_done = !sender;
@@ -206,13 +220,19 @@ int run_member(const MemberOptions& o) {
           const auto t0 = mono_ns();
           if (!send_ns.empty()) send_ns[i] = t0;
           auto c = g.broadcast(msg);
-          // Serial runs time the completion where the application sees it: the thread
-          // that called broadcast() and waits. Handing it to the waiter thread first
-          // would add that thread's wake-up to every figure.
-          std::int64_t t_done = 0;
-          if (o.serial && c.wait_for(std::chrono::seconds(o.timeout_s))) t_done = mono_ns();
+          if (o.serial) {
+            // Serial runs time the completion where the application sees it: the thread
+            // that called broadcast() and waits. Handing it to the waiter thread would
+            // add that thread's wake-up to every figure.
+            if (!c.wait_for(std::chrono::seconds(o.timeout_s)))
+              throw Error(ErrorCode::closed, "no completion within --timeout");
+            const auto t_done = mono_ns();
+            c.get();  // throws if the broadcast failed
+            record_completion(static_cast<double>(t_done - t0) / 1e3);
+            continue;
+          }
           std::lock_guard lock(q_mu);
-          queue.push_back({c, t0, t_done});
+          queue.push_back({c, t0});
           q_cv.notify_all();
         } catch (const Error& e) {
           ++send_failures;
@@ -237,9 +257,7 @@ int run_member(const MemberOptions& o) {
         }
         try {
           f.c.get();
-          const std::int64_t t_done = f.t_done != 0 ? f.t_done : mono_ns();
-          latencies_us.push_back(static_cast<double>(t_done - f.t0) / 1e3);
-          ++completed;
+          record_completion(static_cast<double>(mono_ns() - f.t0) / 1e3);
         } catch (const Error& e) {
           ++send_failures;
           std::lock_guard lock(q_mu);
@@ -259,7 +277,6 @@ int run_member(const MemberOptions& o) {
     led.changed.notify_all();
   });
 
-  std::uint64_t expected = std::uint64_t{o.senders} * o.messages;
   // A joiner gets each sender's messages from the first one sent in its view on: a
   // contiguous run of indices that ends at the sender's last. (With led.mu held.)
   const auto first_seen = [&](MemberId s) -> std::optional<std::uint32_t> {
@@ -388,9 +405,12 @@ void add_member_command(CLI::App& app) {
       ->check(CLI::IsMember({"socket", "verbs"}))
       ->capture_default_str();
   cmd->add_option("--device", o->device, "verbs: RDMA device (default: the first with an active port)");
-  cmd->add_option("--completion", o->completion, "verbs: hybrid, poll or interrupt")
+  cmd->add_option("--completion", o->completion, "How the progress thread waits: hybrid, poll or interrupt")
       ->check(CLI::IsMember({"hybrid", "poll", "interrupt"}))
       ->capture_default_str();
+  cmd->add_option("--busy-poll-us", o->busy_poll_us,
+                  "hybrid: keep polling this long after the last arrival (default: socket 200, verbs 50)")
+      ->check(CLI::Range(0U, 1'000'000U));
   cmd->add_option("--progress-ms", o->progress_ms, "Progress report interval")->check(CLI::Range(10U, 60000U));
   cmd->add_option("--timeout", o->timeout_s, "Give up after this many seconds")->check(CLI::Range(1U, 86400U));
   cmd->add_flag("--serial", o->serial, "Wait for each completion before the next broadcast (latency runs)");

@@ -159,6 +159,15 @@ struct SocketOptions {
   /// The kernel caps it at net.core.wmem_max / rmem_max; memory is used only as
   /// data is queued.
   std::uint32_t link_buffer_bytes = 4U << 20;
+  /// How the progress thread waits for datagrams and frames. hybrid (the default)
+  /// keeps polling, yielding the CPU between polls, for `busy_poll` after the last
+  /// arrival and then sleeps: a message that follows soon after another finds the
+  /// thread awake instead of paying a wake-up. interrupt always sleeps (the least
+  /// CPU); poll never does (a core per Node). A sleeping thread takes tens of
+  /// microseconds to wake (about 50 in a VM here: a blocking UDP round trip on
+  /// loopback took 105 us, a polling one 10 us), so the window is a few of those.
+  CompletionMode completion = CompletionMode::hybrid;
+  std::chrono::microseconds busy_poll{200};
 };
 
 /// Seeded faults injected on what a member receives (tests; all off by default).

@@ -33,6 +33,7 @@
 //   set are held and handed over when it is set.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <functional>
@@ -110,19 +111,35 @@ enum class SendMode : std::uint8_t {
 class Completion {
  public:
   Completion() = default;
-  Completion(Seq seq, std::shared_future<void> f) : seq_(seq), done_(std::move(f)) {}
+  /// `spin`: how long get() and wait_for() keep checking, yielding the CPU, before
+  /// they sleep (the Node's busy_poll in hybrid mode): a completion that comes soon
+  /// is then seen without a thread wake-up.
+  Completion(Seq seq, std::shared_future<void> f, std::chrono::nanoseconds spin = {})
+      : seq_(seq), done_(std::move(f)), spin_(spin) {}
   [[nodiscard]] Seq seq() const { return seq_; }
   /// Blocks until every member of the view has the message; throws hmcast::Error if it
   /// never will (this member was removed, or the group was closed).
-  void get() const { done_.get(); }
+  void get() const {
+    (void)spin_until_ready(spin_);
+    done_.get();
+  }
+  /// Waits at most `d` for the outcome; true if there is one (get() then returns or throws at once).
   template <class Rep, class Period>
   [[nodiscard]] bool wait_for(std::chrono::duration<Rep, Period> d) const {
-    return done_.wait_for(d) == std::future_status::ready;
+    const auto start = std::chrono::steady_clock::now();
+    const auto spin = std::min<std::chrono::nanoseconds>(spin_, std::chrono::duration_cast<std::chrono::nanoseconds>(d));
+    if (spin_until_ready(spin)) return true;
+    const auto spent = std::chrono::steady_clock::now() - start;
+    return done_.wait_for(d - std::min<std::chrono::nanoseconds>(spent, d)) == std::future_status::ready;
   }
 
  private:
+  /// Polls the outcome for at most `spin`, yielding between polls; true once ready.
+  [[nodiscard]] bool spin_until_ready(std::chrono::nanoseconds spin) const;
+
   Seq seq_ = 0;
   std::shared_future<void> done_;
+  std::chrono::nanoseconds spin_{0};
 };
 
 namespace detail {

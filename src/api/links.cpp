@@ -120,6 +120,8 @@ std::unique_ptr<Link> make_socket_link(MemberId self, std::uint32_t multicast_ad
   cfg.ttl = options.ttl;
   cfg.mtu = options.mtu;
   cfg.tcp_buffer = static_cast<int>(std::min<std::uint32_t>(options.link_buffer_bytes, 1U << 30));  // fits an int
+  cfg.completion = options.completion;
+  cfg.busy_poll = options.busy_poll;
   try {
     return with_faults(std::make_unique<SocketLink>(self, cfg), faults);
   } catch (const socket::TransportError& e) {

@@ -108,6 +108,18 @@ struct GroupState {
 struct NodeState {
   Config cfg;
   ProtocolConfig protocol;
+
+  /// How long a Completion polls before it sleeps: the transport's busy-poll window,
+  /// so an application thread waiting on a broadcast is as awake as the progress thread.
+  [[nodiscard]] std::chrono::nanoseconds completion_spin() const {
+    auto spin_of = [](CompletionMode mode, std::chrono::nanoseconds window) {
+      if (mode == CompletionMode::poll) return std::chrono::nanoseconds::max();
+      return mode == CompletionMode::hybrid ? window : std::chrono::nanoseconds{0};
+    };
+    if (cfg.transport == TransportKind::socket) return spin_of(cfg.socket.completion, cfg.socket.busy_poll);
+    if (cfg.transport == TransportKind::verbs) return spin_of(cfg.verbs.completion, cfg.verbs.busy_poll);
+    return std::chrono::nanoseconds{0};
+  }
   std::unique_ptr<Link> link;  // inproc: from the start; socket: once join() has an id
   std::unique_ptr<socket::ManagerServer> manager;  // socket with embed_manager
   std::unique_ptr<socket::ManagerClient> control;  // socket: this member's manager connection
@@ -594,6 +606,16 @@ GroupStats Group::stats() const {
   return out;
 }
 
+bool Completion::spin_until_ready(std::chrono::nanoseconds spin) const {
+  if (!done_.valid()) return false;
+  const auto start = std::chrono::steady_clock::now();
+  for (;;) {
+    if (done_.wait_for(std::chrono::seconds(0)) == std::future_status::ready) return true;
+    if (std::chrono::steady_clock::now() - start >= spin) return false;
+    std::this_thread::yield();
+  }
+}
+
 Completion Group::broadcast(std::span<const std::byte> bytes, SendMode mode) {
   const auto& cfg = state_->node->protocol;
   if (bytes.size() > cfg.max_small_message) return broadcast_large(bytes, mode);
@@ -613,7 +635,7 @@ Completion Group::broadcast(std::span<const std::byte> bytes, SendMode mode) {
   if (res.error != ud_mcast::BroadcastError::none)
     throw Error(ErrorCode::invalid_config, "broadcast refused by the engine");  // checked above: cannot happen
   std::promise<void> p;
-  Completion c(res.seq, p.get_future().share());
+  Completion c(res.seq, p.get_future().share(), state_->node->completion_spin());
   state_->pending.emplace(res.seq, std::move(p));
   state_->node->execute(*state_, out);
   lock.unlock();
@@ -653,7 +675,7 @@ Completion Group::broadcast_large(std::span<const std::byte> bytes, SendMode mod
     throw Error(ErrorCode::invalid_config, "large broadcast refused by the engine");  // checked above
   }
   std::promise<void> p;
-  Completion c(res.seq, p.get_future().share());
+  Completion c(res.seq, p.get_future().share(), state_->node->completion_spin());
   state_->pending_large.emplace(res.seq, std::move(p));
   state_->node->execute(*state_, out);
   lock.unlock();

@@ -37,6 +37,7 @@ BroadcastResult Engine::broadcast(MessageBuffer message, TimeNs now, Outbox& out
   for (auto& dgram : fragment(header(), self_, seq, s.known_stable, *message, cfg_.mtu))
     send_datagram(std::move(dgram), out);
   s.last_announced = s.known_stable;
+  s.last_data_ns = now;
   accept_message(s, seq, std::move(message), now, out);
   flush_acks(now, out);
   return {BroadcastError::none, seq};
@@ -711,7 +712,11 @@ void Engine::on_timer(TimeNs now, Outbox& out) {
         break;
       case TimerKind::announce:
         s.announce_armed = false;
-        if (s.is_root && s.known_stable > s.last_announced) {
+        if (s.sender == self_ && now < s.last_data_ns + cfg_.stable_announce_ns) {
+          // Still sending: the next Data carries the stable prefix to everyone, so an
+          // announcement now would only add a datagram per member; wait for a pause.
+          if (s.known_stable > s.last_announced) arm_announce(s, s.last_data_ns);
+        } else if (s.is_root && s.known_stable > s.last_announced) {
           const Seq highest = s.sender == self_ ? next_seq_ - 1 : s.delivered;
           send_datagram(wire::encode(header(), wire::Stable{s.sender, s.known_stable, highest}), out);
           s.last_announced = s.known_stable;

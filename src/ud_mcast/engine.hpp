@@ -163,6 +163,7 @@ class Engine {
     std::uint64_t pull_gen = 0;
     Seq last_announced = 0;
     bool announce_armed = false;
+    TimeNs last_data_ns = 0;  // own stream: when a Data last carried our stable prefix
     TimeNs last_remulticast = -1;
   };
   enum class TimerKind : std::uint8_t { child_repair, ack_flush, announce, pull, pipeline_stall };

@@ -83,6 +83,11 @@ struct SocketConfig {
   std::size_t max_output_bytes = std::size_t{256} << 20;
   /// Connections accepted at once; more are closed as they arrive.
   std::size_t max_connections = 1024;
+  /// How wait() waits: hybrid polls (yielding the CPU between polls) for
+  /// `busy_poll` after the last arrival, then sleeps in epoll; poll never sleeps;
+  /// interrupt always sleeps.
+  CompletionMode completion = CompletionMode::hybrid;
+  std::chrono::nanoseconds busy_poll{std::chrono::microseconds{200}};
 };
 
 /// Counters for tests and diagnostics (a snapshot).
@@ -212,7 +217,8 @@ class Endpoint {
   int wake_fd_ = -1;
   int udp_fd_ = -1;
   int listen_fd_ = -1;
-  bool pwait2_ = true;  // epoll_pwait2 available (nanosecond deadlines); only wait() touches it
+  bool pwait2_ = true;
+  std::chrono::steady_clock::time_point last_arrival_{};  // hybrid: polling continues this long after it; only wait() touches it  // epoll_pwait2 available (nanosecond deadlines); only wait() touches it
 
   mutable std::mutex mu_;
   bool closed_ = false;
