@@ -1,5 +1,7 @@
 // The membership control protocol: round trips, rejection of malformed input, and
 // the Coordinator's decisions (ids, first view, removal, refusals).
+#include <set>
+
 #include <catch2/catch.hpp>
 
 #include "membership/control_wire.hpp"
@@ -20,7 +22,12 @@ std::vector<ControlMessage> samples() {
           Leave{},
           Refused{"group full"},
           FlushRequest{12},
-          Flushed{12, 40, 2}};
+          Flushed{12, 40, 2},
+          ViewPush{6, {{1, "a", 7}}, {}, false, true},
+          ViewPush{7, {{1, "a", 7}}, {{1, 2, 2}}, true, true},
+          MulticastFailed{4, {2, 5}},
+          MulticastFailed{4, {}},
+          MulticastFallback{4}};
 }
 
 template <class T>
@@ -59,6 +66,11 @@ TEST_CASE("control wire: truncated, extended, foreign and unsorted input is refu
   CHECK_FALSE(decode_control(encode(ViewPush{1, {}, {{4, 1, 1}, {3, 1, 1}}, true})).has_value());
   CHECK_FALSE(decode_control(encode(ViewPush{1, {}, {{4, 0, 1}}, true})).has_value());  // seqs start at 1
   CHECK_FALSE(decode_control(encode(Flushed{1, 1, 0})).has_value());
+  CHECK_FALSE(decode_control(encode(MulticastFailed{1, {5, 2}})).has_value());  // unsorted
+  CHECK_FALSE(decode_control(encode(MulticastFailed{1, {3, 3}})).has_value());  // repeated
+  auto unknown_flag = encode(ViewPush{1, {}, {}, false});
+  unknown_flag[17] = std::byte{4};  // the flags byte after view (8) and count (4): bit 2 means nothing
+  CHECK_FALSE(decode_control(unknown_flag).has_value());
   // A member count the input cannot hold is refused before anything is reserved.
   auto lying = encode(ViewPush{1, {}, {}, false});
   lying[13] = std::byte{0xff};
@@ -170,4 +182,35 @@ TEST_CASE("coordinator: a joiner that dies before its view costs no view of its 
   REQUIRE(ended.size() == 1);
   CHECK(view_of(expect<ViewPush>(ended, 0)).members == std::vector<hmcast::MemberId>{1});
   CHECK(expect<ViewPush>(ended, 0).ends_flush);
+}
+
+TEST_CASE("coordinator: one failed multicast probe switches the whole group, joiners included", "[control]") {
+  Coordinator c({});
+  for (ConnId conn : {10U, 11U, 12U}) (void)c.on_message(conn, Join{"g", 3});
+  (void)c.on_message(10, Listening{"h1", 1});
+  (void)c.on_message(11, Listening{"h2", 2});
+  CHECK_FALSE(expect<ViewPush>(c.on_message(12, Listening{"h3", 3}), 0).multicast_emulated);
+  // A report about another view changes nothing.
+  CHECK(c.on_message(11, MulticastFailed{7, {3}}).empty());
+  // Member 2 says member 3 never confirmed its probe: every member hears it at once.
+  auto fallback = c.on_message(11, MulticastFailed{1, {3}});
+  REQUIRE(fallback.size() == 3);
+  std::set<ConnId> told;
+  for (std::size_t i = 0; i < fallback.size(); ++i) {
+    CHECK(expect<MulticastFallback>(fallback, i).view == 1);
+    CHECK_FALSE(fallback[i].close);
+    told.insert(fallback[i].conn);
+  }
+  CHECK(told == std::set<ConnId>{10, 11, 12});
+  // Said again (another member's probe failed too): already switched, nothing more.
+  CHECK(c.on_message(10, MulticastFailed{1, {3}}).empty());
+  // Every later view says so, so a joiner starts emulated as well.
+  (void)c.on_message(13, Join{"g", 3});
+  auto flush = c.on_message(13, Listening{"h4", 4});
+  REQUIRE(flush.size() == 3);
+  for (ConnId conn : {10U, 11U, 12U}) (void)c.on_message(conn, Flushed{1, 1, 1});
+  const auto issued = c.take_issued();
+  REQUIRE(issued.size() == 2);
+  CHECK(issued[1].push.members.size() == 4);
+  CHECK(issued[1].push.multicast_emulated);
 }

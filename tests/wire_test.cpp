@@ -96,6 +96,8 @@ bool same_body(const w::Body& a, const w::Body& b) {
                  x.length == y.length && same_bytes(x.payload, y.payload);
         } else if constexpr (std::is_same_v<T, w::LargeAck>) {
           return x.sender == y.sender && x.seq == y.seq;
+        } else if constexpr (std::is_same_v<T, w::McastProbe> || std::is_same_v<T, w::McastConfirm>) {
+          return x.nonce == y.nonce;
         } else {
           // A type this test does not know yet: compare the encodings.
           return w::encode(w::Header{}, a) == w::encode(w::Header{}, b);
@@ -294,6 +296,11 @@ std::vector<Sample> samples() {
   s.push_back(sample("large ack extreme values", w::LargeAck{kU32Max, kU64Max}, kU64Max, kU64Max, kU32Max));
   // Ping
   s.push_back(sample("ping", w::Ping{}));
+  // Multicast probe and its confirmation
+  s.push_back(sample("multicast probe", w::McastProbe{1}));
+  s.push_back(sample("multicast probe, largest nonce", w::McastProbe{kU64Max}, kU64Max, kU64Max, kU32Max));
+  s.push_back(sample("multicast confirmation", w::McastConfirm{7}));
+  s.push_back(sample("multicast confirmation, nonce 0", w::McastConfirm{0}));
   return s;
 }
 
@@ -314,6 +321,8 @@ std::size_t expected_size(const w::Body& body) {
         else if constexpr (std::is_same_v<T, w::Ping>) return w::kHeaderSize;
         else if constexpr (std::is_same_v<T, w::Block>) return kBlockOverhead + x.payload.size();
         else if constexpr (std::is_same_v<T, w::LargeAck>) return w::kHeaderSize + 12;
+        else if constexpr (std::is_same_v<T, w::McastProbe> || std::is_same_v<T, w::McastConfirm>)
+          return w::kHeaderSize + 8;
         else return w::encode(w::Header{}, x).size();
       },
       body);

@@ -142,6 +142,10 @@ nlohmann::json GroupRunReport::to_json() const {
           {"spray_link_frames", spray_link_frames},
           {"problems", problems},
           {"manager_views", manager_views},
+          {"probes_confirmed", probes_confirmed},
+          {"probes_failed", probes_failed},
+          {"members_emulating", members_emulating},
+          {"emulated_datagrams", emulated_datagrams},
           {"policy", policy}};
   j["transport"] = transport;
   if (transport == "verbs") {
@@ -423,6 +427,11 @@ GroupRunReport run_group(const GroupRunOptions& o) {
     rep.large_redeliveries_suppressed += d["large_redeliveries_suppressed"].get<std::uint64_t>();
     rep.ud_multicast_datagrams += d.value("ud_multicast_datagrams", std::uint64_t{0});
     rep.rc_bytes += d.value("rc_bytes", std::uint64_t{0});
+    const auto probe = d.value("multicast_probe", std::string{});
+    rep.probes_confirmed += probe == "confirmed" ? 1U : 0U;
+    rep.probes_failed += probe == "failed" ? 1U : 0U;
+    rep.members_emulating += d.value("multicast_emulated", false) ? 1U : 0U;
+    rep.emulated_datagrams += d.value("emulated_datagrams_sent", std::uint64_t{0});
     if (const auto f = d.find("faults"); f != d.end()) {
       rep.faults_dropped += f->value("dropped", std::uint64_t{0});
       rep.faults_duplicated += f->value("duplicated", std::uint64_t{0});

@@ -83,6 +83,11 @@ struct GroupRunReport {
   std::string transport = "socket";
   // Summed over the members that reported: datagrams their transport multicast and
   // bytes it sent on reliable links (verbs: UD QP and RC QPs; 0 on other transports).
+  // The multicast probe (GroupStats::multicast_probe), over the members that reported.
+  std::uint64_t probes_confirmed = 0;   // members whose last probe every member confirmed
+  std::uint64_t probes_failed = 0;      // members whose probe went unconfirmed
+  std::uint64_t members_emulating = 0;  // members that ended with multicast emulated
+  std::uint64_t emulated_datagrams = 0;
   std::uint64_t ud_multicast_datagrams = 0;
   std::uint64_t rc_bytes = 0;
   std::uint64_t bytes_broadcast = 0;  // payload bytes of all messages, once

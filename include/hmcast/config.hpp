@@ -72,6 +72,13 @@ struct ProtocolConfig {
   /// A sender announces its all-acked prefix this long after the last advance
   /// when no data packet carried it (lets receivers free retained messages).
   std::int64_t stable_announce_ns = 20'000;
+  /// Socket and verbs transports: after a view brings members in, each member
+  /// multicasts a probe that every other member confirms over its reliable link,
+  /// resent this often. A member still silent at the deadline makes the whole group
+  /// switch to multicast emulated over reliable links (GroupStats::multicast_emulated):
+  /// slower, never unsafe; a false alarm costs only speed.
+  std::int64_t multicast_probe_resend_ns = 100'000'000;
+  std::int64_t multicast_probe_deadline_ns = 3'000'000'000;
 };
 
 /// Which fabric a Node uses. More come with later transports (verbs).

@@ -92,6 +92,19 @@ struct GroupStats {
   /// (verbs: through the UD QP, and over RC QPs; other transports report 0).
   std::uint64_t multicast_datagrams_sent = 0;
   std::uint64_t link_bytes_sent = 0;
+  /// Does multicast work here? After each view that brings members in, each member
+  /// multicasts a probe that every other member confirms over its reliable link
+  /// (socket and verbs transports). `multicast_probe`: "idle" (nothing to probe),
+  /// "probing", "confirmed", or "failed" (`multicast_probe_silent` never confirmed).
+  /// One failed probe anywhere switches the whole group, for good, to multicast
+  /// emulated over reliable links: `multicast_emulated` is then true on every member,
+  /// and `emulated_datagrams_sent` counts the datagrams sent that way.
+  std::string multicast_probe;
+  std::uint64_t multicast_probes_sent = 0;
+  std::int64_t multicast_probe_round_ns = 0;  // how long the last confirmed round took
+  std::vector<MemberId> multicast_probe_silent;
+  bool multicast_emulated = false;
+  std::uint64_t emulated_datagrams_sent = 0;
   FaultStats faults;
   /// What the policy chose for this group (src/policy): its ACK-tree radix, the
   /// size above which messages take the large path, the large path's schedule and

@@ -103,6 +103,11 @@ struct GroupState {
   NodeState* node = nullptr;
   std::uint64_t empty_blocks_dropped = 0;  // Block frames without payload that nobody placed
   std::uint64_t last_block_size = 0;       // the policy's block size for our last large message
+  // Multicast fallback (ud_mcast/multicast_probe.hpp): once the manager says so, every
+  // datagram goes to each member over its reliable link instead.
+  bool multicast_emulated = false;
+  std::uint64_t emulated_datagrams = 0;    // datagrams sent as reliable-link frames
+  std::vector<MemberId> probe_silent;      // members our probe reported, if it failed
 };
 
 struct NodeState {
@@ -134,7 +139,18 @@ struct NodeState {
     std::vector<MemberId> broken_links;
     for (auto& a : out) {
       if (auto* d = std::get_if<action::SendDatagram>(&a)) {
-        link->multicast(d->bytes);
+        if (!g.multicast_emulated) {
+          link->multicast(d->bytes);
+          continue;
+        }
+        for (MemberId m : g.engine->view().members) {
+          if (m == g.engine->self()) continue;
+          ++g.emulated_datagrams;
+          if (!link->unicast(m, d->bytes)) broken_links.push_back(m);
+        }
+      } else if (auto* mu = std::get_if<action::MulticastUnusable>(&a)) {
+        g.probe_silent = mu->silent;
+        if (control) control->report_multicast_failed(mu->view, mu->silent);
       } else if (auto* p = std::get_if<action::SendP2P>(&a)) {
         if (!link->unicast(p->to, std::move(p->bytes))) broken_links.push_back(p->to);
       } else if (auto* b = std::get_if<action::SendBlock>(&a)) {
@@ -283,6 +299,13 @@ struct NodeState {
     Outbox out;
     if (in.datagram) {
       g->engine->on_datagram(in.bytes, now_ns(), out);
+    } else if (wire::is_datagram_type(static_cast<wire::Type>(in.bytes[3]))) {
+      // Emulated multicast: a datagram that came over the sender's own link, so it
+      // must name that sender (the link vouches for who sent it).
+      MemberId src = 0;
+      for (int i = 3; i >= 0; --i) src = (src << 8) | std::to_integer<MemberId>(in.bytes[20 + static_cast<std::size_t>(i)]);
+      if (src != in.from) return;
+      g->engine->on_datagram(in.bytes, now_ns(), out);
     } else {
       g->inbound_payload = {};
       if (in.bytes.size() > wire::kHeaderSize && in.bytes[3] == static_cast<std::byte>(wire::Type::block)) {
@@ -405,9 +428,18 @@ void join_socket(NodeState& s, const std::string& name, const std::shared_ptr<Gr
                                                  s.protocol, now_ns(), large);
   g->engine->use_external_membership();
   g->engine->set_stream_floors(stream_floors(first));  // joining a running group: start where the flush left it
+  g->multicast_emulated = first.multicast_emulated;
   {
     std::lock_guard lock(s.groups_mu);
     s.groups[welcome.group_id] = g;
+  }
+  if (s.protocol.multicast_probe_deadline_ns > 0) {
+    // Does our multicast reach everyone? (ud_mcast/multicast_probe.hpp) The answers
+    // come while the group already runs: until then, what multicast loses is repaired.
+    std::lock_guard lock(g->mu);
+    Outbox out;
+    g->engine->start_multicast_probe(now_ns(), out);
+    s.execute(*g, out);
   }
   NodeState* node = &s;
   std::weak_ptr<GroupState> weak = g;
@@ -420,6 +452,7 @@ void join_socket(NodeState& s, const std::string& name, const std::shared_ptr<Gr
         {
           std::lock_guard lock(group->mu);
           Outbox out;
+          if (v.multicast_emulated) group->multicast_emulated = true;
           group->engine->set_stream_floors(stream_floors(v));
           group->engine->apply_view(membership::view_of(v), now_ns(), out);
           node->execute(*group, out);
@@ -439,6 +472,14 @@ void join_socket(NodeState& s, const std::string& name, const std::shared_ptr<Gr
         group->paused = true;
         group->flush_view = view;
         node->maybe_report_flushed(*group);
+      },
+      [weak](ViewId) {
+        // The manager switched the whole group: from now on every datagram goes over
+        // reliable links (what multicast lost meanwhile is repaired as usual).
+        auto group = weak.lock();
+        if (!group) return;
+        std::lock_guard lock(group->mu);
+        group->multicast_emulated = true;
       },
       [node, weak](const std::string& why) {
         auto group = weak.lock();
@@ -595,6 +636,21 @@ GroupStats Group::stats() const {
   out.multicast_datagrams_sent = state_->node->link->multicast_datagrams_sent();
   out.link_bytes_sent = state_->node->link->link_bytes_sent();
   out.faults = detail::fault_stats(*state_->node->link);
+  {
+    std::lock_guard lock(state_->mu);
+    const auto& probe = state_->engine->multicast_probe();
+    out.multicast_emulated = state_->multicast_emulated;
+    out.emulated_datagrams_sent = state_->emulated_datagrams;
+    out.multicast_probes_sent = probe.probes_sent();
+    switch (probe.state()) {
+      case ud_mcast::ProbeState::idle: out.multicast_probe = "idle"; break;
+      case ud_mcast::ProbeState::probing: out.multicast_probe = "probing"; break;
+      case ud_mcast::ProbeState::confirmed: out.multicast_probe = "confirmed"; break;
+      case ud_mcast::ProbeState::failed: out.multicast_probe = "failed"; break;
+    }
+    out.multicast_probe_silent = state_->probe_silent;
+    out.multicast_probe_round_ns = probe.last_round_ns();
+  }
   const auto& cfg = state_->node->protocol;
   out.ack_radix = cfg.radix;
   out.max_small_message = cfg.max_small_message;

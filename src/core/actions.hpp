@@ -51,6 +51,13 @@ struct ReportSuspect {
   MemberId member = 0;
 };
 
+/// External membership only: these members never confirmed our multicast probe in
+/// `view` (ud_mcast/multicast_probe.hpp); the view authority decides the fallback.
+struct MulticastUnusable {
+  ViewId view = 0;
+  std::vector<MemberId> silent;
+};
+
 // The large path. The engine never touches a large message's bytes: it names the
 // ranges, and the runtime moves them between the two members' buffers.
 
@@ -114,7 +121,7 @@ using Action = std::variant<action::SendDatagram, action::SendP2P, action::Deliv
                             action::ViewInstalled, action::Removed, action::SendBlock, action::NeedBuffer,
                             action::DeliverLarge, action::CompletedLarge, action::FailedLarge,
                             action::DiscardLarge, action::BlockAccepted, action::ReleaseLarge,
-                            action::ReportSuspect>;
+                            action::ReportSuspect, action::MulticastUnusable>;
 using Outbox = std::vector<Action>;
 
 }  // namespace hmcast

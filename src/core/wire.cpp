@@ -38,6 +38,8 @@ constexpr Type type_of() {
   else if constexpr (std::is_same_v<T, Ready>) return Type::ready;
   else if constexpr (std::is_same_v<T, Block>) return Type::block;
   else if constexpr (std::is_same_v<T, LargeAck>) return Type::large_ack;
+  else if constexpr (std::is_same_v<T, McastProbe>) return Type::mcast_probe;
+  else if constexpr (std::is_same_v<T, McastConfirm>) return Type::mcast_confirm;
   else return Type::ping;
 }
 
@@ -99,6 +101,8 @@ void encode_body(Writer& w, const Block& b) {
   w.bytes(b.payload);
 }
 void encode_body(Writer&, const Ping&) {}
+void encode_body(Writer& w, const McastProbe& p) { w.u64(p.nonce); }
+void encode_body(Writer& w, const McastConfirm& c) { w.u64(c.nonce); }
 void encode_body(Writer& w, const LargeAck& a) {
   w.u32(a.sender);
   w.u64(a.seq);
@@ -208,6 +212,15 @@ DecodeError decode_probe(Reader& r, Body& out) {
   p.sender = r.u32();
   if (!r.ok()) return DecodeError::truncated;
   out = p;
+  return DecodeError::none;
+}
+
+template <class T>
+DecodeError decode_nonce(Reader& r, Body& out) {
+  T v;
+  v.nonce = r.u64();
+  if (!r.ok()) return DecodeError::truncated;
+  out = v;
   return DecodeError::none;
 }
 
@@ -345,6 +358,8 @@ DecodeResult decode(std::span<const std::byte> bytes) {
     case static_cast<std::uint8_t>(Type::block): err = decode_block(r, res.packet.body); break;
     case static_cast<std::uint8_t>(Type::large_ack): err = decode_large_ack(r, res.packet.body); break;
     case static_cast<std::uint8_t>(Type::ping): res.packet.body = Ping{}; break;
+    case static_cast<std::uint8_t>(Type::mcast_probe): err = decode_nonce<McastProbe>(r, res.packet.body); break;
+    case static_cast<std::uint8_t>(Type::mcast_confirm): err = decode_nonce<McastConfirm>(r, res.packet.body); break;
     default: err = DecodeError::unknown_type; break;
   }
   if (err == DecodeError::none && r.remaining() != 0) err = DecodeError::trailing_bytes;

@@ -41,7 +41,16 @@ enum class Type : std::uint8_t {
   block = 11,     // one segment of a block, or (transports that place data directly) its description
   large_ack = 12, // child -> parent in the ACK tree: my subtree holds this large message
   ping = 13,      // no content: sent to a peer we wait on, so a dead one shows as a broken link
+  // Does multicast reach everyone? (ud_mcast/multicast_probe.hpp)
+  mcast_probe = 14,    // datagram: confirm this over your reliable link to me
+  mcast_confirm = 15,  // point-to-point answer to an mcast_probe
 };
+
+/// Types that travel by datagram multicast (or its emulation); every other type
+/// travels over reliable links only.
+constexpr bool is_datagram_type(Type t) {
+  return t == Type::data || t == Type::stable || t == Type::mcast_probe;
+}
 
 struct Header {
   Type type{};
@@ -139,8 +148,16 @@ struct LargeAck {
 
 struct Ping {};
 
-using Body =
-    std::variant<Data, Repair, Ack, Pull, Stable, Suspect, NewView, Probe, Announce, Ready, Block, LargeAck, Ping>;
+struct McastProbe {
+  std::uint64_t nonce = 0;  // the prober's round (echoed in the confirmation)
+};
+
+struct McastConfirm {
+  std::uint64_t nonce = 0;  // of the probe that arrived
+};
+
+using Body = std::variant<Data, Repair, Ack, Pull, Stable, Suspect, NewView, Probe, Announce, Ready, Block, LargeAck,
+                          Ping, McastProbe, McastConfirm>;
 
 struct Packet {
   Header header;

@@ -12,6 +12,9 @@ namespace {
 constexpr std::byte kMagic0{'H'};
 constexpr std::byte kMagic1{'M'};
 constexpr std::byte kMagic2{'C'};
+// ViewPush flags.
+constexpr std::uint8_t kEndsFlush = 1;
+constexpr std::uint8_t kEmulated = 2;
 
 void put_string(wire::Writer& w, const std::string& s) {
   const auto n = std::min(s.size(), kMaxControlString);  // encoders of ours never pass longer
@@ -53,7 +56,7 @@ std::vector<std::byte> encode(const ControlMessage& m) {
             put_string(w, a.host);
             w.u16(a.port);
           }
-          w.u8(msg.ends_flush ? 1 : 0);
+          w.u8(static_cast<std::uint8_t>((msg.ends_flush ? kEndsFlush : 0) | (msg.multicast_emulated ? kEmulated : 0)));
           w.u32(static_cast<std::uint32_t>(msg.starts.size()));
           for (const auto& st : msg.starts) {
             w.u32(st.member);
@@ -71,6 +74,12 @@ std::vector<std::byte> encode(const ControlMessage& m) {
           w.u64(msg.view);
           w.u64(msg.next_small);
           w.u64(msg.next_large);
+        } else if constexpr (std::is_same_v<T, MulticastFailed>) {
+          w.u64(msg.view);
+          w.u32(static_cast<std::uint32_t>(msg.silent.size()));
+          for (MemberId id : msg.silent) w.u32(id);
+        } else if constexpr (std::is_same_v<T, MulticastFallback>) {
+          w.u64(msg.view);
         }
       },
       m);
@@ -123,9 +132,10 @@ std::optional<ControlMessage> decode_control(std::span<const std::byte> bytes) {
         if (!v.members.empty() && a.id <= v.members.back().id) return std::nullopt;  // sorted, distinct
         v.members.push_back(std::move(a));
       }
-      const auto flag = r.u8();
-      if (flag > 1) return std::nullopt;
-      v.ends_flush = flag == 1;
+      const auto flags = r.u8();
+      if ((flags & ~(kEndsFlush | kEmulated)) != 0) return std::nullopt;
+      v.ends_flush = (flags & kEndsFlush) != 0;
+      v.multicast_emulated = (flags & kEmulated) != 0;
       const auto k = r.u32();
       if (k > kMaxViewMembers || k > r.remaining() / 20) return std::nullopt;  // 20 bytes each
       v.starts.reserve(k);
@@ -169,6 +179,26 @@ std::optional<ControlMessage> decode_control(std::span<const std::byte> bytes) {
       f.next_small = r.u64();
       f.next_large = r.u64();
       if (f.next_small == 0 || f.next_large == 0) return std::nullopt;
+      m = f;
+      break;
+    }
+    case 9: {
+      MulticastFailed f;
+      f.view = r.u64();
+      const auto n = r.u32();
+      if (n > kMaxViewMembers || n > r.remaining() / 4) return std::nullopt;
+      f.silent.reserve(n);
+      for (std::uint32_t i = 0; i < n && r.ok(); ++i) {
+        const MemberId id = r.u32();
+        if (!f.silent.empty() && id <= f.silent.back()) return std::nullopt;  // sorted, distinct
+        f.silent.push_back(id);
+      }
+      m = std::move(f);
+      break;
+    }
+    case 10: {
+      MulticastFallback f;
+      f.view = r.u64();
       m = f;
       break;
     }

@@ -12,6 +12,13 @@
 //   manager -> member   Refused{reason}                 and the manager hangs up
 //   manager -> member   FlushRequest{view}              a member wants in: pause
 //   member -> manager   Flushed{view, next seqs}        all I sent is all-acked
+//   member -> manager   MulticastFailed{view, silent}   my multicast probe went unconfirmed
+//   manager -> member   MulticastFallback{view}         the group now emulates multicast
+//
+// Multicast fallback (ud_mcast/multicast_probe.hpp): a member whose probe some
+// members never confirmed tells the manager, which switches the whole group at once
+// to multicast emulated over reliable links, and says so in every later ViewPush
+// (`multicast_emulated`), so joiners start that way too. It never switches back.
 //
 // Joining a running group (the flush): the manager asks every member of the
 // current view to stop starting broadcasts and to say when everything it has sent
@@ -35,7 +42,7 @@
 
 namespace hmcast::membership {
 
-inline constexpr std::uint8_t kControlVersion = 2;
+inline constexpr std::uint8_t kControlVersion = 3;
 /// Longest string field (group names, host names, reasons).
 inline constexpr std::size_t kMaxControlString = 255;
 /// Most members a ViewPush may name.
@@ -78,6 +85,8 @@ struct ViewPush {
   /// Set on the view that ends a flush: per member of the flushed view (sorted by id).
   std::vector<StreamStart> starts;
   bool ends_flush = false;
+  /// The group emulates multicast over reliable links (a probe failed).
+  bool multicast_emulated = false;
   friend bool operator==(const ViewPush&, const ViewPush&) = default;
 };
 struct SuspectReport {
@@ -104,8 +113,18 @@ struct Flushed {
   friend bool operator==(const Flushed&, const Flushed&) = default;
 };
 
-using ControlMessage =
-    std::variant<Join, Welcome, Listening, ViewPush, SuspectReport, Leave, Refused, FlushRequest, Flushed>;
+struct MulticastFailed {
+  ViewId view = 0;
+  std::vector<MemberId> silent;  // sorted, distinct: the members that never confirmed
+  friend bool operator==(const MulticastFailed&, const MulticastFailed&) = default;
+};
+struct MulticastFallback {
+  ViewId view = 0;  // the view in which the manager decided
+  friend bool operator==(const MulticastFallback&, const MulticastFallback&) = default;
+};
+
+using ControlMessage = std::variant<Join, Welcome, Listening, ViewPush, SuspectReport, Leave, Refused, FlushRequest,
+                                    Flushed, MulticastFailed, MulticastFallback>;
 
 std::vector<std::byte> encode(const ControlMessage& m);
 /// Nothing if `bytes` is not exactly one well-formed message of this version.

@@ -75,6 +75,11 @@ std::vector<ControlOut> Coordinator::on_message(ConnId conn, const ControlMessag
       g.starts.push_back(StreamStart{self, f->next_small, f->next_large});
       maybe_end_flush(g, out);
     }
+  } else if (const auto* mf = std::get_if<MulticastFailed>(&m)) {
+    // Only a member of the current view, about the current view, can switch the group.
+    if (g.multicast_emulated || !in_view(g, self) || mf->view != g.view->view) return out;
+    g.multicast_emulated = true;
+    for (const auto& [id, mem] : g.members) out.push_back(ControlOut{mem.conn, MulticastFallback{g.view->view}, false});
   } else if (std::holds_alternative<Leave>(m)) {
     remove(g, self, out);
     out.push_back(ControlOut{conn, std::nullopt, true});
@@ -164,6 +169,7 @@ void Coordinator::push_view(Group& g, const std::vector<MemberId>& left, bool en
     v.ends_flush = true;
     v.starts = g.starts;
   }
+  v.multicast_emulated = g.multicast_emulated;
   g.view = v;
   for (const auto& a : v.members) out.push_back(ControlOut{g.members.at(a.id).conn, v, false});
   issued_.push_back(IssuedView{g.name, view_of(v), left, g.id, g.multicast_address, g.multicast_port, v});

@@ -14,6 +14,9 @@
 //   Joiners that arrive during a flush wait for it and come in with it.
 // - A member is removed by a new view, pushed to every member of the old view
 //   (the removed one too, so a falsely suspected member learns it is out).
+// - A member of the view whose multicast probe went unconfirmed (MulticastFailed)
+//   switches the whole group to emulated multicast: every member is told at once,
+//   and every later ViewPush says so. There is no way back within a group's life.
 // - Each group gets its own multicast address and port and a group id salted with
 //   a random value, so two runs of one group name on one network cannot mix.
 #pragma once
@@ -88,6 +91,7 @@ class Coordinator {
     std::optional<ViewPush> view;        // once formed
     // A flush in progress: members of the view that have not said Flushed yet,
     // and what those that have said.
+    bool multicast_emulated = false;  // a probe failed: every member emulates multicast
     bool flushing = false;
     std::set<MemberId> flush_pending;
     std::vector<StreamStart> starts;

@@ -12,7 +12,8 @@ Engine::Engine(GroupId group, MemberId self, View initial, ProtocolConfig config
                rc_pipeline::PipelineConfig large)
     : group_(group), self_(self), view_(std::move(initial)), cfg_(config), view_start_(now),
       window_(std::clamp<std::uint32_t>(cfg_.initial_window_messages, 1, std::max(cfg_.window_messages, 1U))),
-      pipeline_(group, self, view_, large), pipeline_stall_ns_(large.stall_ns) {
+      pipeline_(group, self, view_, large), pipeline_stall_ns_(large.stall_ns),
+      probe_(ProbeConfig{cfg_.multicast_probe_resend_ns, cfg_.multicast_probe_deadline_ns}) {
   (void)fragment_payload(cfg_.mtu);  // validates the MTU up front
   if (!view_.contains(self_)) removed_ = true;
   if (!view_.members.empty() && manager() == self_) manager_.emplace(view_);
@@ -83,7 +84,7 @@ void Engine::on_datagram(std::span<const std::byte> bytes, TimeNs now, Outbox& o
   }
   const auto& h = res.packet.header;
   if (h.src == self_) return;  // our own multicast looped back: not an error
-  if (h.type != wire::Type::data && h.type != wire::Type::stable) {
+  if (!wire::is_datagram_type(h.type)) {
     ++stats_.invalid_dropped;  // control traffic never travels by datagram
     return;
   }
@@ -105,7 +106,7 @@ void Engine::on_p2p(MemberId from, std::span<const std::byte> bytes, TimeNs now,
     return;
   }
   const auto& h = res.packet.header;
-  if (h.src != from || h.type == wire::Type::data || h.type == wire::Type::stable) {
+  if (h.src != from || wire::is_datagram_type(h.type)) {
     ++stats_.invalid_dropped;
     return;
   }
@@ -199,6 +200,10 @@ void Engine::handle(const wire::Packet& p, MemberId from, TimeNs now, Outbox& ou
           }
         } else if constexpr (std::is_same_v<T, wire::Ping>) {
           // Nothing to do: that it arrived is the answer.
+        } else if constexpr (std::is_same_v<T, wire::McastProbe>) {
+          send_p2p(from, wire::McastConfirm{body.nonce}, out);  // its multicast reached us
+        } else if constexpr (std::is_same_v<T, wire::McastConfirm>) {
+          if (probe_enabled_) apply_probe(probe_.on_confirm(from, now), out);
         } else if constexpr (std::is_same_v<T, wire::Announce>) {
           pipeline_.on_announce(from, body, out);
         } else if constexpr (std::is_same_v<T, wire::Ready>) {
@@ -682,8 +687,24 @@ void Engine::on_stable(MemberId from, const wire::Stable& st, TimeNs now, Outbox
 // ---------------------------------------------------------------------------
 // Timers
 
+void Engine::start_multicast_probe(TimeNs now, Outbox& out) {
+  if (probe_enabled_ || removed_) return;
+  probe_enabled_ = true;
+  apply_probe(probe_.on_view(view_, self_, now), out);
+}
+
+void Engine::apply_probe(const MulticastProbe::Step& step, Outbox& out) {
+  if (step.send_probe) send_datagram(wire::encode(header(), wire::McastProbe{probe_.nonce()}), out);
+  if (step.silent) out.emplace_back(action::MulticastUnusable{view_.id, *step.silent});
+}
+
+TimeNs Engine::next_wakeup() const {
+  return probe_enabled_ ? std::min(timers_.next(), probe_.next_wakeup()) : timers_.next();
+}
+
 void Engine::on_timer(TimeNs now, Outbox& out) {
   if (removed_) return;
+  if (probe_enabled_ && now >= probe_.next_wakeup()) apply_probe(probe_.on_timer(now), out);
   timers_.pop_due(now, [&](const TimerQueue<TimerKey>::Entry& e) {
     const TimerKey& k = e.key;
     if (k.kind == TimerKind::ack_flush) {
@@ -792,6 +813,7 @@ void Engine::install_view(View next, TimeNs now, Outbox& out) {
     manager_.reset();
   }
   out.emplace_back(action::ViewInstalled{view_, left});
+  if (probe_enabled_) apply_probe(probe_.on_view(view_, self_, now), out);
   for (auto& [sender, s] : streams_) {
     place_in_tree(s, now);
     s.reported_stable = 0;

@@ -31,6 +31,7 @@
 #include "hmcast/types.hpp"
 #include "membership/view_manager.hpp"
 #include "rc_pipeline/pipeline.hpp"
+#include "ud_mcast/multicast_probe.hpp"
 #include "ud_mcast/reassembly.hpp"
 
 namespace hmcast::ud_mcast {
@@ -110,7 +111,13 @@ class Engine {
   /// The seq the next broadcast() will get.
   [[nodiscard]] Seq next_seq() const { return next_seq_; }
   /// When on_timer() next has work (kNever if none).
-  [[nodiscard]] TimeNs next_wakeup() const { return timers_.next(); }
+  [[nodiscard]] TimeNs next_wakeup() const;
+  /// Check that multicast reaches every member (multicast_probe.hpp): now, and again
+  /// on each view that brings members in. A member that stays silent is reported
+  /// with action::MulticastUnusable. Networked transports only: call once, after
+  /// the first view is installed.
+  void start_multicast_probe(TimeNs now, Outbox& out);
+  [[nodiscard]] const MulticastProbe& multicast_probe() const { return probe_; }
 
   [[nodiscard]] const View& view() const { return view_; }
   [[nodiscard]] MemberId self() const { return self_; }
@@ -218,6 +225,7 @@ class Engine {
   void send_p2p(MemberId to, const wire::Body& body, Outbox& out);
   void send_p2p(MemberId to, const wire::Header& h, const wire::Body& body, Outbox& out);
   void send_datagram(std::vector<std::byte> bytes, Outbox& out);
+  void apply_probe(const MulticastProbe::Step& step, Outbox& out);
 
   GroupId group_;
   MemberId self_;
@@ -245,6 +253,8 @@ class Engine {
   EngineStats stats_;
   rc_pipeline::Pipeline pipeline_;
   std::int64_t pipeline_stall_ns_;
+  MulticastProbe probe_;
+  bool probe_enabled_ = false;
   TimeNs pipeline_activity_ = 0;  // last frame of the large path
   bool stall_armed_ = false;
   void arm_stall(TimeNs now);

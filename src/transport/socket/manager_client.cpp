@@ -150,9 +150,10 @@ membership::ViewPush ManagerClient::wait_view(std::chrono::steady_clock::time_po
 void ManagerClient::dispatch(const membership::ControlMessage& m) {
   if (const auto* v = std::get_if<membership::ViewPush>(&m)) on_view_(*v);
   else if (const auto* f = std::get_if<membership::FlushRequest>(&m)) on_flush_(f->view);
+  else if (const auto* mf = std::get_if<membership::MulticastFallback>(&m)) on_fallback_(mf->view);
 }
 
-void ManagerClient::start(ViewFn on_view, FlushFn on_flush, LostFn on_lost) {
+void ManagerClient::start(ViewFn on_view, FlushFn on_flush, FallbackFn on_fallback, LostFn on_lost) {
   std::deque<membership::ControlMessage> early;
   bool lost = false;
   std::string why;
@@ -161,6 +162,7 @@ void ManagerClient::start(ViewFn on_view, FlushFn on_flush, LostFn on_lost) {
     // handling the queued ones under the lock keeps them ahead of any it reads next.
     std::lock_guard lock(mu_);
     on_flush_ = std::move(on_flush);
+    on_fallback_ = std::move(on_fallback);
     on_lost_ = std::move(on_lost);
     on_view_ = std::move(on_view);
     early.swap(queue_);
@@ -176,6 +178,10 @@ void ManagerClient::flushed(ViewId view, Seq next_small, Seq next_large) {
 }
 
 void ManagerClient::report_suspect(ViewId view, MemberId member) { send(membership::SuspectReport{view, member}); }
+
+void ManagerClient::report_multicast_failed(ViewId view, std::vector<MemberId> silent) {
+  send(membership::MulticastFailed{view, std::move(silent)});
+}
 
 void ManagerClient::leave() {
   send(membership::Leave{});

@@ -13,6 +13,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "membership/control_wire.hpp"
 
@@ -24,6 +25,8 @@ class ManagerClient {
   using LostFn = std::function<void(const std::string& why)>;
   /// The manager asks this member to flush view `view` (control_wire.hpp).
   using FlushFn = std::function<void(ViewId view)>;
+  /// The manager switched the group to emulated multicast (a member's probe failed).
+  using FallbackFn = std::function<void(ViewId view)>;
 
   /// Connects to the manager at host:port, retrying until `deadline` (the manager
   /// may start a moment after its members). Throws hmcast::Error(join_timeout) if
@@ -42,13 +45,16 @@ class ManagerClient {
   void listening(const std::string& host, std::uint16_t port);
   /// Waits for the first view. Throws like join().
   membership::ViewPush wait_view(std::chrono::steady_clock::time_point deadline);
-  /// From now on, views go to `on_view`, flush requests to `on_flush` and the loss
-  /// of the manager to `on_lost` (once), all on the reader thread, in arrival order.
-  void start(ViewFn on_view, FlushFn on_flush, LostFn on_lost);
+  /// From now on, views go to `on_view`, flush requests to `on_flush`, the switch
+  /// to emulated multicast to `on_fallback` and the loss of the manager to `on_lost`
+  /// (once), all on the reader thread, in arrival order.
+  void start(ViewFn on_view, FlushFn on_flush, FallbackFn on_fallback, LostFn on_lost);
   /// Answers a flush request: everything this member sent is all-acked, and its
   /// next small and large messages will get these seqs.
   void flushed(ViewId view, Seq next_small, Seq next_large);
   void report_suspect(ViewId view, MemberId member);
+  /// Our multicast probe in `view` went unconfirmed by `silent` (sorted).
+  void report_multicast_failed(ViewId view, std::vector<MemberId> silent);
   /// Says goodbye; the manager removes this member by a new view.
   void leave();
   /// Closes the connection and waits for the reader thread: no callback runs after
@@ -73,6 +79,7 @@ class ManagerClient {
   std::string lost_why_;
   ViewFn on_view_;
   FlushFn on_flush_;
+  FallbackFn on_fallback_;
   LostFn on_lost_;
   std::thread reader_;
 };
