@@ -6,6 +6,7 @@
 // then stays (serving repairs to the others) until its stdin closes.
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <deque>
@@ -53,6 +54,7 @@ struct MemberOptions {
   bool joiner = false;      // joins the group once it runs: expects each sender's messages from some index on
   // Policy overrides (0 / empty: the policy's choice from the profile).
   std::string profile;       // Config::profile_file
+  std::uint32_t probe_deadline_ms = 0;  // 0: the protocol's multicast probe deadline
   std::uint32_t radix = 0;   // ACK-tree radix
   std::string algo;          // large-path schedule
   std::string block;         // large-path block size (every message)
@@ -125,8 +127,12 @@ int run_member(const MemberOptions& o) {
   cfg.profile_file = o.profile;
   if (!o.link_buffer.empty()) cfg.socket.link_buffer_bytes = static_cast<std::uint32_t>(parse_size(o.link_buffer));
   if (o.radix != 0 || !o.algo.empty() || !o.block.empty() || !o.max_small.empty() || o.window != 0 ||
-      !o.credit_lead.empty()) {
+      !o.credit_lead.empty() || o.probe_deadline_ms != 0) {
     ProtocolConfig p = default_protocol(cfg);
+    if (o.probe_deadline_ms != 0) {
+      p.multicast_probe_deadline_ns = std::int64_t{o.probe_deadline_ms} * 1'000'000;
+      p.multicast_probe_resend_ns = std::min(p.multicast_probe_resend_ns, p.multicast_probe_deadline_ns / 5);
+    }
     if (o.window != 0) p.large_receive_window = o.window;
     if (!o.credit_lead.empty()) p.large_credit_lead_bytes = parse_size(o.credit_lead);
     if (o.radix != 0) p.radix = o.radix;
@@ -421,6 +427,9 @@ void add_member_command(CLI::App& app) {
   cmd->add_option("--timeout", o->timeout_s, "Give up after this many seconds")->check(CLI::Range(1U, 86400U));
   cmd->add_flag("--serial", o->serial, "Wait for each completion before the next broadcast (latency runs)");
   cmd->add_flag("--timestamps", o->timestamps, "Report send and delivery times of member 1's messages");
+  cmd->add_option("--probe-deadline-ms", o->probe_deadline_ms,
+                  "Multicast probe: every member must confirm within this (default: the protocol's)")
+      ->check(CLI::Range(1U, 600'000U));
   cmd->add_option("--profile", o->profile, "Transport profile file (hmcast bench --calibrate); default: built in");
   cmd->add_option("--radix", o->radix, "Override the policy's ACK-tree radix")->check(CLI::Range(2U, 65536U));
   cmd->add_option("--algo", o->algo, "Override the large-path schedule: sequential, chain, tree, binomial_pipeline");

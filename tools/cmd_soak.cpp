@@ -47,6 +47,12 @@ void add_soak_command(CLI::App& app) {
   cmd->add_option("--mtu", o->mtu, "Largest datagram")->check(CLI::Range(256U, 65507U))->capture_default_str();
   cmd->add_option("--timeout", o->timeout_s, "Seconds before the run is called failed")->capture_default_str();
   cmd->add_flag("--json", *json, "Print the result as one JSON line (last line of output)");
+  cmd->add_flag("--block-multicast", o->block_multicast,
+                "Every member drops every datagram it receives: the multicast probe fails and the group "
+                "emulates multicast over reliable links");
+  cmd->add_option("--probe-deadline-ms", o->probe_deadline_ms,
+                  "Members' multicast probe deadline (default: the protocol's, 3000)")
+      ->check(CLI::Range(1U, 600'000U));
   cmd->add_flag("--spray", o->spray, "A hostile peer sprays garbage, truncated, oversized, stale-view and "
                                      "non-member packets and malformed TCP streams at the group");
   cmd->callback([cmd, o, json, transport] {

@@ -50,6 +50,10 @@ struct GroupRunOptions {
   /// More words for every member's command line (policy overrides: --radix, --algo,
   /// --block, --profile; see `hmcast member --help`).
   std::vector<std::string> member_args;
+  /// Every member drops every datagram it receives (a network where multicast does
+  /// not work): the multicast probe fails and the group emulates multicast.
+  bool block_multicast = false;
+  std::uint32_t probe_deadline_ms = 0;  // members' multicast probe deadline (0: the default)
   bool spray = false;       // a hostile peer sprays bad input at the group while it runs (sprayer.hpp)
 };
 

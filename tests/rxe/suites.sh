@@ -18,3 +18,9 @@ want pipeline && run_suite pipeline 400 "$hm" soak "${VERBS[@]}" --completion in
 # and sends such frames over RC links to every member; nothing bad may be delivered.
 want bad_input && run_suite bad_input 300 "$hm" soak "${VERBS[@]}" --procs 4 --senders 2 --messages 800 \
   --sizes 64:40,2KiB:20 --spray --timeout 200 --json
+
+# Multicast that does not work: every member drops every datagram it receives, so
+# the probe after joining goes unconfirmed and the manager switches the whole group
+# to multicast emulated over RC; every message must still arrive, once.
+want fallback && run_suite fallback 400 "$hm" soak "${VERBS[@]}" --procs 4 --senders 2 --messages 100 \
+  --sizes 64:40,2KiB:20,8KiB:10 --block-multicast --probe-deadline-ms 2000 --timeout 300 --json
