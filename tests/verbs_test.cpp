@@ -1,8 +1,10 @@
 // The verbs transport's parts that need no RDMA device: UD buffer arithmetic, path
-// MTUs, option checks, and the error a Node gives where there is no device. The
+// MTUs, option checks, and the errors a Node gives where there is no device or the
+// multicast group is full. The
 // transport itself runs on Soft-RoCE in a VM: tests/rxe/run.sh.
 #include <catch2/catch.hpp>
 
+#include <cerrno>
 #include <string>
 
 #include "hmcast/hmcast.hpp"
@@ -109,6 +111,40 @@ TEST_CASE("the no-device message names every way out", "[verbs]") {
   CHECK(m.find("no RDMA device found on this host") != std::string::npos);
   CHECK(m.find("ibverbs-providers") != std::string::npos);
   CHECK(m.find("modprobe rdma_rxe") != std::string::npos);
+  CHECK(m.find("TransportKind::socket") != std::string::npos);
+}
+#endif
+
+#ifdef HMCAST_HAVE_VERBS
+TEST_CASE("a full multicast group: the message names the device, the limit and the fixes", "[verbs]") {
+  const auto full = verbs::multicast_join_message("rxe0", 56, "239.1.2.3",
+                                                  "RDMA_CM_EVENT_MULTICAST_ERROR (status -1, Cannot allocate memory)",
+                                                  verbs::attach_refused_by_limit(ENOMEM));
+  INFO(full);
+  CHECK(full.find("rxe0 refused to attach one more queue pair") != std::string::npos);
+  CHECK(full.find("at most 56 (max_mcast_qp_attach)") != std::string::npos);
+  CHECK(full.find("239.1.2.3") != std::string::npos);
+  CHECK(full.find("Cannot allocate memory") != std::string::npos);  // what the device said stays in
+  CHECK(full.find("at most 56 member processes of a group per device") != std::string::npos);
+  CHECK(full.find("--transport socket") != std::string::npos);
+  CHECK(full.find("subnet manager") == std::string::npos);  // the cause is known: no other leads
+  // Another join failure still names the limit, among the other causes.
+  const auto other = verbs::multicast_join_message("mlx5_0", 240, "239.1.2.3", "RDMA_CM_EVENT_MULTICAST_ERROR "
+                                                   "(status -110, Connection timed out)", verbs::attach_refused_by_limit(ETIMEDOUT));
+  INFO(other);
+  CHECK(other.find("limit of 240 queue pairs per group on mlx5_0") != std::string::npos);
+  CHECK(other.find("at most 240 member processes") != std::string::npos);
+  CHECK(other.find("subnet manager") != std::string::npos);
+  CHECK(other.find("224.0.0.0/4") != std::string::npos);
+  CHECK(verbs::attach_refused_by_limit(ENOSPC));
+  CHECK_FALSE(verbs::attach_refused_by_limit(EINVAL));
+}
+
+TEST_CASE("a device without multicast is refused at construction, naming the fixes", "[verbs]") {
+  const auto m = verbs::no_multicast_message("siw0");
+  CHECK(m.find("siw0") != std::string::npos);
+  CHECK(m.find("max_mcast_qp_attach is 0") != std::string::npos);
+  CHECK(m.find("rdma link add rxe0 type rxe") != std::string::npos);
   CHECK(m.find("TransportKind::socket") != std::string::npos);
 }
 #endif

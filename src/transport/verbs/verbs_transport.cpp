@@ -268,9 +268,11 @@ void Endpoint::open() {
   ud_send_ = std::make_unique<Region>(pd_, mtu_, o.send_depth, "datagram send slots");
   for (std::uint32_t i = 0; i < o.receive_ring; ++i) post_ud_receive(i);
   for (std::uint32_t i = o.send_depth; i > 0; --i) ud_free_send_.push_back(i - 1);
-  if (::rdma_join_multicast(mcast_id_, as_sockaddr(&group_), nullptr) != 0)
-    fail("rdma_join_multicast(" + cfg_.group_address + ")",
-         "InfiniBand needs a subnet manager serving multicast joins (see docs/real-clusters.md)");
+  if (::rdma_join_multicast(mcast_id_, as_sockaddr(&group_), nullptr) != 0) {
+    const int e = errno;
+    throw TransportError(multicast_join_message(device_.device, device_.max_mcast_qp_attach, cfg_.group_address,
+                                                "rdma_join_multicast: " + errno_text(e), attach_refused_by_limit(e)));
+  }
   await_mcast_event(RDMA_CM_EVENT_MULTICAST_JOIN, deadline, "joining the multicast group " + cfg_.group_address);
 
   wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
@@ -296,10 +298,15 @@ void Endpoint::await_mcast_event(int expected, std::chrono::steady_clock::time_p
     pollfd p{channel_->fd, POLLIN, 0};
     (void)::poll(&p, 1, static_cast<int>(left.count()));
     rdma_cm_event* ev = nullptr;
+    errno = 0;
     if (::rdma_get_cm_event(channel_, &ev) != 0) {
       if (errno == EAGAIN || errno == EINTR) continue;
       fail("rdma_get_cm_event", "");
     }
+    // librdmacm attaches the QP to the group while it reads the join event; if the
+    // device refuses, the event turns into MULTICAST_ERROR with status -1 and errno
+    // says why (ENOMEM when the group already holds max_mcast_qp_attach QPs).
+    const int got_errno = errno;
     if (ev->id != mcast_id_) {  // nothing else can be under way yet: no peer knows our port
       if (ev->event == RDMA_CM_EVENT_CONNECT_REQUEST) ::rdma_reject(ev->id, nullptr, 0);
       ::rdma_ack_cm_event(ev);
@@ -318,6 +325,13 @@ void Endpoint::await_mcast_event(int expected, std::chrono::steady_clock::time_p
       return;
     }
     ::rdma_ack_cm_event(ev);
+    if (expected == RDMA_CM_EVENT_MULTICAST_JOIN) {
+      const int e = status == -1 && got_errno != 0 ? got_errno : -status;
+      std::string detail = std::string(::rdma_event_str(type)) + " (status " + std::to_string(status);
+      if (e > 0) detail += ", " + errno_text(e);
+      throw TransportError(multicast_join_message(device_.device, device_.max_mcast_qp_attach, cfg_.group_address,
+                                                  detail + ")", attach_refused_by_limit(e)));
+    }
     throw TransportError("verbs transport: " + what + " failed: " + ::rdma_event_str(type) + " (status " +
                          std::to_string(status) +
                          "); RoCE needs an explicit IPv4 group address and a route for 224.0.0.0/4 on the netdev; "

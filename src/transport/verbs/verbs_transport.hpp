@@ -30,6 +30,9 @@
 //   protocol then suspects the peer (a failure event for membership). Failures of
 //   the datagram path (UD QP error, multicast error, device removal) make wait()
 //   throw TransportError.
+// - The group holds at most the device's max_mcast_qp_attach UD QPs (Soft-RoCE: 56),
+//   one per member process on the device: a join the device refuses, or one on a
+//   device with no multicast at all, fails naming the limit and the fixes.
 //
 // Thread-safety: multicast(), unicast(), add_peer(), wake(), close() and stats() may
 // be called from any thread, also while another thread is in wait(); wait() from
