@@ -1,6 +1,6 @@
 // The verbs transport's parts that need no RDMA device: UD buffer arithmetic, path
-// MTUs, option checks, and the errors a Node gives where there is no device or the
-// multicast group is full. The
+// MTUs, option checks, what asynchronous events mean, and the errors a Node gives where
+// there is no device or the multicast group is full. The
 // transport itself runs on Soft-RoCE in a VM: tests/rxe/run.sh.
 #include <catch2/catch.hpp>
 
@@ -10,6 +10,7 @@
 #include "hmcast/hmcast.hpp"
 #include "transport/verbs/ud_layout.hpp"
 #ifdef HMCAST_HAVE_VERBS
+#include "transport/verbs/async_events.hpp"
 #include "transport/verbs/device.hpp"
 #endif
 
@@ -146,5 +147,73 @@ TEST_CASE("a device without multicast is refused at construction, naming the fix
   CHECK(m.find("max_mcast_qp_attach is 0") != std::string::npos);
   CHECK(m.find("rdma link add rxe0 type rxe") != std::string::npos);
   CHECK(m.find("TransportKind::socket") != std::string::npos);
+}
+#endif
+
+#ifdef HMCAST_HAVE_VERBS
+TEST_CASE("asynchronous events: each type names the element it is about", "[verbs]") {
+  using verbs::AsyncElement;
+  CHECK(verbs::async_element(IBV_EVENT_QP_FATAL) == AsyncElement::qp);
+  CHECK(verbs::async_element(IBV_EVENT_PATH_MIG_ERR) == AsyncElement::qp);
+  CHECK(verbs::async_element(IBV_EVENT_COMM_EST) == AsyncElement::qp);
+  CHECK(verbs::async_element(IBV_EVENT_QP_LAST_WQE_REACHED) == AsyncElement::qp);
+  CHECK(verbs::async_element(IBV_EVENT_CQ_ERR) == AsyncElement::cq);
+  CHECK(verbs::async_element(IBV_EVENT_SRQ_LIMIT_REACHED) == AsyncElement::srq);
+  CHECK(verbs::async_element(IBV_EVENT_WQ_FATAL) == AsyncElement::wq);
+  CHECK(verbs::async_element(IBV_EVENT_PORT_ERR) == AsyncElement::port);
+  CHECK(verbs::async_element(IBV_EVENT_GID_CHANGE) == AsyncElement::port);
+  CHECK(verbs::async_element(IBV_EVENT_DEVICE_FATAL) == AsyncElement::device);
+}
+
+TEST_CASE("asynchronous events: what kills a QP breaks its link or ends the endpoint", "[verbs]") {
+  using verbs::AsyncAction;
+  using verbs::AsyncSubject;
+  for (const auto qp_dead : {IBV_EVENT_QP_FATAL, IBV_EVENT_QP_REQ_ERR, IBV_EVENT_QP_ACCESS_ERR, IBV_EVENT_PATH_MIG_ERR}) {
+    INFO(verbs::async_event_name(qp_dead));
+    CHECK(verbs::async_action(qp_dead, AsyncSubject::link_qp) == AsyncAction::break_link);  // membership removes the peer
+    CHECK(verbs::async_action(qp_dead, AsyncSubject::datagram_qp) == AsyncAction::fail);    // the multicast path is gone
+    CHECK(verbs::async_action(qp_dead, AsyncSubject::unrelated) == AsyncAction::count);     // another endpoint's QP
+  }
+  CHECK(verbs::async_action(IBV_EVENT_PORT_ERR, AsyncSubject::our_port) == AsyncAction::fail);
+  CHECK(verbs::async_action(IBV_EVENT_PORT_ERR, AsyncSubject::unrelated) == AsyncAction::count);  // another port
+  CHECK(verbs::async_action(IBV_EVENT_DEVICE_FATAL, AsyncSubject::device) == AsyncAction::fail);
+  CHECK(verbs::async_action(IBV_EVENT_CQ_ERR, AsyncSubject::our_cq) == AsyncAction::fail);
+  CHECK(verbs::async_action(IBV_EVENT_CQ_ERR, AsyncSubject::unrelated) == AsyncAction::count);
+}
+
+TEST_CASE("asynchronous events: informational ones are only counted", "[verbs]") {
+  using verbs::AsyncAction;
+  using verbs::AsyncSubject;
+  for (const auto info : {IBV_EVENT_PORT_ACTIVE, IBV_EVENT_LID_CHANGE, IBV_EVENT_PKEY_CHANGE, IBV_EVENT_SM_CHANGE,
+                          IBV_EVENT_CLIENT_REREGISTER, IBV_EVENT_GID_CHANGE})
+    CHECK(verbs::async_action(info, AsyncSubject::our_port) == AsyncAction::count);
+  for (const auto info : {IBV_EVENT_COMM_EST, IBV_EVENT_SQ_DRAINED, IBV_EVENT_PATH_MIG, IBV_EVENT_QP_LAST_WQE_REACHED}) {
+    CHECK(verbs::async_action(info, AsyncSubject::link_qp) == AsyncAction::count);
+    CHECK(verbs::async_action(info, AsyncSubject::datagram_qp) == AsyncAction::count);
+  }
+  // hmcast makes no shared receive queues or work queues: never ours.
+  CHECK(verbs::async_action(IBV_EVENT_SRQ_LIMIT_REACHED, AsyncSubject::unrelated) == AsyncAction::count);
+  CHECK(verbs::async_action(IBV_EVENT_SRQ_ERR, AsyncSubject::unrelated) == AsyncAction::count);
+  CHECK(verbs::async_action(IBV_EVENT_WQ_FATAL, AsyncSubject::unrelated) == AsyncAction::count);
+  // A type newer than the code is counted, not fatal (31: the largest value the enum can hold).
+  CHECK(verbs::async_action(static_cast<ibv_event_type>(31), AsyncSubject::unrelated) == AsyncAction::count);
+  CHECK(verbs::async_event_name(static_cast<ibv_event_type>(31)) == "ibv async event 31");
+}
+
+TEST_CASE("asynchronous events: a fatal one's message says what happened and what to do", "[verbs]") {
+  using verbs::AsyncSubject;
+  const auto port = verbs::async_failure_message(IBV_EVENT_PORT_ERR, AsyncSubject::our_port, "rxe0", 1, "239.1.2.3");
+  CHECK(port.find("IBV_EVENT_PORT_ERR on rxe0 port 1") != std::string::npos);
+  CHECK(port.find("PORT_ACTIVE") != std::string::npos);  // how to tell it is back
+  CHECK(port.find("recreate the Node") != std::string::npos);
+  CHECK(port.find("--transport socket") != std::string::npos);
+  const auto dev = verbs::async_failure_message(IBV_EVENT_DEVICE_FATAL, AsyncSubject::device, "mlx5_0", 1, "239.1.2.3");
+  CHECK(dev.find("IBV_EVENT_DEVICE_FATAL on mlx5_0") != std::string::npos);
+  CHECK(dev.find("dmesg") != std::string::npos);
+  const auto ud = verbs::async_failure_message(IBV_EVENT_QP_FATAL, AsyncSubject::datagram_qp, "rxe0", 1, "239.1.2.3");
+  CHECK(ud.find("239.1.2.3") != std::string::npos);
+  CHECK(ud.find("multicast path is gone") != std::string::npos);
+  const auto cq = verbs::async_failure_message(IBV_EVENT_CQ_ERR, AsyncSubject::our_cq, "rxe0", 1, "239.1.2.3");
+  CHECK(cq.find("hmcast bug") != std::string::npos);
 }
 #endif
