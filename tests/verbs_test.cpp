@@ -1,17 +1,23 @@
 // The verbs transport's parts that need no RDMA device: UD buffer arithmetic, path
-// MTUs, option checks, what asynchronous events mean, and the errors a Node gives where
-// there is no device or the multicast group is full. The
-// transport itself runs on Soft-RoCE in a VM: tests/rxe/run.sh.
+// MTUs, option checks, what asynchronous events mean, and the errors a Node gives
+// where there is no device or the multicast group is full. The transport itself runs
+// on Soft-RoCE in a VM: tests/rxe/run.sh (which also runs the [.rxe] cases below).
 #include <catch2/catch.hpp>
 
 #include <cerrno>
+#include <chrono>
+#include <cstdlib>
+#include <memory>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "hmcast/hmcast.hpp"
 #include "transport/verbs/ud_layout.hpp"
 #ifdef HMCAST_HAVE_VERBS
 #include "transport/verbs/async_events.hpp"
 #include "transport/verbs/device.hpp"
+#include "transport/verbs/verbs_transport.hpp"
 #endif
 
 using namespace hmcast;
@@ -215,5 +221,89 @@ TEST_CASE("asynchronous events: a fatal one's message says what happened and wha
   CHECK(ud.find("multicast path is gone") != std::string::npos);
   const auto cq = verbs::async_failure_message(IBV_EVENT_CQ_ERR, AsyncSubject::our_cq, "rxe0", 1, "239.1.2.3");
   CHECK(cq.find("hmcast bug") != std::string::npos);
+}
+#endif
+
+#ifdef HMCAST_HAVE_VERBS
+// On a real device only: tests/rxe/suites.sh runs these inside the VM, after the
+// soaks (the second takes the netdev down and up again). HMCAST_RXE_DEVICE,
+// HMCAST_RXE_ADDRESS and HMCAST_RXE_NETDEV say where.
+namespace {
+
+std::string env_or(const char* name, const char* fallback) {
+  const char* v = std::getenv(name);
+  return v != nullptr && *v != '\0' ? v : fallback;
+}
+
+verbs::EndpointConfig rxe_endpoint(const std::string& group) {
+  verbs::EndpointConfig cfg;
+  cfg.options.device = env_or("HMCAST_RXE_DEVICE", "rxe0");
+  cfg.options.interface_address = env_or("HMCAST_RXE_ADDRESS", "10.77.0.1");
+  cfg.options.mtu = 1024;
+  cfg.options.receive_ring = 8;  // many endpoints at once: little pinned memory each
+  cfg.options.send_depth = 4;
+  cfg.group_address = group;
+  return cfg;
+}
+
+}  // namespace
+
+TEST_CASE("rxe: a multicast group takes max_mcast_qp_attach endpoints, and one more fails naming the limit", "[.rxe]") {
+  std::vector<std::unique_ptr<verbs::Endpoint>> members;
+  members.push_back(std::make_unique<verbs::Endpoint>(1, rxe_endpoint("239.77.0.1")));
+  const std::uint32_t limit = members.front()->stats().max_mcast_qp_attach;
+  REQUIRE(limit > 0);
+  REQUIRE(limit <= 1024);  // one process holds them all: keep it affordable
+  while (members.size() < limit)
+    members.push_back(std::make_unique<verbs::Endpoint>(static_cast<MemberId>(members.size() + 1),
+                                                        rxe_endpoint("239.77.0.1")));
+  try {
+    verbs::Endpoint extra(limit + 1, rxe_endpoint("239.77.0.1"));
+    FAIL("the device attached QP " << limit + 1 << " to a group that holds " << limit);
+  } catch (const verbs::TransportError& e) {
+    const std::string what = e.what();
+    WARN("endpoint " << limit + 1 << " on one group: " << what);  // shown in build/rxe/device_events.out
+    CHECK(what.find("refused to attach one more queue pair") != std::string::npos);
+    CHECK(what.find("at most " + std::to_string(limit) + " (max_mcast_qp_attach)") != std::string::npos);
+    CHECK(what.find("--transport socket") != std::string::npos);
+  }
+  // Another group on the same device still has room.
+  CHECK_NOTHROW(verbs::Endpoint(limit + 2, rxe_endpoint("239.77.0.2")));
+}
+
+TEST_CASE("rxe: the port going down ends every endpoint on the device with IBV_EVENT_PORT_ERR", "[.rxe]") {
+  const std::string netdev = env_or("HMCAST_RXE_NETDEV", "d0");
+  // Two endpoints of one process share rdma_cm's device context and so its async fd:
+  // both must hear the event, the one asleep in epoll (interrupt mode) too.
+  auto cfg_b = rxe_endpoint("239.77.0.3");
+  cfg_b.options.completion = CompletionMode::interrupt;
+  verbs::Endpoint a(1, rxe_endpoint("239.77.0.3"));
+  verbs::Endpoint b(2, cfg_b);
+  const auto wait_for_failure = [](verbs::Endpoint& e) -> std::string {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (std::chrono::steady_clock::now() < until) {
+      try {
+        (void)e.wait(std::chrono::steady_clock::now() + std::chrono::milliseconds(200));
+      } catch (const verbs::TransportError& err) {
+        return err.what();
+      }
+    }
+    return "";
+  };
+  std::string b_failure;
+  std::thread waiter([&] { b_failure = wait_for_failure(b); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // b is asleep by now
+  REQUIRE(std::system(("ip link set " + netdev + " down").c_str()) == 0);
+  const std::string a_failure = wait_for_failure(a);
+  waiter.join();
+  // Back as it was for whatever runs next (the route left with the link).
+  CHECK(std::system(("ip link set " + netdev + " up && ip route replace 224.0.0.0/4 dev " + netdev).c_str()) == 0);
+  WARN("hybrid endpoint: " << a_failure << " (" << a.stats().async_events << " async events)");
+  WARN("interrupt endpoint: " << b_failure << " (" << b.stats().async_events << " async events)");
+  CHECK(a_failure.find("IBV_EVENT_PORT_ERR on " + env_or("HMCAST_RXE_DEVICE", "rxe0") + " port 1") !=
+        std::string::npos);
+  CHECK(b_failure.find("IBV_EVENT_PORT_ERR") != std::string::npos);
+  CHECK(a.stats().async_events >= 1);
+  CHECK(b.stats().async_events >= 1);
 }
 #endif

@@ -18,3 +18,10 @@ want pipeline && run_suite pipeline 400 "$hm" soak "${VERBS[@]}" --completion in
 # and sends such frames over RC links to every member; nothing bad may be delivered.
 want bad_input && run_suite bad_input 300 "$hm" soak "${VERBS[@]}" --procs 4 --senders 2 --messages 800 \
   --sizes 64:40,2KiB:20 --spray --timeout 200 --json
+
+# The transport's own behaviour on the device (tests/verbs_test.cpp, cases tagged
+# [.rxe]): a multicast group takes max_mcast_qp_attach QPs and one more fails with the
+# message naming the limit; taking the netdev down ends every endpoint of a process
+# with IBV_EVENT_PORT_ERR (the asynchronous events). Last: it takes d0 down and up.
+want device_events && run_suite device_events 300 env HMCAST_RXE_DEVICE=rxe0 HMCAST_RXE_ADDRESS=10.77.0.1 \
+  HMCAST_RXE_NETDEV=d0 "$(dirname "$hm")/hmcast_tests" "[.rxe]"
