@@ -5,8 +5,9 @@ want() { [ "$SUITES" = all ] || [[ ",$SUITES," == *",$1,"* ]]; }
 
 # The soak: mixed sizes, two senders, 2% of datagrams dropped at each receiver, one
 # member SIGKILLed mid-run (views_installed >= 2), every byte checked at every member.
+# Multicast works on rxe: every member's probe must be confirmed (10 s: TCG is slow).
 want soak && run_suite soak 400 "$hm" soak "${VERBS[@]}" --procs 5 --senders 2 --messages 150 \
-  --sizes 64:40,512:20,2KiB:20,8KiB:15 --loss 0.02 --kill 1 --timeout 300 --json
+  --sizes 64:40,512:20,2KiB:20,8KiB:15 --loss 0.02 --kill 1 --probe-deadline-ms 10000 --timeout 300 --json
 
 # The pipeline: large messages (RC blocks, binomial pipeline) in a group of odd size,
 # with completions taken by interrupts only (the other suites use hybrid polling).
@@ -24,3 +25,10 @@ want bad_input && run_suite bad_input 300 "$hm" soak "${VERBS[@]}" --procs 4 --s
 # to multicast emulated over RC; every message must still arrive, once.
 want fallback && run_suite fallback 400 "$hm" soak "${VERBS[@]}" --procs 4 --senders 2 --messages 100 \
   --sizes 64:40,2KiB:20,8KiB:10 --block-multicast --probe-deadline-ms 2000 --timeout 300 --json
+
+# The transport's own behaviour on the device (tests/verbs_test.cpp, cases tagged
+# [.rxe]): a multicast group takes max_mcast_qp_attach QPs and one more fails with the
+# message naming the limit; taking the netdev down ends every endpoint of a process
+# with IBV_EVENT_PORT_ERR (the asynchronous events). Last: it takes d0 down and up.
+want device_events && run_suite device_events 300 env HMCAST_RXE_DEVICE=rxe0 HMCAST_RXE_ADDRESS=10.77.0.1 \
+  HMCAST_RXE_NETDEV=d0 "$(dirname "$hm")/hmcast_tests" "[.rxe]"

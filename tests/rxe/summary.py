@@ -76,9 +76,18 @@ if fb is not None:
     ok = ok and bool(fb.get("delivered_ok")) and fb.get("members_emulating") == fb.get("procs") \
         and fb.get("emulated_datagrams", 0) > 0 and fb.get("probes_failed", 0) > 0
 
+# The [.rxe] unit cases (multicast group limit, asynchronous events): Catch's last line.
+events = None
+events_out = results / "device_events.out"
+if events_out.exists():
+    m = re.search(r"All tests passed \((\d+) assertions? in (\d+) test cases?\)", events_out.read_text(errors="replace"))
+    events = {"test_cases": int(m.group(2)), "assertions": int(m.group(1))} if m else {"test_cases": 0}
+    out["device_events"] = events
+    ok = ok and events["test_cases"] >= 2
+
 # A full run (no HMCAST_RXE_SUITES subset) must have produced every suite's report.
 if os.environ.get("HMCAST_RXE_SUITES", "all") == "all":
-    for name, report in (("soak", soak), ("pipeline", pipe), ("bad_input", bad), ("fallback", fb)):
+    for name, report in (("soak", soak), ("pipeline", pipe), ("bad_input", bad), ("fallback", fb), ("device_events", events)):
         if report is None:
             out.setdefault("missing_reports", []).append(name)
             ok = False

@@ -4,6 +4,7 @@
 #include <infiniband/verbs.h>
 
 #include <array>
+#include <cerrno>
 #include <memory>
 #include <optional>
 
@@ -67,6 +68,33 @@ std::string no_device_message(const std::string& detail) {
          "TransportKind::socket, `--transport socket`)";
 }
 
+std::string no_multicast_message(const std::string& device) {
+  return "verbs transport: device " + device +
+         " cannot attach queue pairs to multicast groups (its max_mcast_qp_attach is 0; iWARP devices have no "
+         "multicast), and hmcast sends datagrams by UD multicast. Fixes: name an InfiniBand or RoCE device "
+         "(VerbsOptions::device, `--device`; `ibv_devinfo -v` shows max_mcast_qp_attach), create a Soft-RoCE "
+         "device (rdma link add rxe0 type rxe netdev eth0), or use the socket transport (Config::transport = "
+         "TransportKind::socket, `--transport socket`)";
+}
+
+std::string multicast_join_message(const std::string& device, std::uint32_t limit, const std::string& group,
+                                   const std::string& detail, bool refused) {
+  const std::string n = std::to_string(limit);
+  const std::string fixes =
+      "Fixes: run at most " + n + " member processes of a group per device (spread them over more hosts or "
+      "devices), or use the socket transport (Config::transport = TransportKind::socket, `--transport socket`)";
+  std::string m = "verbs transport: joining the multicast group " + group + " on " + device + " failed: " + detail + ". ";
+  if (refused)
+    return m + device + " refused to attach one more queue pair: a multicast group on " + device + " holds at most " +
+           n + " (max_mcast_qp_attach), one per member process on this device, and this group is full. " + fixes;
+  return m + "If the group is full, that is the limit of " + n + " queue pairs per group on " + device +
+         " (max_mcast_qp_attach, one per member process on this device). " + fixes +
+         ". Otherwise: RoCE needs an explicit IPv4 group address and a route for 224.0.0.0/4 on the netdev; "
+         "InfiniBand needs a subnet manager that serves multicast joins (docs/real-clusters.md)";
+}
+
+bool attach_refused_by_limit(int e) { return e == ENOMEM || e == ENOSPC; }
+
 void check_options(const VerbsOptions& o) {
   const auto bad = [](const std::string& what) { throw Error(ErrorCode::invalid_config, "VerbsOptions::" + what); };
   if (o.mtu < 256 || o.mtu > 4096) bad("mtu must be in [256, 4096] (a UD datagram carries at most 4096 bytes)");
@@ -88,6 +116,7 @@ DeviceChoice choose_device(const VerbsOptions& o) {
                 no_device_message("no RDMA device found on this host" +
                                   (o.device.empty() ? std::string() : " (looked for '" + o.device + "')")));
   std::string seen;
+  std::string no_multicast;  // the first device passed over for want of multicast
   for (int i = 0; i < devices.count; ++i) {
     const std::string name = ::ibv_get_device_name(devices.list[i]);
     seen += (seen.empty() ? "" : ", ") + name;
@@ -102,6 +131,12 @@ DeviceChoice choose_device(const VerbsOptions& o) {
         throw Error(ErrorCode::transport_failed,
                     no_device_message("device " + name + " has no active port" +
                                       (o.port != 0 ? " " + std::to_string(o.port) : std::string())));
+      continue;
+    }
+    if (dev.max_mcast_qp_attach <= 0) {
+      // Known before any QP exists: the join could only fail, later and less clearly.
+      if (!o.device.empty()) throw Error(ErrorCode::transport_failed, no_multicast_message(name));
+      if (no_multicast.empty()) no_multicast = name;
       continue;
     }
     DeviceChoice ch;
@@ -133,6 +168,7 @@ DeviceChoice choose_device(const VerbsOptions& o) {
     throw Error(ErrorCode::transport_failed,
                 no_device_message("no RDMA device named '" + o.device + "' (found: " +
                                   (seen.empty() ? std::string("none") : seen) + ")"));
+  if (!no_multicast.empty()) throw Error(ErrorCode::transport_failed, no_multicast_message(no_multicast));
   throw Error(ErrorCode::transport_failed, no_device_message("no RDMA device has an active port (found: " + seen + ")"));
 }
 

@@ -16,6 +16,8 @@
 
 #include "core/wire.hpp"
 #include "hmcast/error.hpp"
+#include "transport/verbs/async_events.hpp"
+#include "transport/verbs/async_hub.hpp"
 #include "transport/verbs/ud_layout.hpp"
 
 namespace hmcast::verbs {
@@ -39,6 +41,9 @@ constexpr std::size_t kCreditSlot = 64;
 constexpr std::uint32_t kPrivateMagic = 0x31564d48;  // "HMV1"
 constexpr std::uint32_t kLinkReserveSlack = kCreditRecvs;
 constexpr std::uint32_t kCqLinks = 64;  // links the completion queue is sized for (more are refused)
+// While wait() busy-polls it reads no fd; asynchronous events are rare and never
+// urgent to the microsecond, so it looks for them this often (a syscall each time).
+constexpr auto kAsyncCheckEvery = std::chrono::milliseconds(1);
 
 std::string errno_text(int e) { return std::string(std::strerror(e)) + " (errno " + std::to_string(e) + ")"; }
 
@@ -268,16 +273,20 @@ void Endpoint::open() {
   ud_send_ = std::make_unique<Region>(pd_, mtu_, o.send_depth, "datagram send slots");
   for (std::uint32_t i = 0; i < o.receive_ring; ++i) post_ud_receive(i);
   for (std::uint32_t i = o.send_depth; i > 0; --i) ud_free_send_.push_back(i - 1);
-  if (::rdma_join_multicast(mcast_id_, as_sockaddr(&group_), nullptr) != 0)
-    fail("rdma_join_multicast(" + cfg_.group_address + ")",
-         "InfiniBand needs a subnet manager serving multicast joins (see docs/real-clusters.md)");
+  if (::rdma_join_multicast(mcast_id_, as_sockaddr(&group_), nullptr) != 0) {
+    const int e = errno;
+    throw TransportError(multicast_join_message(device_.device, device_.max_mcast_qp_attach, cfg_.group_address,
+                                                "rdma_join_multicast: " + errno_text(e), attach_refused_by_limit(e)));
+  }
   await_mcast_event(RDMA_CM_EVENT_MULTICAST_JOIN, deadline, "joining the multicast group " + cfg_.group_address);
 
   wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (wake_fd_ < 0) fail("eventfd", "");
   epoll_fd_ = ::epoll_create1(EPOLL_CLOEXEC);
   if (epoll_fd_ < 0) fail("epoll_create1", "");
-  for (const int fd : {wake_fd_, channel_->fd, comp_->fd}) {
+  async_ = AsyncHub::of(ctx);
+  async_sub_ = async_->subscribe(wake_fd_);
+  for (const int fd : {wake_fd_, channel_->fd, comp_->fd, async_->fd()}) {
     epoll_event ev{};
     ev.events = EPOLLIN;
     ev.data.fd = fd;
@@ -296,10 +305,15 @@ void Endpoint::await_mcast_event(int expected, std::chrono::steady_clock::time_p
     pollfd p{channel_->fd, POLLIN, 0};
     (void)::poll(&p, 1, static_cast<int>(left.count()));
     rdma_cm_event* ev = nullptr;
+    errno = 0;
     if (::rdma_get_cm_event(channel_, &ev) != 0) {
       if (errno == EAGAIN || errno == EINTR) continue;
       fail("rdma_get_cm_event", "");
     }
+    // librdmacm attaches the QP to the group while it reads the join event; if the
+    // device refuses, the event turns into MULTICAST_ERROR with status -1 and errno
+    // says why (ENOMEM when the group already holds max_mcast_qp_attach QPs).
+    const int got_errno = errno;
     if (ev->id != mcast_id_) {  // nothing else can be under way yet: no peer knows our port
       if (ev->event == RDMA_CM_EVENT_CONNECT_REQUEST) ::rdma_reject(ev->id, nullptr, 0);
       ::rdma_ack_cm_event(ev);
@@ -318,6 +332,13 @@ void Endpoint::await_mcast_event(int expected, std::chrono::steady_clock::time_p
       return;
     }
     ::rdma_ack_cm_event(ev);
+    if (expected == RDMA_CM_EVENT_MULTICAST_JOIN) {
+      const int e = status == -1 && got_errno != 0 ? got_errno : -status;
+      std::string detail = std::string(::rdma_event_str(type)) + " (status " + std::to_string(status);
+      if (e > 0) detail += ", " + errno_text(e);
+      throw TransportError(multicast_join_message(device_.device, device_.max_mcast_qp_attach, cfg_.group_address,
+                                                  detail + ")", attach_refused_by_limit(e)));
+    }
     throw TransportError("verbs transport: " + what + " failed: " + ::rdma_event_str(type) + " (status " +
                          std::to_string(status) +
                          "); RoCE needs an explicit IPv4 group address and a route for 224.0.0.0/4 on the netdev; "
@@ -326,6 +347,8 @@ void Endpoint::await_mcast_event(int expected, std::chrono::steady_clock::time_p
 }
 
 void Endpoint::release() {
+  if (async_) async_->unsubscribe(async_sub_);  // before wake_fd_ closes: the hub writes to it
+  async_.reset();
   for (auto& [key, l] : links_) destroy_link(*l);
   links_.clear();
   link_of_id_.clear();
@@ -820,6 +843,7 @@ void Endpoint::reap_dead_links() {
 
 std::optional<Inbound> Endpoint::wait(std::chrono::steady_clock::time_point deadline) {
   const auto mode = cfg_.options.completion;
+  bool slept = false;
   for (;;) {
     {
       std::unique_lock lock(mu_);
@@ -837,10 +861,12 @@ std::optional<Inbound> Endpoint::wait(std::chrono::steady_clock::time_point dead
       }
       poll_cq_locked();
       handle_cm_events_locked();
+      const auto now = std::chrono::steady_clock::now();
+      if (slept || now >= next_async_check_) handle_async_events_locked();
+      slept = false;
       reap_dead_links();
       if (!failure_.empty()) throw TransportError(failure_);
       if (!inbox_.empty()) return pop();
-      const auto now = std::chrono::steady_clock::now();
       if (now >= deadline) return std::nullopt;
       if (mode == CompletionMode::poll) continue;
       if (mode == CompletionMode::hybrid && now - last_completion_ < cfg_.options.busy_poll) continue;
@@ -864,6 +890,70 @@ std::optional<Inbound> Endpoint::wait(std::chrono::steady_clock::time_point dead
         while (::ibv_get_cq_event(comp_, &cq, &ctx) == 0) ::ibv_ack_cq_events(cq, 1);
       }
     }
+    // Whatever woke us (the async fd, or another endpoint's hub read queuing events
+    // for us through wake_fd_), the next round looks at the events at once.
+    slept = true;
+  }
+}
+
+void Endpoint::handle_async_events_locked() {
+  if (!async_) return;
+  next_async_check_ = std::chrono::steady_clock::now() + kAsyncCheckEvery;
+  std::vector<AsyncEvent> events;
+  try {
+    events = async_->collect(async_sub_, stats_.async_events_lost);
+  } catch (const TransportError& e) {
+    if (failure_.empty()) failure_ = e.what();
+    return;
+  }
+  for (const auto& e : events) on_async_event(e);
+}
+
+void Endpoint::on_async_event(const AsyncEvent& e) {
+  ++stats_.async_events;
+  // The hub hands every event of the device to every endpoint on it: find whether
+  // this one is about something of ours. QPs are known by number (the event was
+  // acknowledged, so its QP may be gone by now), CQs by address (ours lives as long
+  // as we do).
+  AsyncSubject subject = AsyncSubject::unrelated;
+  Link* link = nullptr;
+  switch (async_element(e.type)) {
+    case AsyncElement::qp:
+      if (mcast_id_ != nullptr && mcast_id_->qp != nullptr && mcast_id_->qp->qp_num == e.qp_num) {
+        subject = AsyncSubject::datagram_qp;
+        break;
+      }
+      for (auto& [key, l] : links_)
+        if (l->has_qp && l->state != Link::State::dead && l->id->qp->qp_num == e.qp_num) {
+          link = l.get();
+          subject = AsyncSubject::link_qp;
+          break;
+        }
+      break;
+    case AsyncElement::cq:
+      if (e.object == cq_) subject = AsyncSubject::our_cq;
+      break;
+    case AsyncElement::port:
+      if (e.port == device_.port) subject = AsyncSubject::our_port;
+      break;
+    case AsyncElement::device:
+      subject = AsyncSubject::device;
+      break;
+    case AsyncElement::srq:
+    case AsyncElement::wq:
+      break;  // we make none
+  }
+  switch (async_action(e.type, subject)) {
+    case AsyncAction::count:
+      return;
+    case AsyncAction::break_link:
+      ++stats_.async_link_failures;
+      break_link(*link, link->outgoing);  // as a failed completion: membership hears of the peer
+      return;
+    case AsyncAction::fail:
+      if (!closed_ && failure_.empty())
+        failure_ = async_failure_message(e.type, subject, device_.device, device_.port, cfg_.group_address);
+      return;
   }
 }
 

@@ -24,12 +24,21 @@
 //   the CQ and handles rdma_cm events; how it sleeps is CompletionMode (hybrid:
 //   busy-poll for busy_poll after the last completion, then arm the completion
 //   channel and sleep in epoll with the event channel and a wake eventfd).
-// - A failed work completion (flushed or in error) or a connection event saying the
-//   link is gone (rejected, unreachable, disconnected) breaks the link: unicast() to
-//   that peer returns false from then on, until add_peer() names it again; the
-//   protocol then suspects the peer (a failure event for membership). Failures of
-//   the datagram path (UD QP error, multicast error, device removal) make wait()
-//   throw TransportError.
+// - A failed work completion (flushed or in error), an asynchronous event that puts
+//   the link's QP in error (QP_FATAL, QP_REQ_ERR, QP_ACCESS_ERR, PATH_MIG_ERR) or a
+//   connection event saying the link is gone (rejected, unreachable, disconnected)
+//   breaks the link: unicast() to that peer returns false from then on, until
+//   add_peer() names it again; the protocol then suspects the peer (a failure event
+//   for membership). Failures of the datagram path (UD QP error, multicast error,
+//   device removal) and asynchronous events that end the endpoint (our port down,
+//   the device fatal, our CQ overrun) make wait() throw TransportError. Other
+//   asynchronous events are counted and ignored (async_events.hpp has the mapping).
+//   They are read from the device context's async fd, which rdma_cm shares between
+//   all endpoints of the process (async_hub.hpp), watched by wait() next to the
+//   completion channel and looked at every millisecond while it busy-polls.
+// - The group holds at most the device's max_mcast_qp_attach UD QPs (Soft-RoCE: 56),
+//   one per member process on the device: a join the device refuses, or one on a
+//   device with no multicast at all, fails naming the limit and the fixes.
 //
 // Thread-safety: multicast(), unicast(), add_peer(), wake(), close() and stats() may
 // be called from any thread, also while another thread is in wait(); wait() from
@@ -68,6 +77,8 @@ struct rdma_event_channel;
 
 namespace hmcast::verbs {
 
+class AsyncHub;
+struct AsyncEvent;
 using Inbound = inproc::Inbound;
 
 /// A verbs or rdma_cm call failed; the message names it and what to do.
@@ -104,6 +115,9 @@ struct Stats {
   std::uint64_t links_broken = 0;            // peers marked unreachable
   std::uint64_t completion_errors = 0;       // failed or flushed work completions
   std::uint64_t cq_sleeps = 0;               // times wait() armed the completion channel and slept
+  std::uint64_t async_events = 0;            // asynchronous events of the device seen (ours or not)
+  std::uint64_t async_link_failures = 0;     // links broken by an asynchronous event on their QP
+  std::uint64_t async_events_lost = 0;       // events that did not fit the queue between two wait() calls
   std::uint32_t ud_mtu = 0;                  // the datagram MTU in use
   std::uint32_t max_mcast_qp_attach = 0;     // the device's limit of QPs per multicast group
 };
@@ -153,6 +167,8 @@ class Endpoint {
   void on_ud_completion(const ibv_wc& wc, std::uint32_t kind, std::uint32_t slot);
   void on_link_completion(Link& l, const ibv_wc& wc, std::uint32_t kind, std::uint32_t slot);
   void handle_cm_events_locked();
+  void handle_async_events_locked();
+  void on_async_event(const AsyncEvent& e);
   void on_cm_event(rdma_cm_event& ev);
   void on_connect_request(rdma_cm_event& ev);
   Link* connect_to(MemberId to, Peer& peer);
@@ -195,6 +211,8 @@ class Endpoint {
   std::vector<std::uint32_t> ud_free_send_;
   int epoll_fd_ = -1;
   int wake_fd_ = -1;
+  std::shared_ptr<AsyncHub> async_;
+  std::uint64_t async_sub_ = 0;
 
   mutable std::mutex mu_;
   bool closed_ = false;
@@ -208,6 +226,7 @@ class Endpoint {
   std::vector<std::uint32_t> dead_;             // links to destroy once no event is held
   std::uint32_t next_key_ = 1;
   std::chrono::steady_clock::time_point last_completion_{};
+  std::chrono::steady_clock::time_point next_async_check_{};  // busy-polling looks at async events this often
   Stats stats_;
 };
 
