@@ -9,6 +9,7 @@
 #include <mutex>
 #include <thread>
 
+#include "eventually.hpp"
 #include "hmcast/hmcast.hpp"
 #include "transport/socket/manager_server.hpp"
 #include "ud_mcast/multicast_probe.hpp"
@@ -100,15 +101,7 @@ hmcast::Config probing_config(std::uint16_t manager_port, std::uint32_t size, do
   return cfg;
 }
 
-template <class Pred>
-bool eventually(Pred pred, std::chrono::milliseconds limit = std::chrono::seconds(20)) {
-  const auto end = std::chrono::steady_clock::now() + limit;
-  while (std::chrono::steady_clock::now() < end) {
-    if (pred()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  return pred();
-}
+using hmcast::testing::eventually;
 
 struct Group3 {
   hmcast::socket::ManagerServer manager{"127.0.0.1", 0, {}};

@@ -7,6 +7,7 @@
 #include <mutex>
 #include <thread>
 
+#include "eventually.hpp"
 #include "hmcast/hmcast.hpp"
 #include "transport/socket/manager_server.hpp"
 
@@ -58,15 +59,7 @@ void watch(hmcast::Group& g, Received& r) {
   });
 }
 
-template <class Pred>
-bool eventually(Pred pred, std::chrono::milliseconds limit = std::chrono::seconds(20)) {
-  const auto end = std::chrono::steady_clock::now() + limit;
-  while (std::chrono::steady_clock::now() < end) {
-    if (pred()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  return pred();
-}
+using hmcast::testing::eventually;
 
 }  // namespace
 
