@@ -362,6 +362,7 @@ int run_member(const MemberOptions& o) {
             {"large_redeliveries_suppressed", st.large_redeliveries_suppressed},
             {"ud_multicast_datagrams", st.multicast_datagrams_sent},
             {"rc_bytes", st.link_bytes_sent},
+            {"large_bytes_placed", st.large_bytes_placed},
             {"views_installed", st.views_installed},
             {"multicast_probe", st.multicast_probe},
             {"multicast_probes_sent", st.multicast_probes_sent},

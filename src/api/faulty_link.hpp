@@ -51,6 +51,10 @@ class FaultyLink final : public Link {
   [[nodiscard]] std::uint64_t bad_input() const override { return inner_->bad_input(); }
   void set_block_placer(socket::BlockPlacer placer) override { inner_->set_block_placer(std::move(placer)); }
   [[nodiscard]] std::uint64_t bytes_placed() const override { return inner_->bytes_placed(); }
+  void offer_region(MemberId sender, Seq seq, std::shared_ptr<std::vector<std::byte>> buffer) override {
+    inner_->offer_region(sender, seq, std::move(buffer));
+  }
+  void retire_region(MemberId sender, Seq seq) override { inner_->retire_region(sender, seq); }
   [[nodiscard]] std::uint64_t multicast_datagrams_sent() const override { return inner_->multicast_datagrams_sent(); }
   [[nodiscard]] std::uint64_t link_bytes_sent() const override { return inner_->link_bytes_sent(); }
   /// Drops what is held, then closes the inner link.

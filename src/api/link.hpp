@@ -35,6 +35,12 @@ class Link {
   /// Where Block payloads go, for transports that can read them straight into their
   /// final buffer (socket: see socket::Endpoint::set_block_placer). Others ignore it.
   virtual void set_block_placer(socket::BlockPlacer /*placer*/) {}
+  /// The final buffer of large message (sender, seq) exists: transports that let
+  /// peers write Block payloads straight into it (verbs: RDMA WRITE) register it and
+  /// hold it until no peer can write into it any more. Others ignore it.
+  virtual void offer_region(MemberId /*sender*/, Seq /*seq*/, std::shared_ptr<std::vector<std::byte>> /*buffer*/) {}
+  /// The node dropped that buffer (it may still live on in the transport, see above).
+  virtual void retire_region(MemberId /*sender*/, Seq /*seq*/) {}
   /// Payload bytes the transport read straight into their final buffer.
   [[nodiscard]] virtual std::uint64_t bytes_placed() const { return 0; }
   /// Input the transport dropped as malformed before the protocol saw it.

@@ -93,6 +93,12 @@ class VerbsLink final : public EndpointLink<verbs::Endpoint, verbs::TransportErr
     return endpoint_->stats().ud_multicast_datagrams;
   }
   [[nodiscard]] std::uint64_t link_bytes_sent() const override { return endpoint_->stats().rc_bytes; }
+  void offer_region(MemberId sender, Seq seq, std::shared_ptr<std::vector<std::byte>> buffer) override {
+    endpoint_->offer_region(sender, seq, std::move(buffer));
+  }
+  void retire_region(MemberId sender, Seq seq) override { endpoint_->retire_region(sender, seq); }
+  /// Block payload bytes peers RDMA WROTE into our final buffers.
+  [[nodiscard]] std::uint64_t bytes_placed() const override { return endpoint_->stats().bytes_placed; }
 };
 #endif
 

@@ -166,7 +166,11 @@ struct NodeState {
       } else if (auto* nb = std::get_if<action::NeedBuffer>(&a)) {
         // Refusing a buffer leaves the transfer to stall and be abandoned: it is bounded by config.
         if (nb->size > protocol.max_large_message) continue;
-        g.large[{nb->sender, nb->seq}] = std::make_shared<std::vector<std::byte>>(nb->size);
+        auto buf = std::make_shared<std::vector<std::byte>>(nb->size);
+        g.large[{nb->sender, nb->seq}] = buf;
+        // Before buffer_ready(): its Ready frames are what makes the transport
+        // advertise the buffer to the peers that will write into it.
+        link->offer_region(nb->sender, nb->seq, std::move(buf));
         Outbox more;
         g.engine->buffer_ready(nb->sender, nb->seq, more);
         execute(g, more);
@@ -182,8 +186,10 @@ struct NodeState {
         if (buf != g.large.end()) g.to_app.emplace_back(action::Deliver{dl->sender, dl->seq, buf->second, true});
       } else if (auto* rel = std::get_if<action::ReleaseLarge>(&a)) {
         g.large.erase({rel->sender, rel->seq});
+        link->retire_region(rel->sender, rel->seq);
       } else if (auto* dis = std::get_if<action::DiscardLarge>(&a)) {
         g.large.erase({dis->sender, dis->seq});
+        link->retire_region(dis->sender, dis->seq);
       } else if (auto* rs = std::get_if<action::ReportSuspect>(&a)) {
         if (control) control->report_suspect(g.engine->view().id, rs->member);
       } else {

@@ -44,7 +44,7 @@ ok = vm_rc == 0 and all(rc == 0 for rc in suites.values())
 soak = last_json("soak")
 if soak is not None:
     for key in ("procs", "messages_sent", "delivered_ok", "duplicates_delivered", "missing",
-                "ud_multicast_datagrams", "rc_bytes", "views_installed", "view_change_ms",
+                "ud_multicast_datagrams", "rc_bytes", "large_bytes_placed", "views_installed", "view_change_ms",
                 "faults_dropped", "large_messages"):
         if key in soak:
             out[key] = soak[key]
@@ -52,7 +52,7 @@ if soak is not None:
 pipe = last_json("pipeline")
 if pipe is not None:
     out["pipeline"] = {k: pipe.get(k) for k in ("procs", "delivered_ok", "messages_sent", "rc_bytes",
-                                                 "duplicates_delivered") if k in pipe}
+                                                 "large_bytes_placed", "duplicates_delivered") if k in pipe}
     ok = ok and bool(pipe.get("delivered_ok"))
     out["rc_bytes"] = out.get("rc_bytes", 0) + pipe.get("rc_bytes", 0)
 bad = last_json("bad_input")

@@ -42,6 +42,12 @@ constexpr std::uint32_t roce_path_mtu(std::uint32_t netdev_mtu) {
 
 /// Reliable-link message immediates: the top bit marks a frame's last chunk.
 inline constexpr std::uint32_t kLastChunk = 0x8000'0000U;
+/// With kLastChunk: the frame is a transport control message (region_wire.hpp), not
+/// one for the protocol.
+inline constexpr std::uint32_t kControlChunk = 0x4000'0000U;
+/// With kLastChunk: the frame is the head of a Block frame whose payload the sender
+/// RDMA WROTE into a region we advertised, ahead of this SEND on the same queue pair.
+inline constexpr std::uint32_t kPlacedChunk = 0x2000'0000U;
 
 /// A frame of `frame_bytes` moves in this many link messages of up to `chunk` bytes
 /// (an empty frame still takes one).

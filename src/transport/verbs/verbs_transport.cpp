@@ -18,6 +18,7 @@
 #include "hmcast/error.hpp"
 #include "transport/verbs/async_events.hpp"
 #include "transport/verbs/async_hub.hpp"
+#include "transport/verbs/region_wire.hpp"
 #include "transport/verbs/ud_layout.hpp"
 
 namespace hmcast::verbs {
@@ -40,7 +41,9 @@ constexpr std::size_t kCreditSlot = 64;
 // Connect and accept carry this, then a member id (connect) or receive depth (accept).
 constexpr std::uint32_t kPrivateMagic = 0x31564d48;  // "HMV1"
 constexpr std::uint32_t kLinkReserveSlack = kCreditRecvs;
-constexpr std::uint32_t kCqLinks = 64;  // links the completion queue is sized for (more are refused)
+constexpr std::uint32_t kCqLinks = 64;
+// Bytes of a Block frame before its payload: the wire header and the Block fields.
+constexpr std::size_t kBlockHeadBytes = wire::kHeaderSize + 28;  // links the completion queue is sized for (more are refused)
 // While wait() busy-polls it reads no fd; asynchronous events are rare and never
 // urgent to the microsecond, so it looks for them this often (a syscall each time).
 constexpr auto kAsyncCheckEvery = std::chrono::milliseconds(1);
@@ -167,9 +170,17 @@ struct Endpoint::Link {
   std::unique_ptr<Region> credit;  // outgoing: receives for credit messages
   std::vector<std::uint32_t> free_send;
   std::uint32_t credits = 0;  // outgoing: receives the acceptor has posted for us
-  std::deque<std::vector<std::byte>> queue;
+  struct Outgoing {
+    std::vector<std::byte> bytes;
+    bool control = false;  // a transport control frame (region_wire.hpp)
+  };
+  std::deque<Outgoing> queue;
   std::size_t queued_bytes = 0;
   std::size_t front_offset = 0;  // bytes of queue.front() already posted
+  // The front frame's payload goes by RDMA WRITE to this place (decided when its
+  // first byte is posted, so a revoke handled meanwhile only affects later frames).
+  bool front_started = false;
+  std::optional<WriteTarget> front_write;
   std::vector<std::byte> partial;  // accepted: the frame being reassembled
   std::uint32_t unreturned = 0;    // accepted: receives reposted, credits not yet sent back
   std::uint32_t credit_sends = 0;  // accepted: credit messages in flight
@@ -352,6 +363,14 @@ void Endpoint::release() {
   for (auto& [key, l] : links_) destroy_link(*l);
   links_.clear();
   link_of_id_.clear();
+  // With every RC queue pair gone no peer can write into our regions any more, so
+  // their registrations go now, before the protection domain.
+  for (auto& [k, r] : registrations_)
+    if (r.mr != nullptr && ::ibv_dereg_mr(r.mr) != 0) ++stats_.regions_leaked;  // ibv_dealloc_pd will say so too
+  registrations_.clear();
+  local_regions_.clear();
+  region_of_.clear();
+  remote_regions_.clear();
   if (mcast_id_ != nullptr) {
     if (mcast_id_->qp != nullptr) ::rdma_destroy_qp(mcast_id_);
     if (ah_ != nullptr) ::ibv_destroy_ah(ah_);
@@ -451,6 +470,32 @@ bool Endpoint::unicast(MemberId to, std::vector<std::byte> bytes) {
                                                   std::to_string(cfg_.max_frame) + ")");
   std::lock_guard lock(mu_);
   if (closed_) return false;
+  // A Ready frame grants `to` credit to send us blocks of (sender, seq): if that
+  // message's buffer is registered, `to` must know the region before it can send a
+  // credited block, so the descriptor goes first on the same (ordered) link.
+  if (bytes.size() > wire::kHeaderSize && bytes[3] == static_cast<std::byte>(wire::Type::ready)) {
+    const auto res = wire::decode(bytes);
+    if (res.ok()) {
+      const auto& r = std::get<wire::Ready>(res.packet.body);
+      if (auto it = region_of_.find({r.sender, r.seq}); it != region_of_.end() && ledger_.advertise(it->second, to)) {
+        const LocalRegion& lr = local_regions_.at(it->second);
+        RegionAdvertise a;
+        a.id = it->second;
+        a.addr = reinterpret_cast<std::uintptr_t>(lr.buffer->data());
+        a.rkey = lr.mr->rkey;
+        a.length = lr.buffer->size();
+        a.sender = r.sender;
+        a.seq = r.seq;
+        if (enqueue_locked(to, encode_region_message(a), true)) ++stats_.regions_advertised;
+        else (void)ledger_.revoked(it->second, to);  // never queued: `to` cannot hold it
+      }
+    }
+  }
+  return enqueue_locked(to, std::move(bytes), false);
+}
+
+bool Endpoint::enqueue_locked(MemberId to, std::vector<std::byte> bytes, bool control) {
+  if (closed_) return false;
   auto p = peers_.find(to);
   if (p == peers_.end() || p->second.broken) return false;
   Link* l = nullptr;
@@ -465,9 +510,26 @@ bool Endpoint::unicast(MemberId to, std::vector<std::byte> bytes) {
     return false;
   }
   l->queued_bytes += bytes.size();
-  l->queue.push_back(std::move(bytes));
+  l->queue.push_back(Link::Outgoing{std::move(bytes), control});
   flush(*l);
   return true;
+}
+
+/// Where the payload of Block frame `frame` for `to` may be RDMA WRITTEN: `to`
+/// advertised a region for its message that covers the segment. Small segments go by
+/// the copy path (a WRITE and a SEND cost more than one SEND there).
+std::optional<Endpoint::WriteTarget> Endpoint::write_target(MemberId to, const std::vector<std::byte>& frame) const {
+  constexpr std::size_t kMinWrite = 4096;
+  if (remote_regions_.empty() || frame.size() < kBlockHeadBytes + kMinWrite ||
+      frame[3] != static_cast<std::byte>(wire::Type::block))
+    return std::nullopt;
+  const auto res = wire::decode(frame);
+  if (!res.ok()) return std::nullopt;
+  const auto& b = std::get<wire::Block>(res.packet.body);
+  if (b.payload.size() != b.length || frame.size() != kBlockHeadBytes + b.length) return std::nullopt;
+  auto it = remote_regions_.find({to, b.sender, b.seq});
+  if (it == remote_regions_.end() || !region_covers(it->second.length, b.offset, b.length)) return std::nullopt;
+  return WriteTarget{it->second.addr + b.offset, it->second.rkey};
 }
 
 Endpoint::Link* Endpoint::connect_to(MemberId to, Peer& peer) {
@@ -537,21 +599,64 @@ void Endpoint::setup_link_qp(Link& l) {
 void Endpoint::flush(Link& l) {
   if (!l.outgoing) return;
   const std::size_t chunk = cfg_.options.link_chunk;
-  while (l.state == Link::State::up && !l.queue.empty() && l.credits > 0 && !l.free_send.empty()) {
-    const auto& frame = l.queue.front();
-    const std::size_t n = std::min(chunk, frame.size() - l.front_offset);
-    const bool last = l.front_offset + n == frame.size();
+  while (l.state == Link::State::up && !l.queue.empty() && !l.free_send.empty()) {
+    const auto& item = l.queue.front();
+    const auto& frame = item.bytes;
+    if (!l.front_started) {
+      l.front_started = true;
+      l.front_write = item.control ? std::nullopt : write_target(l.peer, frame);
+      if (l.front_write) l.front_offset = kBlockHeadBytes;  // the payload first, the head last
+    }
     const std::uint32_t slot = l.free_send.back();
-    if (n > 0) std::memcpy(l.data->at(slot), frame.data() + l.front_offset, n);
-    ibv_sge sge = l.data->sge(slot, n);
     ibv_send_wr wr{};
     ibv_send_wr* bad = nullptr;
+    ibv_sge sge{};
     wr.wr_id = make_wr_id(l.key, kLinkData, slot);
+    wr.send_flags = IBV_SEND_SIGNALED;
+    if (l.front_write && l.front_offset < frame.size()) {
+      // A piece of the payload, straight into the peer's final buffer. It takes a send
+      // slot (the send-side copy stays) but no receive credit: nothing is consumed there.
+      const std::size_t n = std::min(chunk, frame.size() - l.front_offset);
+      std::memcpy(l.data->at(slot), frame.data() + l.front_offset, n);
+      sge = l.data->sge(slot, n);
+      wr.sg_list = &sge;
+      wr.num_sge = 1;
+      wr.opcode = IBV_WR_RDMA_WRITE;
+      wr.wr.rdma.remote_addr = l.front_write->addr + (l.front_offset - kBlockHeadBytes);
+      wr.wr.rdma.rkey = l.front_write->rkey;
+      if (::ibv_post_send(l.id->qp, &wr, &bad) != 0) {
+        break_link(l, true);
+        return;
+      }
+      l.free_send.pop_back();
+      ++stats_.rc_messages_sent;
+      stats_.rc_bytes += n;
+      stats_.bytes_written += n;
+      l.front_offset += n;
+      continue;
+    }
+    if (l.credits == 0) break;
+    std::size_t n = 0;
+    bool last = false;
+    std::uint32_t imm = 0;
+    if (l.front_write) {
+      // The head alone, after the WRITEs on the same queue pair: when the peer sees it,
+      // the payload is in place.
+      n = kBlockHeadBytes;
+      std::memcpy(l.data->at(slot), frame.data(), n);
+      last = true;
+      imm = kLastChunk | kPlacedChunk;
+    } else {
+      n = std::min(chunk, frame.size() - l.front_offset);
+      last = l.front_offset + n == frame.size();
+      if (n > 0) std::memcpy(l.data->at(slot), frame.data() + l.front_offset, n);
+      imm = last ? (kLastChunk | (item.control ? kControlChunk : 0U)) : 0U;
+    }
+    sge = l.data->sge(slot, n);
     wr.sg_list = n > 0 ? &sge : nullptr;
     wr.num_sge = n > 0 ? 1 : 0;
     wr.opcode = IBV_WR_SEND_WITH_IMM;
-    wr.send_flags = IBV_SEND_SIGNALED;
-    wr.imm_data = htonl(last ? kLastChunk : 0U);
+    wr.imm_data = htonl(imm);
     if (::ibv_post_send(l.id->qp, &wr, &bad) != 0) {
       break_link(l, true);
       return;
@@ -565,6 +670,8 @@ void Endpoint::flush(Link& l) {
       l.queued_bytes -= frame.size();
       l.queue.pop_front();
       l.front_offset = 0;
+      l.front_started = false;
+      l.front_write.reset();
     }
   }
 }
@@ -666,8 +773,17 @@ void Endpoint::on_link_completion(Link& l, const ibv_wc& wc, std::uint32_t kind,
     post_link_receive(l, slot);
     ++l.unreturned;
     if ((imm & kLastChunk) != 0) {
-      ++stats_.rc_frames_received;
-      inbox_.push_back(Inbound{false, l.peer, std::move(l.partial), false});
+      if ((imm & kControlChunk) != 0) {
+        on_control_frame(l, l.partial);
+      } else if ((imm & kPlacedChunk) != 0) {
+        if (on_placed_head(l, l.partial)) {
+          ++stats_.rc_frames_received;
+          inbox_.push_back(Inbound{false, l.peer, std::move(l.partial), true});
+        }
+      } else {
+        ++stats_.rc_frames_received;
+        inbox_.push_back(Inbound{false, l.peer, std::move(l.partial), false});
+      }
       l.partial = {};
     }
     return_credits(l, false);
@@ -806,6 +922,17 @@ void Endpoint::break_link(Link& l, bool peer_lost) {
   if (l.outgoing) {
     if (auto it = outgoing_.find(l.peer); it != outgoing_.end() && it->second == l.key) outgoing_.erase(it);
     if (peer_lost) mark_broken(l.peer);
+    // Our WRITEs to this peer went on this queue pair; the peer counts us out of its
+    // regions when it sees it die, so a later link must not write on old descriptors.
+    std::erase_if(remote_regions_, [&](const auto& kv) { return std::get<0>(kv.first) == l.peer; });
+  } else {
+    // The peer's WRITEs come on this queue pair: once it is dead none can reach our
+    // memory, unless the peer already writes on a newer link of its own.
+    const bool newer = std::any_of(links_.begin(), links_.end(), [&](const auto& kv) {
+      const Link& o = *kv.second;
+      return &o != &l && !o.outgoing && o.peer == l.peer && o.state != Link::State::dead;
+    });
+    if (!newer) free_regions(ledger_.peer_lost(l.peer));
   }
   ::rdma_disconnect(l.id);  // errors ignored: it may never have connected
   dead_.push_back(l.key);
@@ -955,6 +1082,116 @@ void Endpoint::on_async_event(const AsyncEvent& e) {
         failure_ = async_failure_message(e.type, subject, device_.device, device_.port, cfg_.group_address);
       return;
   }
+}
+
+void Endpoint::offer_region(MemberId sender, Seq seq, std::shared_ptr<std::vector<std::byte>> buffer) {
+  if (!buffer || buffer->empty()) return;
+  std::lock_guard lock(mu_);
+  if (closed_ || pd_ == nullptr) return;
+  retire_locked(sender, seq);  // a message started again with a new buffer
+  // The cache is safe because a registered buffer is held here: its address cannot
+  // be reused by another allocation while the registration lives.
+  const std::pair key{reinterpret_cast<std::uintptr_t>(buffer->data()), buffer->size()};
+  auto reg = registrations_.find(key);
+  if (reg == registrations_.end()) {
+    ibv_mr* mr = (ibv_reg_mr)(pd_, buffer->data(), buffer->size(),
+                              static_cast<int>(IBV_ACCESS_LOCAL_WRITE) | static_cast<int>(IBV_ACCESS_REMOTE_WRITE));
+    if (mr == nullptr) {
+      // Not fatal: this message's blocks come by the copy path. Usually the
+      // locked-memory limit (ulimit -l); the stats count it.
+      ++stats_.region_register_failed;
+      return;
+    }
+    reg = registrations_.emplace(key, Registration{mr, 0}).first;
+    ++stats_.regions_registered;
+  } else {
+    ++stats_.region_cache_hits;
+  }
+  ++reg->second.users;
+  const std::uint64_t id = next_region_id_++;
+  local_regions_[id] = LocalRegion{sender, seq, std::move(buffer), reg->second.mr};
+  region_of_[{sender, seq}] = id;
+  ledger_.add(id);
+}
+
+void Endpoint::retire_region(MemberId sender, Seq seq) {
+  std::lock_guard lock(mu_);
+  retire_locked(sender, seq);
+}
+
+void Endpoint::retire_locked(MemberId sender, Seq seq) {
+  auto it = region_of_.find({sender, seq});
+  if (it == region_of_.end()) return;
+  const std::uint64_t id = it->second;
+  region_of_.erase(it);
+  for (const MemberId peer : ledger_.retire(id)) {
+    // A peer we cannot reach cannot answer; the ledger lets it go when the link it
+    // writes on breaks (break_link). Until then the memory stays held: a leak, not
+    // a write into freed memory.
+    (void)enqueue_locked(peer, encode_region_message(RegionRevoke{id}), true);
+  }
+  if (ledger_.freeable(id)) free_region(id);
+}
+
+void Endpoint::free_regions(const std::vector<std::uint64_t>& ids) {
+  for (const auto id : ids) free_region(id);
+}
+
+void Endpoint::free_region(std::uint64_t id) {
+  auto it = local_regions_.find(id);
+  ledger_.erase(id);
+  if (it == local_regions_.end()) return;
+  const auto& buf = it->second.buffer;
+  auto reg = registrations_.find({reinterpret_cast<std::uintptr_t>(buf->data()), buf->size()});
+  if (reg != registrations_.end() && --reg->second.users == 0) {
+    if (::ibv_dereg_mr(reg->second.mr) != 0) {
+      // Still registered: a stray write could land in it, so the memory is never reused.
+      ++stats_.regions_leaked;
+      leaked_.push_back(buf);
+    }
+    registrations_.erase(reg);
+  }
+  local_regions_.erase(it);
+  ++stats_.regions_freed;
+}
+
+void Endpoint::on_control_frame(Link& l, std::span<const std::byte> bytes) {
+  const auto msg = decode_region_message(bytes);
+  if (!msg) {
+    ++stats_.control_malformed;
+    return;
+  }
+  if (const auto* a = std::get_if<RegionAdvertise>(&*msg)) {
+    // Only used while our outgoing link to the peer lives (break_link forgets these).
+    remote_regions_[{l.peer, a->sender, a->seq}] = RemoteRegion{a->id, a->addr, a->rkey, a->length};
+  } else if (const auto* r = std::get_if<RegionRevoke>(&*msg)) {
+    std::erase_if(remote_regions_,
+                  [&](const auto& kv) { return std::get<0>(kv.first) == l.peer && kv.second.id == r->id; });
+    // The answer goes on the queue pair our WRITEs use, behind every one posted so far
+    // (flush() decides a frame's WRITE when it starts it, so none can follow).
+    (void)enqueue_locked(l.peer, encode_region_message(RegionRevoked{r->id}), true);
+  } else {
+    const auto id = std::get<RegionRevoked>(*msg).id;
+    if (ledger_.revoked(id, l.peer)) free_region(id);
+  }
+}
+
+bool Endpoint::on_placed_head(Link& l, std::vector<std::byte>& head) {
+  // The peer says it wrote the payload into a region of ours: it must be one it holds,
+  // and the segment must lie inside it; otherwise the frame names bytes we never got.
+  const auto res = wire::decode(head);
+  const auto* b = res.ok() ? std::get_if<wire::Block>(&res.packet.body) : nullptr;
+  if (b != nullptr && b->payload.empty() && head.size() == kBlockHeadBytes) {
+    for (const auto& [id, r] : local_regions_)
+      if (r.sender == b->sender && r.seq == b->seq && ledger_.holds(id, l.peer) &&
+          region_covers(r.buffer->size(), b->offset, b->length)) {
+        stats_.bytes_placed += b->length;
+        ++stats_.blocks_placed;
+        return true;
+      }
+  }
+  ++stats_.placed_malformed;
+  return false;
 }
 
 void Endpoint::close_locked() {

@@ -20,6 +20,17 @@
 //   returns credits (a zero-length SEND with the count as immediate) as it reposts,
 //   so no message ever finds no receive (no RNR retries). Frames wait in a bounded
 //   per-peer queue while credits are out.
+// - Zero-copy receive of large blocks (prototype, issue 5): the node offers each
+//   large-message buffer it allocates (offer_region); we register it for remote
+//   writes and, before the first Ready frame for that message goes to a peer, send
+//   the peer a region descriptor on the same link (region_wire.hpp). A peer that
+//   holds a descriptor covering a Block frame's segment RDMA WRITEs the payload
+//   straight into that buffer, then SENDs the frame's head alone flagged as placed;
+//   RC ordering puts the WRITE's bytes in place before the head's receive completes,
+//   and the head goes up as an Inbound with `placed`. When the node retires the
+//   buffer, each peer that holds the descriptor is sent a revoke and answers on the
+//   queue pair its WRITEs use; the memory stays registered and held until every such
+//   peer answered or lost that link (region_ledger.hpp says why).
 // - One completion queue and one rdma_cm event channel per endpoint. wait() polls
 //   the CQ and handles rdma_cm events; how it sleeps is CompletionMode (hybrid:
 //   busy-poll for busy_poll after the last completion, then arm the completion
@@ -53,6 +64,8 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
+#include <tuple>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -63,6 +76,7 @@
 #include "hmcast/types.hpp"
 #include "transport/inproc/inproc_fabric.hpp"
 #include "transport/verbs/device.hpp"
+#include "transport/verbs/region_ledger.hpp"
 
 struct ibv_ah;
 struct ibv_comp_channel;
@@ -118,6 +132,18 @@ struct Stats {
   std::uint64_t async_events = 0;            // asynchronous events of the device seen (ours or not)
   std::uint64_t async_link_failures = 0;     // links broken by an asynchronous event on their QP
   std::uint64_t async_events_lost = 0;       // events that did not fit the queue between two wait() calls
+  // Zero-copy blocks (offer_region):
+  std::uint64_t bytes_placed = 0;            // receiver: Block payload bytes peers RDMA WROTE into final buffers
+  std::uint64_t blocks_placed = 0;           // receiver: placed Block heads handed up
+  std::uint64_t bytes_written = 0;           // sender: Block payload bytes posted as RDMA WRITE
+  std::uint64_t regions_registered = 0;      // receiver: buffers registered for remote writes
+  std::uint64_t region_cache_hits = 0;       // receiver: a buffer offered again, its registration reused
+  std::uint64_t region_register_failed = 0;  // receiver: ibv_reg_mr refused (blocks then come by the copy path)
+  std::uint64_t regions_advertised = 0;      // receiver: descriptors sent to peers
+  std::uint64_t regions_freed = 0;           // receiver: registrations released after every revoke was answered
+  std::uint64_t regions_leaked = 0;          // receiver: ibv_dereg_mr failed, memory kept so no write can hit reused memory
+  std::uint64_t placed_malformed = 0;        // receiver: a placed head naming no region the peer holds, dropped
+  std::uint64_t control_malformed = 0;       // a transport control frame that did not decode, dropped
   std::uint32_t ud_mtu = 0;                  // the datagram MTU in use
   std::uint32_t max_mcast_qp_attach = 0;     // the device's limit of QPs per multicast group
 };
@@ -149,6 +175,13 @@ class Endpoint {
   /// Queue a frame for `to` (sent as credits allow). False if `to` is unknown, its
   /// link is broken, or this endpoint is closed.
   bool unicast(MemberId to, std::vector<std::byte> bytes);
+  /// Zero-copy receive: register `buffer`, the final buffer of large message
+  /// (sender, seq), for remote writes, and advertise it to each peer we send a Ready
+  /// for it. If registration fails, blocks come by the copy path (counted).
+  void offer_region(MemberId sender, Seq seq, std::shared_ptr<std::vector<std::byte>> buffer);
+  /// The node no longer needs the buffer of (sender, seq): revoke it at the peers that
+  /// hold it; it is deregistered and dropped once they all answered or lost their link.
+  void retire_region(MemberId sender, Seq seq);
   /// Disconnects every link and leaves the group; wait() returns nothing from then on.
   void close();
   [[nodiscard]] Stats stats() const;
@@ -159,6 +192,28 @@ class Endpoint {
   struct Peer {
     sockaddr_in addr{};
     bool broken = false;
+  };
+  // Zero-copy: a buffer of ours that peers may write into, and its registration.
+  struct LocalRegion {
+    MemberId sender = 0;
+    Seq seq = 0;
+    std::shared_ptr<std::vector<std::byte>> buffer;  // held here until the ledger frees it
+    ibv_mr* mr = nullptr;
+  };
+  struct Registration {
+    ibv_mr* mr = nullptr;
+    std::uint32_t users = 0;  // local regions using it
+  };
+  // A peer's buffer we may write into.
+  struct RemoteRegion {
+    std::uint64_t id = 0;
+    std::uint64_t addr = 0;
+    std::uint32_t rkey = 0;
+    std::uint64_t length = 0;
+  };
+  struct WriteTarget {
+    std::uint64_t addr = 0;  // where the segment's first byte goes
+    std::uint32_t rkey = 0;
   };
 
   // All with mu_ held.
@@ -174,6 +229,15 @@ class Endpoint {
   Link* connect_to(MemberId to, Peer& peer);
   void setup_link_qp(Link& l);
   void flush(Link& l);
+  /// Queue a frame for `to` on our outgoing link (connecting if need be); `control`
+  /// marks a transport control frame (region_wire.hpp). False if the link is broken.
+  bool enqueue_locked(MemberId to, std::vector<std::byte> bytes, bool control);
+  std::optional<WriteTarget> write_target(MemberId to, const std::vector<std::byte>& frame) const;
+  void on_control_frame(Link& l, std::span<const std::byte> bytes);
+  bool on_placed_head(Link& l, std::vector<std::byte>& head);
+  void retire_locked(MemberId sender, Seq seq);
+  void free_region(std::uint64_t id);
+  void free_regions(const std::vector<std::uint64_t>& ids);
   void post_ud_receive(std::uint32_t slot);
   void post_link_receive(Link& l, std::uint32_t slot);
   void return_credits(Link& l, bool force);
@@ -225,6 +289,16 @@ class Endpoint {
   std::map<MemberId, std::uint32_t> outgoing_;  // peer -> key of the link we send on
   std::vector<std::uint32_t> dead_;             // links to destroy once no event is held
   std::uint32_t next_key_ = 1;
+  // Zero-copy (offer_region): ours, by id; the current one per message; registrations
+  // by (address, length), so a buffer offered again is not registered twice; and the
+  // regions peers advertised to us, by (receiver, sender, seq).
+  std::map<std::uint64_t, LocalRegion> local_regions_;
+  std::map<std::pair<MemberId, Seq>, std::uint64_t> region_of_;
+  std::map<std::pair<std::uintptr_t, std::size_t>, Registration> registrations_;
+  std::vector<std::shared_ptr<std::vector<std::byte>>> leaked_;  // deregistration failed: never freed
+  RegionLedger ledger_;
+  std::map<std::tuple<MemberId, MemberId, Seq>, RemoteRegion> remote_regions_;
+  std::uint64_t next_region_id_ = 1;
   std::chrono::steady_clock::time_point last_completion_{};
   std::chrono::steady_clock::time_point next_async_check_{};  // busy-polling looks at async events this often
   Stats stats_;
