@@ -363,6 +363,7 @@ int run_member(const MemberOptions& o) {
             {"ud_multicast_datagrams", st.multicast_datagrams_sent},
             {"rc_bytes", st.link_bytes_sent},
             {"large_bytes_placed", st.large_bytes_placed},
+            {"large_regions_held", st.large_regions_held},
             {"views_installed", st.views_installed},
             {"multicast_probe", st.multicast_probe},
             {"multicast_probes_sent", st.multicast_probes_sent},

@@ -86,8 +86,12 @@ struct GroupStats {
   /// from a non-member, or breaking the protocol; malformed reliable-link streams.
   std::uint64_t bad_packets_dropped = 0;
   /// Large-message bytes the transport read straight into their final buffer, with
-  /// no copy on the way (socket transport; the Node's transport as a whole).
+  /// no copy on the way (socket: read from the stream; verbs: RDMA WRITTEN by peers;
+  /// the Node's transport as a whole).
   std::uint64_t large_bytes_placed = 0;
+  /// Verbs: final buffers registered for peers' writes and not yet freed (a buffer
+  /// stays until every peer that may write into it confirmed it stopped).
+  std::uint64_t large_regions_held = 0;
   /// Datagrams this Node's transport multicast, and bytes it sent on reliable links
   /// (verbs: through the UD QP, and over RC QPs; other transports report 0).
   std::uint64_t multicast_datagrams_sent = 0;

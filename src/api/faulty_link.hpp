@@ -55,6 +55,7 @@ class FaultyLink final : public Link {
     inner_->offer_region(sender, seq, std::move(buffer));
   }
   void retire_region(MemberId sender, Seq seq) override { inner_->retire_region(sender, seq); }
+  [[nodiscard]] std::uint64_t regions_held() const override { return inner_->regions_held(); }
   [[nodiscard]] std::uint64_t multicast_datagrams_sent() const override { return inner_->multicast_datagrams_sent(); }
   [[nodiscard]] std::uint64_t link_bytes_sent() const override { return inner_->link_bytes_sent(); }
   /// Drops what is held, then closes the inner link.

@@ -41,6 +41,8 @@ class Link {
   virtual void offer_region(MemberId /*sender*/, Seq /*seq*/, std::shared_ptr<std::vector<std::byte>> /*buffer*/) {}
   /// The node dropped that buffer (it may still live on in the transport, see above).
   virtual void retire_region(MemberId /*sender*/, Seq /*seq*/) {}
+  /// Buffers offered with offer_region() that the transport still holds.
+  [[nodiscard]] virtual std::uint64_t regions_held() const { return 0; }
   /// Payload bytes the transport read straight into their final buffer.
   [[nodiscard]] virtual std::uint64_t bytes_placed() const { return 0; }
   /// Input the transport dropped as malformed before the protocol saw it.

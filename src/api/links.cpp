@@ -97,6 +97,7 @@ class VerbsLink final : public EndpointLink<verbs::Endpoint, verbs::TransportErr
     endpoint_->offer_region(sender, seq, std::move(buffer));
   }
   void retire_region(MemberId sender, Seq seq) override { endpoint_->retire_region(sender, seq); }
+  [[nodiscard]] std::uint64_t regions_held() const override { return endpoint_->stats().regions_held; }
   /// Block payload bytes peers RDMA WROTE into our final buffers.
   [[nodiscard]] std::uint64_t bytes_placed() const override { return endpoint_->stats().bytes_placed; }
 };

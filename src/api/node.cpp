@@ -639,6 +639,7 @@ GroupStats Group::stats() const {
   }
   out.bad_packets_dropped += state_->node->link->bad_input();
   out.large_bytes_placed = state_->node->link->bytes_placed();
+  out.large_regions_held = state_->node->link->regions_held();
   out.multicast_datagrams_sent = state_->node->link->multicast_datagrams_sent();
   out.link_bytes_sent = state_->node->link->link_bytes_sent();
   out.faults = detail::fault_stats(*state_->node->link);

@@ -52,7 +52,7 @@ if soak is not None:
 pipe = last_json("pipeline")
 if pipe is not None:
     out["pipeline"] = {k: pipe.get(k) for k in ("procs", "delivered_ok", "messages_sent", "rc_bytes",
-                                                 "large_bytes_placed", "duplicates_delivered") if k in pipe}
+                                                 "large_bytes_placed", "large_regions_held", "duplicates_delivered") if k in pipe}
     ok = ok and bool(pipe.get("delivered_ok"))
     out["rc_bytes"] = out.get("rc_bytes", 0) + pipe.get("rc_bytes", 0)
 bad = last_json("bad_input")

@@ -1213,7 +1213,9 @@ void Endpoint::close() {
 
 Stats Endpoint::stats() const {
   std::lock_guard lock(mu_);
-  return stats_;
+  Stats st = stats_;
+  st.regions_held = local_regions_.size();
+  return st;
 }
 
 }  // namespace hmcast::verbs

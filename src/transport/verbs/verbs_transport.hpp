@@ -141,6 +141,7 @@ struct Stats {
   std::uint64_t region_register_failed = 0;  // receiver: ibv_reg_mr refused (blocks then come by the copy path)
   std::uint64_t regions_advertised = 0;      // receiver: descriptors sent to peers
   std::uint64_t regions_freed = 0;           // receiver: registrations released after every revoke was answered
+  std::uint64_t regions_held = 0;            // receiver: offered buffers still held (registered) now
   std::uint64_t regions_leaked = 0;          // receiver: ibv_dereg_mr failed, memory kept so no write can hit reused memory
   std::uint64_t placed_malformed = 0;        // receiver: a placed head naming no region the peer holds, dropped
   std::uint64_t control_malformed = 0;       // a transport control frame that did not decode, dropped
