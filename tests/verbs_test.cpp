@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/wire.hpp"
 #include "hmcast/hmcast.hpp"
 #include "transport/verbs/ud_layout.hpp"
 #ifdef HMCAST_HAVE_VERBS
@@ -269,6 +270,78 @@ TEST_CASE("rxe: a multicast group takes max_mcast_qp_attach endpoints, and one m
   }
   // Another group on the same device still has room.
   CHECK_NOTHROW(verbs::Endpoint(limit + 2, rxe_endpoint("239.77.0.2")));
+}
+
+TEST_CASE("rxe: a Block payload is RDMA WRITTEN into the advertised buffer, freed only once the writer answered the revoke",
+          "[.rxe]") {
+  auto cfg = rxe_endpoint("239.77.0.4");
+  verbs::Endpoint writer(1, cfg);
+  verbs::Endpoint receiver(2, cfg);
+  writer.add_peer(2, receiver.interface_address(), receiver.port());
+  receiver.add_peer(1, writer.interface_address(), writer.port());
+  std::vector<verbs::Inbound> at_writer, at_receiver;
+  // One thread drives both endpoints (connections, completions, control frames).
+  const auto pump_until = [&](const auto& done) {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (!done() && std::chrono::steady_clock::now() < until) {
+      if (auto in = writer.wait(std::chrono::steady_clock::now() + std::chrono::milliseconds(2)))
+        at_writer.push_back(std::move(*in));
+      if (auto in = receiver.wait(std::chrono::steady_clock::now() + std::chrono::milliseconds(2)))
+        at_receiver.push_back(std::move(*in));
+    }
+    return done();
+  };
+  const auto header = [](MemberId src) {
+    wire::Header h;
+    h.group = 5;
+    h.view = 1;
+    h.src = src;
+    return h;
+  };
+
+  auto buffer = std::make_shared<std::vector<std::byte>>(std::size_t{256} << 10);
+  receiver.offer_region(1, 1, buffer);
+  receiver.offer_region(1, 2, buffer);  // the same memory again: registered once
+  CHECK(receiver.stats().regions_registered == 1);
+  CHECK(receiver.stats().region_cache_hits == 1);
+  // The Ready makes the receiver advertise the region first, on the same link.
+  REQUIRE(receiver.unicast(1, wire::encode(header(2), wire::Ready{1, 1, 1})));
+  REQUIRE(pump_until([&] { return !at_writer.empty(); }));
+  CHECK(at_writer.front().bytes[3] == static_cast<std::byte>(wire::Type::ready));  // the descriptor never shows
+  CHECK(receiver.stats().regions_advertised == 1);
+
+  std::vector<std::byte> payload(std::size_t{64} << 10);
+  for (std::size_t i = 0; i < payload.size(); ++i) payload[i] = static_cast<std::byte>(i * 7 + 3);
+  const wire::Block block{1, 1, 0, std::uint64_t{64} << 10, static_cast<std::uint32_t>(payload.size()), payload};
+  REQUIRE(writer.unicast(2, wire::encode(header(1), block)));
+  REQUIRE(pump_until([&] { return !at_receiver.empty(); }));
+  CHECK(at_receiver.front().placed);
+  CHECK(at_receiver.front().bytes.size() == wire::kHeaderSize + 28);  // the head alone
+  CHECK(std::equal(payload.begin(), payload.end(), buffer->begin() + (std::ptrdiff_t{64} << 10)));
+  CHECK(writer.stats().bytes_written == payload.size());
+  CHECK(receiver.stats().bytes_placed == payload.size());
+
+  // The node drops the buffer: the transport keeps it, registered, until the writer
+  // confirmed on its sending queue pair that it stopped.
+  std::weak_ptr<std::vector<std::byte>> weak = buffer;
+  buffer.reset();
+  receiver.retire_region(1, 1);
+  CHECK(receiver.stats().regions_held == 2);
+  REQUIRE(pump_until([&] { return receiver.stats().regions_held == 1; }));
+  CHECK(receiver.stats().regions_freed == 1);
+  CHECK_FALSE(weak.expired());  // seq 2 still uses the same memory and registration
+  receiver.retire_region(1, 2);  // never advertised: nobody to wait for
+  CHECK(receiver.stats().regions_held == 0);
+  CHECK(weak.expired());
+
+  // Revoked: the next block comes whole, by the copy path.
+  REQUIRE(writer.unicast(2, wire::encode(header(1), block)));
+  REQUIRE(pump_until([&] { return at_receiver.size() == 2; }));
+  CHECK_FALSE(at_receiver.back().placed);
+  CHECK(at_receiver.back().bytes.size() == wire::kHeaderSize + 28 + payload.size());
+  CHECK(writer.stats().bytes_written == payload.size());
+  CHECK(receiver.stats().placed_malformed == 0);
+  CHECK(receiver.stats().control_malformed == 0);
 }
 
 TEST_CASE("rxe: the port going down ends every endpoint on the device with IBV_EVENT_PORT_ERR", "[.rxe]") {
