@@ -839,3 +839,15 @@ TEST_CASE("wire: random inputs and single-byte mutations never crash", "[wire]")
     CHECK(oks > 1000);
   }
 }
+
+TEST_CASE("wire: the header's type, group and source read in place agree with the decoder", "[wire]") {
+  const w::Header h{w::Type::stable, 0x0102030405060708ULL, 9, 0xA1B2C3D4U};
+  const auto bytes = w::encode(h, w::Stable{3, 4, 5});
+  CHECK(w::peek_type(bytes) == w::Type::stable);
+  CHECK(w::peek_group(bytes) == 0x0102030405060708ULL);
+  CHECK(w::peek_src(bytes) == 0xA1B2C3D4U);
+  const auto res = w::decode(bytes);
+  REQUIRE(res.ok());
+  CHECK(res.packet.header.group == w::peek_group(bytes));
+  CHECK(res.packet.header.src == w::peek_src(bytes));
+}

@@ -9,7 +9,6 @@
 #include <fstream>
 #include <iomanip>
 #include <iostream>
-#include <sstream>
 
 #include "calibrate.hpp"
 #include "commands.hpp"
@@ -41,14 +40,6 @@ struct Knobs {
   bool latency_only = false;
   std::uint32_t messages = 0;  // latency messages (0: by size, times --scale)
 };
-
-std::vector<std::string> split(const std::string& s) {
-  std::vector<std::string> out;
-  std::stringstream in(s);
-  for (std::string item; std::getline(in, item, ',');)
-    if (!item.empty()) out.push_back(item);
-  return out;
-}
 
 /// Enough messages for stable percentiles without hours of copying large ones.
 std::uint32_t latency_count(std::uint64_t size, double scale) {
@@ -179,7 +170,7 @@ void add_bench_command(CLI::App& app) {
     for (const auto& w : *extra)
       if (!w.empty()) base->member_args.push_back(w);  // --member-args= (empty) adds nothing
     if (*calibrate) {
-      const auto n = static_cast<std::uint32_t>(std::stoul(split(*procs).empty() ? "8" : split(*procs).back()));
+      const auto n = static_cast<std::uint32_t>(std::stoul(split_list(*procs).empty() ? "8" : split_list(*procs).back()));
       run_calibration(n, *base, *profile_out, *json);
       return;
     }
@@ -189,9 +180,9 @@ void add_bench_command(CLI::App& app) {
     std::cout << std::left << std::setw(8) << "path" << std::setw(7) << "procs" << std::setw(8) << "size"
               << std::right << std::setw(14) << "complete p50" << std::setw(13) << "p99" << std::setw(15)
               << "last-dlv p50" << std::setw(13) << "p99" << std::setw(12) << "MB/s" << "\n";
-    for (const auto& p : split(*procs)) {
+    for (const auto& p : split_list(*procs)) {
       const auto n = static_cast<std::uint32_t>(std::stoul(p));
-      for (const auto& s : split(*sizes)) {
+      for (const auto& s : split_list(*sizes)) {
         const auto size = parse_size(s);
         for (const char* t : {"sim", "socket"}) {
           if (*transport != "both" && *transport != t) continue;

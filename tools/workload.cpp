@@ -31,28 +31,6 @@ void body_words(std::uint64_t s, std::size_t n, Fn&& fn) {
 
 }  // namespace
 
-std::uint64_t parse_size(const std::string& text) {
-  std::size_t i = 0;
-  while (i < text.size() && std::isdigit(static_cast<unsigned char>(text[i])) != 0) ++i;
-  if (i == 0 || i > 15) throw std::invalid_argument("'" + text + "' is not a size (e.g. 64, 2KiB, 1MiB)");
-  std::uint64_t v = std::stoull(text.substr(0, i));
-  const std::string unit = text.substr(i);
-  std::uint64_t mult = 1;
-  if (unit.empty() || unit == "B") mult = 1;
-  else if (unit == "K" || unit == "KB" || unit == "KiB") mult = 1ULL << 10;
-  else if (unit == "M" || unit == "MB" || unit == "MiB") mult = 1ULL << 20;
-  else if (unit == "G" || unit == "GB" || unit == "GiB") mult = 1ULL << 30;
-  else throw std::invalid_argument("unknown size unit in '" + text + "' (use B, KiB, MiB or GiB)");
-  return v * mult;
-}
-
-std::string format_size(std::uint64_t b) {
-  if (b >= (1ULL << 30) && b % (1ULL << 30) == 0) return std::to_string(b >> 30) + "GiB";
-  if (b >= (1ULL << 20) && b % (1ULL << 20) == 0) return std::to_string(b >> 20) + "MiB";
-  if (b >= (1ULL << 10) && b % (1ULL << 10) == 0) return std::to_string(b >> 10) + "KiB";
-  return std::to_string(b) + "B";
-}
-
 SizeMix SizeMix::parse(const std::string& spec) {
   SizeMix mix;
   std::size_t start = 0;

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "hmcast/types.hpp"
+#include "size_text.hpp"
 
 namespace hmcast::tools {
 
@@ -33,9 +34,6 @@ struct SizeMix {
   [[nodiscard]] std::uint64_t size_of(std::uint64_t seed, MemberId sender, std::uint32_t index) const;
 };
 
-/// Parses "4096", "2KiB", "1MiB", "3GiB" (also K, M, G and KB, MB, GB as powers of 1024).
-std::uint64_t parse_size(const std::string& text);
-std::string format_size(std::uint64_t bytes);
 
 std::vector<std::byte> make_message(std::uint64_t seed, MemberId sender, std::uint32_t index, std::uint32_t attempt,
                                     std::uint64_t size);

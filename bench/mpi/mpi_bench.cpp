@@ -16,8 +16,6 @@
 // wrote; a mismatch makes the run fail (exit 1) and shows in the "ok" field.
 #include <mpi.h>
 
-#include <time.h>
-
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
@@ -30,35 +28,14 @@
 #include <string>
 #include <vector>
 
+#include "mono_clock.hpp"
+#include "size_text.hpp"
+
 namespace {
 
-std::int64_t mono_ns() {
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return std::int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
-}
-
-/// "64", "2KiB", "64MiB", "1GiB" (binary units) -> bytes.
-std::uint64_t parse_size(const std::string& text) {
-  std::size_t used = 0;
-  const unsigned long long n = std::stoull(text, &used);
-  const std::string unit = text.substr(used);
-  std::uint64_t mult = 1;
-  if (unit.empty() || unit == "B") mult = 1;
-  else if (unit == "KiB" || unit == "K") mult = 1ULL << 10;
-  else if (unit == "MiB" || unit == "M") mult = 1ULL << 20;
-  else if (unit == "GiB" || unit == "G") mult = 1ULL << 30;
-  else throw std::invalid_argument("unknown size unit in '" + text + "': use B, KiB, MiB or GiB");
-  return n * mult;
-}
-
-std::vector<std::string> split(const std::string& s) {
-  std::vector<std::string> out;
-  std::stringstream in(s);
-  for (std::string item; std::getline(in, item, ',');)
-    if (!item.empty()) out.push_back(item);
-  return out;
-}
+using hmcast::tools::mono_ns;
+using hmcast::tools::parse_size;
+using hmcast::tools::split_list;
 
 /// The same message counts as `hmcast bench` uses for its latency runs.
 int iterations(std::uint64_t size, double scale) {
@@ -112,7 +89,7 @@ Options parse(int argc, char** argv) {
     };
     if (a == "--sizes") {
       o.sizes.clear();
-      for (const auto& s : split(value())) o.sizes.push_back(parse_size(s));
+      for (const auto& s : split_list(value())) o.sizes.push_back(parse_size(s));
     } else if (a == "--scale") {
       o.scale = std::stod(value());
       if (!(o.scale >= 0.01 && o.scale <= 100)) throw std::invalid_argument("--scale must be in [0.01, 100]");

@@ -294,8 +294,7 @@ struct NodeState {
     // Route by the header's group id; the engine checks everything else.
     std::shared_ptr<GroupState> g;
     if (in.bytes.size() >= wire::kHeaderSize) {
-      GroupId gid = 0;
-      for (int i = 7; i >= 0; --i) gid = (gid << 8) | std::to_integer<std::uint64_t>(in.bytes[4 + static_cast<std::size_t>(i)]);
+      const GroupId gid = wire::peek_group(in.bytes);
       std::lock_guard lock(groups_mu);
       auto it = groups.find(gid);
       if (it != groups.end()) g = it->second;
@@ -305,12 +304,10 @@ struct NodeState {
     Outbox out;
     if (in.datagram) {
       g->engine->on_datagram(in.bytes, now_ns(), out);
-    } else if (wire::is_datagram_type(static_cast<wire::Type>(in.bytes[3]))) {
+    } else if (wire::is_datagram_type(wire::peek_type(in.bytes))) {
       // Emulated multicast: a datagram that came over the sender's own link, so it
       // must name that sender (the link vouches for who sent it).
-      MemberId src = 0;
-      for (int i = 3; i >= 0; --i) src = (src << 8) | std::to_integer<MemberId>(in.bytes[20 + static_cast<std::size_t>(i)]);
-      if (src != in.from) return;
+      if (wire::peek_src(in.bytes) != in.from) return;
       g->engine->on_datagram(in.bytes, now_ns(), out);
     } else {
       g->inbound_payload = {};
@@ -649,12 +646,7 @@ GroupStats Group::stats() const {
     out.multicast_emulated = state_->multicast_emulated;
     out.emulated_datagrams_sent = state_->emulated_datagrams;
     out.multicast_probes_sent = probe.probes_sent();
-    switch (probe.state()) {
-      case ud_mcast::ProbeState::idle: out.multicast_probe = "idle"; break;
-      case ud_mcast::ProbeState::probing: out.multicast_probe = "probing"; break;
-      case ud_mcast::ProbeState::confirmed: out.multicast_probe = "confirmed"; break;
-      case ud_mcast::ProbeState::failed: out.multicast_probe = "failed"; break;
-    }
+    out.multicast_probe = std::string(ud_mcast::to_string(probe.state()));
     out.multicast_probe_silent = state_->probe_silent;
     out.multicast_probe_round_ns = probe.last_round_ns();
   }

@@ -183,6 +183,18 @@ struct DecodeResult {
   [[nodiscard]] bool ok() const { return error == DecodeError::none; }
 };
 
+/// Header fields read in place, for routing before a full decode (transports
+/// filtering their own datagrams, the node finding a packet's group). `packet`
+/// must hold at least kHeaderSize bytes; nothing else is checked.
+inline std::uint64_t peek_le(std::span<const std::byte> b, std::size_t at, int bytes) {
+  std::uint64_t v = 0;
+  for (int i = bytes - 1; i >= 0; --i) v = (v << 8) | std::to_integer<std::uint64_t>(b[at + static_cast<std::size_t>(i)]);
+  return v;
+}
+inline Type peek_type(std::span<const std::byte> packet) { return static_cast<Type>(packet[3]); }
+inline GroupId peek_group(std::span<const std::byte> packet) { return peek_le(packet, 4, 8); }
+inline MemberId peek_src(std::span<const std::byte> packet) { return static_cast<MemberId>(peek_le(packet, 20, 4)); }
+
 /// Decode one packet. The returned spans point into `bytes`, which must outlive their use.
 DecodeResult decode(std::span<const std::byte> bytes);
 

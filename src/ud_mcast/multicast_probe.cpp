@@ -4,6 +4,16 @@
 
 namespace hmcast::ud_mcast {
 
+std::string_view to_string(ProbeState s) {
+  switch (s) {
+    case ProbeState::idle: return "idle";
+    case ProbeState::probing: return "probing";
+    case ProbeState::confirmed: return "confirmed";
+    case ProbeState::failed: return "failed";
+  }
+  return "unknown";
+}
+
 MulticastProbe::Step MulticastProbe::on_view(const View& view, MemberId self, TimeNs now) {
   std::set<MemberId> next;
   for (MemberId m : view.members)

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <optional>
 #include <set>
+#include <string_view>
 #include <vector>
 
 #include "core/timer_queue.hpp"
@@ -36,6 +37,9 @@ enum class ProbeState : std::uint8_t {
   confirmed,  // every member of the view confirmed the last probe
   failed,     // a member stayed silent: reported
 };
+
+/// "idle", "probing", "confirmed" or "failed" (GroupStats::multicast_probe).
+std::string_view to_string(ProbeState s);
 
 class MulticastProbe {
  public:

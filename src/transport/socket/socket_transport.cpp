@@ -33,10 +33,6 @@ constexpr int kAcceptsPerEvent = 64;
 constexpr std::size_t kScratch = 256U << 10;
 constexpr std::size_t kMaxUdpPayload = 65507;
 
-MemberId header_src(std::span<const std::byte> b) {
-  return decode_u32(std::span<const std::byte, 4>(b.subspan(20, 4)));
-}
-
 }  // namespace
 
 Endpoint::Endpoint(MemberId id, const SocketConfig& config) : id_(id), cfg_(config) {
@@ -395,13 +391,13 @@ std::optional<Inbound> Endpoint::wait(std::chrono::steady_clock::time_point dead
     }
     const auto now = std::chrono::steady_clock::now();
     if (polled && now >= deadline) return std::nullopt;
-    // At most a day at a time, so no conversion below overflows.
     // Busy-polling right after traffic saves the wake-up of a sleeping thread (tens of
     // microseconds, more in a VM) on the next arrival; yielding between polls lets
     // other processes on the same cores run, as MPI does when oversubscribed.
     const bool spin = cfg_.completion == CompletionMode::poll ||
                       (cfg_.completion == CompletionMode::hybrid && now - last_arrival_ < cfg_.busy_poll);
     if (spin && polled) ::sched_yield();
+    // At most a day at a time, so no conversion below overflows.
     const std::chrono::nanoseconds left =
         deadline <= now || spin ? std::chrono::nanoseconds{0}
                                 : std::min<std::chrono::nanoseconds>(deadline - now, std::chrono::hours{24});
@@ -468,7 +464,7 @@ void Endpoint::read_datagrams() {
     const std::span<const std::byte> bytes(scratch_.data(), len);
     MemberId from = 0;
     if (len >= wire::kHeaderSize) {
-      from = header_src(bytes);
+      from = wire::peek_src(bytes);
       if (from == id_) {
         ++stats_.datagrams_own;  // looped back to us: the engine would ignore it anyway
         continue;

@@ -93,12 +93,6 @@ std::optional<std::uint32_t> parse_private(const void* data, std::uint8_t len) {
   return value;
 }
 
-MemberId wire_src(const std::byte* p) {
-  std::uint32_t v = 0;
-  for (int i = 3; i >= 0; --i) v = (v << 8) | std::to_integer<std::uint32_t>(p[20 + i]);
-  return v;
-}
-
 }  // namespace
 
 /// Registered memory cut into equal slots; registered once and reused for the life
@@ -742,10 +736,10 @@ void Endpoint::on_ud_completion(const ibv_wc& wc, std::uint32_t kind, std::uint3
   const std::byte* start = ud_recv_->at(slot) + kGrhBytes;
   if (!payload) {
     ++stats_.ud_malformed;
-  } else if (*payload >= wire::kHeaderSize && wire_src(start) == id_) {
+  } else if (*payload >= wire::kHeaderSize && wire::peek_src({start, *payload}) == id_) {
     ++stats_.ud_own;  // every member hears the group, the sender too
   } else {
-    const MemberId from = *payload >= wire::kHeaderSize ? wire_src(start) : 0;
+    const MemberId from = *payload >= wire::kHeaderSize ? wire::peek_src({start, *payload}) : 0;
     ++stats_.ud_received;
     inbox_.push_back(Inbound{true, from, std::vector<std::byte>(start, start + *payload), false});
   }

@@ -1,0 +1,17 @@
+// Sizes and lists as users type them on command lines: shared by the hmcast tool
+// and the MPI baseline (bench/mpi), so both read `--sizes` the same way.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace hmcast::tools {
+
+/// Parses "4096", "2KiB", "1MiB", "3GiB" (also K, M, G and KB, MB, GB as powers of 1024).
+std::uint64_t parse_size(const std::string& text);
+std::string format_size(std::uint64_t bytes);
+/// "a,b,,c" -> {"a", "b", "c"}: the non-empty comma-separated items.
+std::vector<std::string> split_list(const std::string& text);
+
+}  // namespace hmcast::tools
