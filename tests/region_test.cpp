@@ -14,7 +14,7 @@ using namespace hmcast;
 using namespace hmcast::verbs;
 
 TEST_CASE("region messages encode and decode back, exactly", "[verbs][region]") {
-  RegionAdvertise a{7, 0x7f00'1234'5000ULL, 0xabcdef01U, 3U << 20, 4, 99};
+  RegionAdvertise a{7, 0x7f00'1234'5000ULL, 0xabcdef01U, 3U << 20, 4, 99, 0xfeed'0001U};
   auto bytes = encode_region_message(a);
   REQUIRE(bytes.size() == kRegionAdvertiseSize);
   auto back = decode_region_message(bytes);
@@ -67,22 +67,27 @@ TEST_CASE("ledger: a region is freed only once retired and every holder let go",
   CHECK_FALSE(l.advertise(1, 10));  // already holds it: no second descriptor
   CHECK(l.advertise(1, 11));
   CHECK_FALSE(l.freeable(1));        // not retired: the node still uses it
+  CHECK_FALSE(l.owes_answer(10));    // nothing was revoked yet
   CHECK_FALSE(l.revoked(1, 10));     // a holder may answer early (e.g. lost before retire)
   CHECK(l.advertise(1, 10));         // and be told again later
 
   auto to_revoke = l.retire(1);
-  CHECK(to_revoke == std::vector<MemberId>{10, 11});
+  CHECK(to_revoke == std::vector<RegionLedger::Connection>{10, 11});
+  CHECK(l.owes_answer(10));
+  CHECK(l.owes_answer(11));
   CHECK_FALSE(l.advertise(1, 12));   // a retired region is never advertised again
   CHECK(l.retire(1).empty());        // retiring twice revokes nobody twice
   CHECK_FALSE(l.freeable(1));
   CHECK_FALSE(l.revoked(1, 10));     // 11 may still write
+  CHECK_FALSE(l.owes_answer(10));
   CHECK(l.holds(1, 11));
+  CHECK_FALSE(l.revoked(1, 12));     // an answer on a connection that never held it frees nothing
   CHECK(l.revoked(1, 11));           // the last answer: free it
   l.erase(1);
   CHECK(l.size() == 0);
 }
 
-TEST_CASE("ledger: a region nobody holds goes at once; a lost peer counts as answered", "[verbs][region]") {
+TEST_CASE("ledger: a region nobody holds goes at once; a dead connection counts as answered", "[verbs][region]") {
   RegionLedger l;
   l.add(1);
   CHECK(l.retire(1).empty());
@@ -95,12 +100,26 @@ TEST_CASE("ledger: a region nobody holds goes at once; a lost peer counts as ans
   CHECK(l.advertise(3, 11));
   (void)l.retire(2);
   (void)l.retire(3);
-  CHECK(l.peer_lost(10) == std::vector<std::uint64_t>{2});  // 3 still waits for 11
+  CHECK(l.connection_lost(10) == std::vector<std::uint64_t>{2});  // 3 still waits for 11
   CHECK_FALSE(l.holds(3, 10));
-  CHECK(l.peer_lost(11) == std::vector<std::uint64_t>{3});
-  CHECK(l.peer_lost(11).empty());
+  CHECK(l.connection_lost(11) == std::vector<std::uint64_t>{3});
+  CHECK(l.connection_lost(11).empty());
   // Unknown ids: nothing to do, nothing freed.
   CHECK_FALSE(l.revoked(99, 10));
   CHECK_FALSE(l.freeable(99));
   CHECK_FALSE(l.advertise(99, 10));
+}
+
+TEST_CASE("ledger: a peer that reconnects holds nothing through its new connection", "[verbs][region]") {
+  // The race keying holders by peer let through: the peer's connection 10 dies, it
+  // reconnects as 20, and a descriptor sent for 10 arrives late. The peer drops it (it
+  // names connection 10); here, 20 never counts as a holder of what 10 held, and
+  // 10's death frees the region at once.
+  RegionLedger l;
+  l.add(5);
+  CHECK(l.advertise(5, 10));
+  (void)l.retire(5);
+  CHECK_FALSE(l.revoked(5, 20));  // the answer came on the new connection: 10 may still write
+  CHECK_FALSE(l.freeable(5));
+  CHECK(l.connection_lost(10) == std::vector<std::uint64_t>{5});
 }

@@ -4,6 +4,7 @@
 // on Soft-RoCE in a VM: tests/rxe/run.sh (which also runs the [.rxe] cases below).
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
@@ -304,16 +305,27 @@ TEST_CASE("rxe: a Block payload is RDMA WRITTEN into the advertised buffer, free
   receiver.offer_region(1, 2, buffer);  // the same memory again: registered once
   CHECK(receiver.stats().regions_registered == 1);
   CHECK(receiver.stats().region_cache_hits == 1);
-  // The Ready makes the receiver advertise the region first, on the same link.
+  // A descriptor names the connection the writer sends on: with none yet, a Ready
+  // goes alone and the blocks would come by the copy path.
   REQUIRE(receiver.unicast(1, wire::encode(header(2), wire::Ready{1, 1, 1})));
-  REQUIRE(pump_until([&] { return !at_writer.empty(); }));
-  CHECK(at_writer.front().bytes[3] == static_cast<std::byte>(wire::Type::ready));  // the descriptor never shows
+  REQUIRE(pump_until([&] { return at_writer.size() == 1; }));
+  CHECK(receiver.stats().regions_advertised == 0);
+  // Once the writer's link to us is up, the next Ready is preceded by the descriptor.
+  REQUIRE(writer.unicast(2, wire::encode(header(1), wire::Ready{9, 9, 1})));
+  REQUIRE(pump_until([&] { return at_receiver.size() == 1; }));
+  at_receiver.clear();
+  REQUIRE(receiver.unicast(1, wire::encode(header(2), wire::Ready{1, 1, 1})));
+  REQUIRE(pump_until([&] { return at_writer.size() == 2; }));
+  CHECK(at_writer.back().bytes[3] == static_cast<std::byte>(wire::Type::ready));  // the descriptor never shows
   CHECK(receiver.stats().regions_advertised == 1);
 
   std::vector<std::byte> payload(std::size_t{64} << 10);
   for (std::size_t i = 0; i < payload.size(); ++i) payload[i] = static_cast<std::byte>(i * 7 + 3);
-  const wire::Block block{1, 1, 0, std::uint64_t{64} << 10, static_cast<std::uint32_t>(payload.size()), payload};
-  REQUIRE(writer.unicast(2, wire::encode(header(1), block)));
+  const auto block = [&](Seq seq) {
+    return wire::encode(header(1), wire::Block{1, seq, 0, std::uint64_t{64} << 10,
+                                               static_cast<std::uint32_t>(payload.size()), payload});
+  };
+  REQUIRE(writer.unicast(2, block(1)));
   REQUIRE(pump_until([&] { return !at_receiver.empty(); }));
   CHECK(at_receiver.front().placed);
   CHECK(at_receiver.front().bytes.size() == wire::kHeaderSize + 28);  // the head alone
@@ -321,25 +333,48 @@ TEST_CASE("rxe: a Block payload is RDMA WRITTEN into the advertised buffer, free
   CHECK(writer.stats().bytes_written == payload.size());
   CHECK(receiver.stats().bytes_placed == payload.size());
 
-  // The node drops the buffer: the transport keeps it, registered, until the writer
-  // confirmed on its sending queue pair that it stopped.
-  std::weak_ptr<std::vector<std::byte>> weak = buffer;
-  buffer.reset();
-  receiver.retire_region(1, 1);
-  CHECK(receiver.stats().regions_held == 2);
-  REQUIRE(pump_until([&] { return receiver.stats().regions_held == 1; }));
-  CHECK(receiver.stats().regions_freed == 1);
-  CHECK_FALSE(weak.expired());  // seq 2 still uses the same memory and registration
-  receiver.retire_region(1, 2);  // never advertised: nobody to wait for
-  CHECK(receiver.stats().regions_held == 0);
-  CHECK(weak.expired());
-
-  // Revoked: the next block comes whole, by the copy path.
-  REQUIRE(writer.unicast(2, wire::encode(header(1), block)));
+  // The writer drops its link and connects again (here: its address book changed and
+  // changed back). Descriptors named the old connection: the writer forgets them, and
+  // the receiver counts that connection out of every region when it dies.
+  writer.add_peer(2, receiver.interface_address(), static_cast<std::uint16_t>(receiver.port() + 1));
+  writer.add_peer(2, receiver.interface_address(), receiver.port());
+  std::fill(buffer->begin(), buffer->end(), std::byte{0});
+  REQUIRE(writer.unicast(2, block(2)));  // (1, 2) was never advertised: the copy path
   REQUIRE(pump_until([&] { return at_receiver.size() == 2; }));
   CHECK_FALSE(at_receiver.back().placed);
   CHECK(at_receiver.back().bytes.size() == wire::kHeaderSize + 28 + payload.size());
-  CHECK(writer.stats().bytes_written == payload.size());
+  CHECK(std::all_of(buffer->begin(), buffer->end(), [](std::byte b) { return b == std::byte{0}; }));
+  // A Ready now advertises (1, 2) for the new connection, and its block is placed.
+  REQUIRE(receiver.unicast(1, wire::encode(header(2), wire::Ready{1, 2, 1})));
+  REQUIRE(pump_until([&] { return at_writer.size() == 3; }));
+  CHECK(receiver.stats().regions_advertised == 2);
+  REQUIRE(writer.unicast(2, block(2)));
+  REQUIRE(pump_until([&] { return at_receiver.size() == 3; }));
+  CHECK(at_receiver.back().placed);
+  CHECK(std::equal(payload.begin(), payload.end(), buffer->begin() + (std::ptrdiff_t{64} << 10)));
+
+  // The node drops the buffer of (1, 1): its only holder was the dead connection, so
+  // it goes at once. (1, 2) stays, registered, until the writer confirmed on its
+  // sending queue pair that it stopped.
+  std::weak_ptr<std::vector<std::byte>> weak = buffer;
+  buffer.reset();
+  receiver.retire_region(1, 1);
+  CHECK(receiver.stats().regions_held == 1);
+  CHECK(receiver.stats().regions_freed == 1);
+  receiver.retire_region(1, 2);
+  CHECK(receiver.stats().regions_held == 1);
+  CHECK_FALSE(weak.expired());
+  REQUIRE(pump_until([&] { return receiver.stats().regions_held == 0; }));
+  CHECK(receiver.stats().regions_freed == 2);
+  CHECK(weak.expired());
+
+  // Revoked: the next block comes whole, by the copy path.
+  REQUIRE(writer.unicast(2, block(2)));
+  REQUIRE(pump_until([&] { return at_receiver.size() == 4; }));
+  CHECK_FALSE(at_receiver.back().placed);
+  CHECK(at_receiver.back().bytes.size() == wire::kHeaderSize + 28 + payload.size());
+  CHECK(writer.stats().bytes_written == 2 * payload.size());
+  CHECK(writer.stats().regions_stale == 0);
   CHECK(receiver.stats().placed_malformed == 0);
   CHECK(receiver.stats().control_malformed == 0);
 }

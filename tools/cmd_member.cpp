@@ -46,6 +46,7 @@ struct MemberOptions {
   std::string transport = "socket";   // or "verbs"
   std::string device;                 // verbs: RDMA device (empty: the first active)
   std::string completion = "hybrid";  // how the progress thread waits: hybrid, poll or interrupt
+  bool no_zero_copy = false;           // verbs: large blocks by SEND and copy, not RDMA WRITE
   std::optional<std::uint32_t> busy_poll_us;  // hybrid: polling lasts this long after the last arrival (default: the transport's)
   std::uint32_t progress_ms = 500;
   std::uint32_t timeout_s = 600;
@@ -111,6 +112,7 @@ int run_member(const MemberOptions& o) {
                          : o.completion == "interrupt" ? CompletionMode::interrupt
                                                        : CompletionMode::hybrid;
   cfg.socket.completion = cfg.verbs.completion;
+  cfg.verbs.zero_copy = !o.no_zero_copy;
   if (o.busy_poll_us) cfg.verbs.busy_poll = cfg.socket.busy_poll = std::chrono::microseconds(*o.busy_poll_us);
   cfg.group_size = o.size;
   cfg.socket.manager = o.manager;
@@ -323,7 +325,15 @@ int run_member(const MemberOptions& o) {
   const auto t_done = mono_ns();
   if (send_thread.joinable()) send_thread.join();
   if (wait_thread.joinable()) wait_thread.join();
-  const auto st = g.stats();
+  // Verbs: final buffers stay registered until the message is stable here and every
+  // peer that could write into them confirmed it stopped. Give that a moment, so the
+  // report shows whether they are all freed (a leak shows as large_regions_held > 0).
+  auto st = g.stats();
+  const auto drain_until = std::chrono::steady_clock::now() + std::chrono::seconds(3);
+  while (st.large_regions_held > 0 && !stdin_closed && std::chrono::steady_clock::now() < drain_until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    st = g.stats();
+  }
   nlohmann::json done;
   {
     std::lock_guard lock(led.mu);
@@ -425,6 +435,8 @@ void add_member_command(CLI::App& app) {
   cmd->add_option("--busy-poll-us", o->busy_poll_us,
                   "hybrid: keep polling this long after the last arrival (default: socket 200, verbs 50)")
       ->check(CLI::Range(0U, 1'000'000U));
+  cmd->add_flag("--no-zero-copy", o->no_zero_copy,
+                "verbs: large blocks are SENT and copied instead of RDMA WRITTEN into the final buffer");
   cmd->add_option("--progress-ms", o->progress_ms, "Progress report interval")->check(CLI::Range(10U, 60000U));
   cmd->add_option("--timeout", o->timeout_s, "Give up after this many seconds")->check(CLI::Range(1U, 86400U));
   cmd->add_flag("--serial", o->serial, "Wait for each completion before the next broadcast (latency runs)");

@@ -55,7 +55,11 @@ void add_soak_command(CLI::App& app) {
       ->check(CLI::Range(1U, 600'000U));
   cmd->add_flag("--spray", o->spray, "A hostile peer sprays garbage, truncated, oversized, stale-view and "
                                      "non-member packets and malformed TCP streams at the group");
-  cmd->callback([cmd, o, json, transport] {
+  auto no_zero_copy = std::make_shared<bool>(false);
+  cmd->add_flag("--no-zero-copy", *no_zero_copy,
+                "verbs: members SEND and copy large blocks instead of RDMA WRITING them into the final buffer");
+  cmd->callback([cmd, o, json, transport, no_zero_copy] {
+    if (*no_zero_copy) o->member_args.emplace_back("--no-zero-copy");
     if (*transport != "socket" && *transport != "verbs")
       throw CLI::ValidationError("--transport",
                                  "'socket' or 'verbs' run processes; for the simulator use `hmcast sim small`");

@@ -140,6 +140,11 @@ struct VerbsOptions {
   std::chrono::microseconds busy_poll{50};
   /// Address/route resolution and the multicast join must finish within this.
   std::chrono::milliseconds resolve_timeout{5'000};
+  /// Large messages: peers RDMA WRITE block payloads straight into this node's final
+  /// buffer (registered per message, held until every writer confirmed it stopped).
+  /// false: they are SENT into link buffers and copied, and nothing is registered
+  /// on the data path (for memory-lock limits, or to compare).
+  bool zero_copy = true;
 };
 
 /// The socket transport. Members find each other through a membership manager: a

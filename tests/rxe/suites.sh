@@ -14,6 +14,19 @@ want soak && run_suite soak 400 "$hm" soak "${VERBS[@]}" --procs 5 --senders 2 -
 want pipeline && run_suite pipeline 400 "$hm" soak "${VERBS[@]}" --completion interrupt --procs 5 --senders 2 \
   --messages 2 --sizes 3MiB:1,1536KiB:1 --timeout 300 --json
 
+# Zero-copy against the copy path, side by side: 4 MiB messages from one sender to 3
+# receivers, blocks RDMA WRITTEN into the final buffers or SENT into link buffers
+# and copied (--no-zero-copy), alternated twice. summary.py prints the throughputs
+# and their ratio; the runs must deliver everything, the speed is only reported.
+if want zero_copy_bench; then
+  for round in 1 2; do
+    run_suite "zc_on_$round" 300 "$hm" soak "${VERBS[@]}" --procs 4 --senders 1 --messages 6 \
+      --sizes 4MiB:1 --timeout 200 --json
+    run_suite "zc_off_$round" 300 "$hm" soak "${VERBS[@]}" --procs 4 --senders 1 --messages 6 \
+      --sizes 4MiB:1 --timeout 200 --json --no-zero-copy
+  done
+fi
+
 # Bad input: a non-member verbs endpoint sprays the group's UD multicast with garbage,
 # truncated, corrupted, stale-view, future-view, other-group and non-member datagrams,
 # and sends such frames over RC links to every member; nothing bad may be delivered.

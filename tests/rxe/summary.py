@@ -53,8 +53,25 @@ pipe = last_json("pipeline")
 if pipe is not None:
     out["pipeline"] = {k: pipe.get(k) for k in ("procs", "delivered_ok", "messages_sent", "rc_bytes",
                                                  "large_bytes_placed", "large_regions_held", "duplicates_delivered") if k in pipe}
-    ok = ok and bool(pipe.get("delivered_ok"))
+    # Zero-copy: the blocks were RDMA WRITTEN into final buffers, and every buffer
+    # registered for that was freed again once its writers confirmed they stopped.
+    ok = ok and bool(pipe.get("delivered_ok")) and pipe.get("large_bytes_placed", 0) > 0 \
+        and pipe.get("large_regions_held") == 0
     out["rc_bytes"] = out.get("rc_bytes", 0) + pipe.get("rc_bytes", 0)
+# Zero-copy against the copy path (suites.sh, alternated rounds): throughput, MB/s.
+zc = {mode: [r.get("throughput_mb_s") for r in (last_json(f"zc_{mode}_{i}") for i in (1, 2)) if r]
+      for mode in ("on", "off")}
+if zc["on"] and zc["off"]:
+    zc_runs = [last_json(f"zc_{m}_{i}") for m in ("on", "off") for i in (1, 2)]
+    placed_on = sum((r or {}).get("large_bytes_placed", 0) for r in zc_runs[:2])
+    placed_off = sum((r or {}).get("large_bytes_placed", 0) for r in zc_runs[2:])
+    out["zero_copy_bench"] = {"on_mb_s": zc["on"], "off_mb_s": zc["off"],
+                              # mean over mean: above 1, zero-copy moved more per second
+                              "ratio_on_to_off": round(sum(zc["on"]) / len(zc["on"]) /
+                                                       max(sum(zc["off"]) / len(zc["off"]), 1e-9), 3),
+                              "placed_on": placed_on, "placed_off": placed_off}
+    # Each mode must do what it says: WRITES with zero-copy, none without.
+    ok = ok and all(r is not None and r.get("delivered_ok") for r in zc_runs) and placed_on > 0 and placed_off == 0
 bad = last_json("bad_input")
 if bad is not None:
     out["bad_input"] = {k: bad.get(k) for k in ("procs", "delivered_ok", "duplicates_delivered", "bad_packets_dropped",

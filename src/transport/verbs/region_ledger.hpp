@@ -6,10 +6,15 @@
 // freed and reused under a new registration it is silent corruption. So a region
 // lives, registered and with its memory held by the transport, until:
 //   - the node has retired it (its buffer was released or discarded), and
-//   - every peer it was advertised to either confirmed the revoke ("revoked" arrives
-//     on the peer's sending queue pair, behind every WRITE it posted before, and it
-//     posts none after) or lost the link its WRITEs travel on (whose queue pair can
-//     then no longer reach our memory).
+//   - every connection it was advertised on either confirmed the revoke ("revoked"
+//     arrives on that very connection, behind every WRITE the peer posted on it,
+//     and the peer posts none after) or died at our end (its queue pair can no
+//     longer execute a WRITE into our memory).
+//
+// A holder is a *connection* (the key of the link a peer writes to us on), not a
+// peer: a descriptor names the connection it is good for, and the peer drops it when
+// that connection ends, so a peer that reconnects never writes with a descriptor we
+// already counted out (that was the race of keying holders by peer).
 //
 // Why not count credits (blocks granted in Ready frames against blocks received)?
 // It ties the transport to the pipeline's rules: a restart after a view change
@@ -24,56 +29,67 @@
 #include <set>
 #include <vector>
 
-#include "hmcast/types.hpp"
 
 namespace hmcast::verbs {
 
 class RegionLedger {
  public:
+  /// The endpoint's key of the link a peer writes to us on.
+  using Connection = std::uint32_t;
+
   /// A region exists (registered, not yet advertised to anyone).
   void add(std::uint64_t id) { regions_.try_emplace(id); }
 
-  /// `peer` is about to learn of region `id`: true if it must be sent the descriptor
-  /// (it does not hold it yet). A retired or unknown region is never advertised.
-  bool advertise(std::uint64_t id, MemberId peer) {
+  /// The peer writing to us on connection `conn` is about to learn of region `id`:
+  /// true if it must be sent the descriptor (that connection does not hold it yet). A
+  /// retired or unknown region is never advertised.
+  bool advertise(std::uint64_t id, Connection conn) {
     auto it = regions_.find(id);
     if (it == regions_.end() || it->second.retired) return false;
-    return it->second.holders.insert(peer).second;
+    return it->second.holders.insert(conn).second;
   }
 
-  /// The node released the region: the peers that hold it must be sent a revoke.
-  /// freeable(id) tells whether it may go at once (no holder).
-  std::vector<MemberId> retire(std::uint64_t id) {
+  /// The node released the region: the connections that hold it must be sent a
+  /// revoke. freeable(id) tells whether it may go at once (no holder).
+  std::vector<Connection> retire(std::uint64_t id) {
     auto it = regions_.find(id);
     if (it == regions_.end() || it->second.retired) return {};
     it->second.retired = true;
     return {it->second.holders.begin(), it->second.holders.end()};
   }
 
-  /// `peer` confirmed it will not write into `id` any more: true if `id` may be freed now.
-  bool revoked(std::uint64_t id, MemberId peer) {
+  /// "revoked(id)" arrived on connection `conn`: nothing more will be written into
+  /// `id` through it. True if `id` may be freed now.
+  bool revoked(std::uint64_t id, Connection conn) {
     auto it = regions_.find(id);
     if (it == regions_.end()) return false;
-    it->second.holders.erase(peer);
+    it->second.holders.erase(conn);
     return freeable(id);
   }
 
-  /// The link `peer` writes on is gone: it holds nothing any more. The regions that
-  /// may be freed now.
-  std::vector<std::uint64_t> peer_lost(MemberId peer) {
+  /// Connection `conn` is dead at our end: it holds nothing any more. The regions
+  /// that may be freed now.
+  std::vector<std::uint64_t> connection_lost(Connection conn) {
     std::vector<std::uint64_t> now;
     for (auto& [id, r] : regions_)
-      if (r.holders.erase(peer) > 0 && r.retired && r.holders.empty()) now.push_back(id);
+      if (r.holders.erase(conn) > 0 && r.retired && r.holders.empty()) now.push_back(id);
     return now;
+  }
+
+  /// Whether `conn` holds a retired region, i.e. owes us a "revoked".
+  [[nodiscard]] bool owes_answer(Connection conn) const {
+    for (const auto& [id, r] : regions_)
+      if (r.retired && r.holders.count(conn) > 0) return true;
+    return false;
   }
 
   [[nodiscard]] bool freeable(std::uint64_t id) const {
     auto it = regions_.find(id);
     return it != regions_.end() && it->second.retired && it->second.holders.empty();
   }
-  [[nodiscard]] bool holds(std::uint64_t id, MemberId peer) const {
+  [[nodiscard]] bool holds(std::uint64_t id, Connection conn) const {
     auto it = regions_.find(id);
-    return it != regions_.end() && it->second.holders.count(peer) > 0;
+    return it != regions_.end() && it->second.holders.count(conn) > 0;
   }
   [[nodiscard]] bool retired(std::uint64_t id) const {
     auto it = regions_.find(id);
@@ -86,7 +102,7 @@ class RegionLedger {
  private:
   struct State {
     bool retired = false;
-    std::set<MemberId> holders;  // advertised to, not yet revoked or lost
+    std::set<Connection> holders;  // advertised on, not yet revoked or lost
   };
   std::map<std::uint64_t, State> regions_;
 };

@@ -4,9 +4,10 @@
 // sees them:
 //
 //   advertise (receiver -> a peer that will write): kind u8 = 1 | id u64 | addr u64 |
-//             rkey u32 | length u64 | sender u32 | seq u64          (41 bytes)
+//             rkey u32 | length u64 | sender u32 | seq u64 | connection u32  (45 bytes)
 //     "the final buffer of large message (sender, seq) is registered at addr/rkey,
-//      length bytes; you may RDMA WRITE Block payloads into it"
+//      length bytes; you may RDMA WRITE Block payloads into it, on your connection
+//      `connection` (your key for it, from its connect request) and no other"
 //   revoke   (receiver -> peer): kind u8 = 2 | id u64               (9 bytes)
 //     "stop writing into region id"
 //   revoked  (peer -> receiver): kind u8 = 3 | id u64               (9 bytes)
@@ -35,6 +36,7 @@ struct RegionAdvertise {
   std::uint64_t length = 0;
   MemberId sender = 0;
   Seq seq = 0;
+  std::uint32_t connection = 0;  // the writer's key of the only link it may write on
   friend bool operator==(const RegionAdvertise&, const RegionAdvertise&) = default;
 };
 struct RegionRevoke {
@@ -47,7 +49,7 @@ struct RegionRevoked {
 };
 using RegionMessage = std::variant<RegionAdvertise, RegionRevoke, RegionRevoked>;
 
-inline constexpr std::size_t kRegionAdvertiseSize = 1 + 8 + 8 + 4 + 8 + 4 + 8;
+inline constexpr std::size_t kRegionAdvertiseSize = 1 + 8 + 8 + 4 + 8 + 4 + 8 + 4;
 inline constexpr std::size_t kRegionIdMessageSize = 1 + 8;
 
 namespace region_detail {
@@ -74,6 +76,7 @@ inline std::vector<std::byte> encode_region_message(const RegionMessage& m) {
     put(out, a->length, 8);
     put(out, a->sender, 4);
     put(out, a->seq, 8);
+    put(out, a->connection, 4);
   } else if (const auto* r = std::get_if<RegionRevoke>(&m)) {
     put(out, 2, 1);
     put(out, r->id, 8);
@@ -99,6 +102,7 @@ inline std::optional<RegionMessage> decode_region_message(std::span<const std::b
       a.length = get(in, pos, 8);
       a.sender = static_cast<MemberId>(get(in, pos, 4));
       a.seq = get(in, pos, 8);
+      a.connection = static_cast<std::uint32_t>(get(in, pos, 4));
       if (a.length == 0 || a.addr + a.length < a.addr) return std::nullopt;  // empty or wraps around
       return a;
     }

@@ -38,12 +38,14 @@ constexpr std::uint64_t make_wr_id(std::uint32_t key, std::uint32_t kind, std::u
 constexpr std::uint32_t kCreditRecvs = 8;
 constexpr std::uint32_t kCreditSendsInFlight = 4;
 constexpr std::size_t kCreditSlot = 64;
-// Connect and accept carry this, then a member id (connect) or receive depth (accept).
-constexpr std::uint32_t kPrivateMagic = 0x31564d48;  // "HMV1"
+// Connect and accept carry the magic, then two values: our member id and our key for
+// the link (connect; the key names the connection in region descriptors), or the
+// receive depth (accept).
+constexpr std::uint32_t kPrivateMagic = 0x32564d48;  // "HMV2"
 constexpr std::uint32_t kLinkReserveSlack = kCreditRecvs;
-constexpr std::uint32_t kCqLinks = 64;
+constexpr std::uint32_t kCqLinks = 64;  // links the completion queue is sized for (more are refused)
 // Bytes of a Block frame before its payload: the wire header and the Block fields.
-constexpr std::size_t kBlockHeadBytes = wire::kHeaderSize + 28;  // links the completion queue is sized for (more are refused)
+constexpr std::size_t kBlockHeadBytes = wire::kHeaderSize + 28;
 // While wait() busy-polls it reads no fd; asynchronous events are rare and never
 // urgent to the microsecond, so it looks for them this often (a syscall each time).
 constexpr auto kAsyncCheckEvery = std::chrono::milliseconds(1);
@@ -70,27 +72,35 @@ sockaddr_in ipv4(const std::string& text, std::uint16_t port, const std::string&
 
 sockaddr* as_sockaddr(sockaddr_in* a) { return reinterpret_cast<sockaddr*>(a); }
 
-std::array<std::byte, 8> private_data(std::uint32_t value) {
-  std::array<std::byte, 8> p{};
+struct PrivateValues {
+  std::uint32_t first = 0;
+  std::uint32_t second = 0;
+};
+
+std::array<std::byte, 12> private_data(PrivateValues v) {
+  std::array<std::byte, 12> p{};
   for (int i = 0; i < 4; ++i) {
     p[static_cast<std::size_t>(i)] = static_cast<std::byte>(kPrivateMagic >> (8 * i));
-    p[static_cast<std::size_t>(4 + i)] = static_cast<std::byte>(value >> (8 * i));
+    p[static_cast<std::size_t>(4 + i)] = static_cast<std::byte>(v.first >> (8 * i));
+    p[static_cast<std::size_t>(8 + i)] = static_cast<std::byte>(v.second >> (8 * i));
   }
   return p;
 }
 
-/// The value of our private data, if `data` is ours.
-std::optional<std::uint32_t> parse_private(const void* data, std::uint8_t len) {
-  if (data == nullptr || len < 8) return std::nullopt;
-  std::array<std::uint8_t, 8> b{};
+/// The values of our private data, if `data` is ours (and of this version).
+std::optional<PrivateValues> parse_private(const void* data, std::uint8_t len) {
+  if (data == nullptr || len < 12) return std::nullopt;
+  std::array<std::uint8_t, 12> b{};
   std::memcpy(b.data(), data, b.size());
-  std::uint32_t magic = 0, value = 0;
+  std::uint32_t magic = 0;
+  PrivateValues v;
   for (int i = 3; i >= 0; --i) {
     magic = (magic << 8) | b[static_cast<std::size_t>(i)];
-    value = (value << 8) | b[static_cast<std::size_t>(4 + i)];
+    v.first = (v.first << 8) | b[static_cast<std::size_t>(4 + i)];
+    v.second = (v.second << 8) | b[static_cast<std::size_t>(8 + i)];
   }
   if (magic != kPrivateMagic) return std::nullopt;
-  return value;
+  return v;
 }
 
 }  // namespace
@@ -175,6 +185,7 @@ struct Endpoint::Link {
   // first byte is posted, so a revoke handled meanwhile only affects later frames).
   bool front_started = false;
   std::optional<WriteTarget> front_write;
+  std::uint32_t writer_key = 0;    // accepted: the peer's key for this link (named in region descriptors)
   std::vector<std::byte> partial;  // accepted: the frame being reassembled
   std::uint32_t unreturned = 0;    // accepted: receives reposted, credits not yet sent back
   std::uint32_t credit_sends = 0;  // accepted: credit messages in flight
@@ -471,7 +482,11 @@ bool Endpoint::unicast(MemberId to, std::vector<std::byte> bytes) {
     const auto res = wire::decode(bytes);
     if (res.ok()) {
       const auto& r = std::get<wire::Ready>(res.packet.body);
-      if (auto it = region_of_.find({r.sender, r.seq}); it != region_of_.end() && ledger_.advertise(it->second, to)) {
+      // The descriptor is good for the connection `to` writes to us on now; until
+      // it has one, blocks come by the copy path (a later Ready advertises).
+      const Link* writer = writer_link(to);
+      auto it = region_of_.find({r.sender, r.seq});
+      if (writer != nullptr && it != region_of_.end() && ledger_.advertise(it->second, writer->key)) {
         const LocalRegion& lr = local_regions_.at(it->second);
         RegionAdvertise a;
         a.id = it->second;
@@ -480,8 +495,10 @@ bool Endpoint::unicast(MemberId to, std::vector<std::byte> bytes) {
         a.length = lr.buffer->size();
         a.sender = r.sender;
         a.seq = r.seq;
+        a.connection = writer->writer_key;
+        const std::uint32_t key = writer->key;
         if (enqueue_locked(to, encode_region_message(a), true)) ++stats_.regions_advertised;
-        else (void)ledger_.revoked(it->second, to);  // never queued: `to` cannot hold it
+        else (void)ledger_.revoked(it->second, key);  // never queued: nobody can hold it
       }
     }
   }
@@ -512,7 +529,8 @@ bool Endpoint::enqueue_locked(MemberId to, std::vector<std::byte> bytes, bool co
 /// Where the payload of Block frame `frame` for `to` may be RDMA WRITTEN: `to`
 /// advertised a region for its message that covers the segment. Small segments go by
 /// the copy path (a WRITE and a SEND cost more than one SEND there).
-std::optional<Endpoint::WriteTarget> Endpoint::write_target(MemberId to, const std::vector<std::byte>& frame) const {
+std::optional<Endpoint::WriteTarget> Endpoint::write_target(MemberId to, std::uint32_t link_key,
+                                                           const std::vector<std::byte>& frame) const {
   constexpr std::size_t kMinWrite = 4096;
   if (remote_regions_.empty() || frame.size() < kBlockHeadBytes + kMinWrite ||
       frame[3] != static_cast<std::byte>(wire::Type::block))
@@ -522,8 +540,17 @@ std::optional<Endpoint::WriteTarget> Endpoint::write_target(MemberId to, const s
   const auto& b = std::get<wire::Block>(res.packet.body);
   if (b.payload.size() != b.length || frame.size() != kBlockHeadBytes + b.length) return std::nullopt;
   auto it = remote_regions_.find({to, b.sender, b.seq});
-  if (it == remote_regions_.end() || !region_covers(it->second.length, b.offset, b.length)) return std::nullopt;
+  if (it == remote_regions_.end() || it->second.connection != link_key ||
+      !region_covers(it->second.length, b.offset, b.length))
+    return std::nullopt;
   return WriteTarget{it->second.addr + b.offset, it->second.rkey};
+}
+
+const Endpoint::Link* Endpoint::writer_link(MemberId peer) const {
+  // At most one is live: accepting a new one from a peer breaks its older ones.
+  for (const auto& [key, l] : links_)
+    if (!l->outgoing && l->peer == peer && l->state != Link::State::dead) return l.get();
+  return nullptr;
 }
 
 Endpoint::Link* Endpoint::connect_to(MemberId to, Peer& peer) {
@@ -598,7 +625,7 @@ void Endpoint::flush(Link& l) {
     const auto& frame = item.bytes;
     if (!l.front_started) {
       l.front_started = true;
-      l.front_write = item.control ? std::nullopt : write_target(l.peer, frame);
+      l.front_write = item.control ? std::nullopt : write_target(l.peer, l.key, frame);
       if (l.front_write) l.front_offset = kBlockHeadBytes;  // the payload first, the head last
     }
     const std::uint32_t slot = l.free_send.back();
@@ -829,7 +856,7 @@ void Endpoint::on_cm_event(rdma_cm_event& ev) {
     case RDMA_CM_EVENT_ROUTE_RESOLVED: {
       setup_link_qp(l);
       if (l.state == Link::State::dead) break;
-      const auto pd = private_data(id_);
+      const auto pd = private_data({id_, l.key});
       rdma_conn_param param{};
       param.private_data = pd.data();
       param.private_data_len = static_cast<std::uint8_t>(pd.size());
@@ -844,13 +871,13 @@ void Endpoint::on_cm_event(rdma_cm_event& ev) {
     }
     case RDMA_CM_EVENT_ESTABLISHED:
       if (l.outgoing) {
-        const auto depth = parse_private(ev.param.conn.private_data, ev.param.conn.private_data_len);
-        if (!depth || *depth == 0) {
+        const auto accept = parse_private(ev.param.conn.private_data, ev.param.conn.private_data_len);
+        if (!accept || accept->first == 0) {
           ++stats_.links_rejected;
           break_link(l, true);
           break;
         }
-        l.credits = *depth;
+        l.credits = accept->first;
         l.state = Link::State::up;
         flush(l);
       } else {
@@ -891,13 +918,14 @@ void Endpoint::on_connect_request(rdma_cm_event& ev) {
     break_link(link, false);
     return;
   }
-  link.peer = *peer;
+  link.peer = peer->first;
+  link.writer_key = peer->second;
   setup_link_qp(link);
   if (link.state == Link::State::dead) {
     ::rdma_reject(ev.id, nullptr, 0);
     return;
   }
-  const auto pd = private_data(cfg_.options.link_receive_depth);
+  const auto pd = private_data({cfg_.options.link_receive_depth, 0});
   rdma_conn_param param{};
   param.private_data = pd.data();
   param.private_data_len = static_cast<std::uint8_t>(pd.size());
@@ -908,6 +936,12 @@ void Endpoint::on_connect_request(rdma_cm_event& ev) {
     return;
   }
   ++stats_.links_accepted;
+  // A peer opens a new link to us only once it gave up its old one: break those here,
+  // so none can still execute a WRITE into our memory and the regions they held
+  // (region_ledger.hpp) are counted out now, not when the peer's disconnect arrives.
+  for (auto& [key, other] : links_)
+    if (other.get() != &link && !other->outgoing && other->peer == link.peer && other->state != Link::State::dead)
+      break_link(*other, false);
 }
 
 void Endpoint::break_link(Link& l, bool peer_lost) {
@@ -916,17 +950,20 @@ void Endpoint::break_link(Link& l, bool peer_lost) {
   if (l.outgoing) {
     if (auto it = outgoing_.find(l.peer); it != outgoing_.end() && it->second == l.key) outgoing_.erase(it);
     if (peer_lost) mark_broken(l.peer);
-    // Our WRITEs to this peer went on this queue pair; the peer counts us out of its
-    // regions when it sees it die, so a later link must not write on old descriptors.
+    // Descriptors the peer gave us name this connection: no later one may use them.
     std::erase_if(remote_regions_, [&](const auto& kv) { return std::get<0>(kv.first) == l.peer; });
+    // Revokes queued here are lost, so the peer's connections that owe us an answer
+    // would hold our memory for as long as they live: end them (no WRITE can land
+    // through a dead queue pair), which frees what they held.
+    std::vector<Link*> owing;
+    for (auto& [key, other] : links_)
+      if (!other->outgoing && other->peer == l.peer && other->state != Link::State::dead &&
+          ledger_.owes_answer(other->key))
+        owing.push_back(other.get());
+    for (Link* o : owing) break_link(*o, false);
   } else {
-    // The peer's WRITEs come on this queue pair: once it is dead none can reach our
-    // memory, unless the peer already writes on a newer link of its own.
-    const bool newer = std::any_of(links_.begin(), links_.end(), [&](const auto& kv) {
-      const Link& o = *kv.second;
-      return &o != &l && !o.outgoing && o.peer == l.peer && o.state != Link::State::dead;
-    });
-    if (!newer) free_regions(ledger_.peer_lost(l.peer));
+    // The peer's WRITEs on this connection can no longer reach our memory.
+    free_regions(ledger_.connection_lost(l.key));
   }
   ::rdma_disconnect(l.id);  // errors ignored: it may never have connected
   dead_.push_back(l.key);
@@ -1081,7 +1118,7 @@ void Endpoint::on_async_event(const AsyncEvent& e) {
 void Endpoint::offer_region(MemberId sender, Seq seq, std::shared_ptr<std::vector<std::byte>> buffer) {
   if (!buffer || buffer->empty()) return;
   std::lock_guard lock(mu_);
-  if (closed_ || pd_ == nullptr) return;
+  if (closed_ || pd_ == nullptr || !cfg_.options.zero_copy) return;
   retire_locked(sender, seq);  // a message started again with a new buffer
   // The cache is safe because a registered buffer is held here: its address cannot
   // be reused by another allocation while the registration lives.
@@ -1118,11 +1155,12 @@ void Endpoint::retire_locked(MemberId sender, Seq seq) {
   if (it == region_of_.end()) return;
   const std::uint64_t id = it->second;
   region_of_.erase(it);
-  for (const MemberId peer : ledger_.retire(id)) {
-    // A peer we cannot reach cannot answer; the ledger lets it go when the link it
-    // writes on breaks (break_link). Until then the memory stays held: a leak, not
-    // a write into freed memory.
-    (void)enqueue_locked(peer, encode_region_message(RegionRevoke{id}), true);
+  for (const auto conn : ledger_.retire(id)) {
+    auto l = links_.find(conn);
+    if (l == links_.end() || l->second->state == Link::State::dead) continue;  // counted out when it died
+    // A peer we cannot send the revoke to cannot answer: end the connection it
+    // writes on instead (no WRITE lands through a dead queue pair), which lets go.
+    if (!enqueue_locked(l->second->peer, encode_region_message(RegionRevoke{id}), true)) break_link(*l->second, false);
   }
   if (ledger_.freeable(id)) free_region(id);
 }
@@ -1156,8 +1194,14 @@ void Endpoint::on_control_frame(Link& l, std::span<const std::byte> bytes) {
     return;
   }
   if (const auto* a = std::get_if<RegionAdvertise>(&*msg)) {
-    // Only used while our outgoing link to the peer lives (break_link forgets these).
-    remote_regions_[{l.peer, a->sender, a->seq}] = RemoteRegion{a->id, a->addr, a->rkey, a->length};
+    // Good only on the connection it names, and only if that is still the one we send
+    // on: one sent before that connection died was counted out by the peer already.
+    auto out = outgoing_.find(l.peer);
+    if (out == outgoing_.end() || out->second != a->connection) {
+      ++stats_.regions_stale;
+      return;
+    }
+    remote_regions_[{l.peer, a->sender, a->seq}] = RemoteRegion{a->id, a->addr, a->rkey, a->length, a->connection};
   } else if (const auto* r = std::get_if<RegionRevoke>(&*msg)) {
     std::erase_if(remote_regions_,
                   [&](const auto& kv) { return std::get<0>(kv.first) == l.peer && kv.second.id == r->id; });
@@ -1166,7 +1210,7 @@ void Endpoint::on_control_frame(Link& l, std::span<const std::byte> bytes) {
     (void)enqueue_locked(l.peer, encode_region_message(RegionRevoked{r->id}), true);
   } else {
     const auto id = std::get<RegionRevoked>(*msg).id;
-    if (ledger_.revoked(id, l.peer)) free_region(id);
+    if (ledger_.revoked(id, l.key)) free_region(id);
   }
 }
 
@@ -1177,7 +1221,7 @@ bool Endpoint::on_placed_head(Link& l, std::vector<std::byte>& head) {
   const auto* b = res.ok() ? std::get_if<wire::Block>(&res.packet.body) : nullptr;
   if (b != nullptr && b->payload.empty() && head.size() == kBlockHeadBytes) {
     for (const auto& [id, r] : local_regions_)
-      if (r.sender == b->sender && r.seq == b->seq && ledger_.holds(id, l.peer) &&
+      if (r.sender == b->sender && r.seq == b->seq && ledger_.holds(id, l.key) &&
           region_covers(r.buffer->size(), b->offset, b->length)) {
         stats_.bytes_placed += b->length;
         ++stats_.blocks_placed;

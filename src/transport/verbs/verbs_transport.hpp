@@ -145,6 +145,7 @@ struct Stats {
   std::uint64_t regions_leaked = 0;          // receiver: ibv_dereg_mr failed, memory kept so no write can hit reused memory
   std::uint64_t placed_malformed = 0;        // receiver: a placed head naming no region the peer holds, dropped
   std::uint64_t control_malformed = 0;       // a transport control frame that did not decode, dropped
+  std::uint64_t regions_stale = 0;           // sender: a descriptor for a connection already gone, ignored
   std::uint32_t ud_mtu = 0;                  // the datagram MTU in use
   std::uint32_t max_mcast_qp_attach = 0;     // the device's limit of QPs per multicast group
 };
@@ -211,6 +212,7 @@ class Endpoint {
     std::uint64_t addr = 0;
     std::uint32_t rkey = 0;
     std::uint64_t length = 0;
+    std::uint32_t connection = 0;  // our key of the link we may write into it on
   };
   struct WriteTarget {
     std::uint64_t addr = 0;  // where the segment's first byte goes
@@ -233,7 +235,9 @@ class Endpoint {
   /// Queue a frame for `to` on our outgoing link (connecting if need be); `control`
   /// marks a transport control frame (region_wire.hpp). False if the link is broken.
   bool enqueue_locked(MemberId to, std::vector<std::byte> bytes, bool control);
-  std::optional<WriteTarget> write_target(MemberId to, const std::vector<std::byte>& frame) const;
+  std::optional<WriteTarget> write_target(MemberId to, std::uint32_t link_key, const std::vector<std::byte>& frame) const;
+  /// The live link `peer` sends to us on (the one its WRITEs come through), if any.
+  const Link* writer_link(MemberId peer) const;
   void on_control_frame(Link& l, std::span<const std::byte> bytes);
   bool on_placed_head(Link& l, std::vector<std::byte>& head);
   void retire_locked(MemberId sender, Seq seq);
