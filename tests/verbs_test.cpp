@@ -300,11 +300,15 @@ TEST_CASE("rxe: a Block payload is RDMA WRITTEN into the advertised buffer, free
     return h;
   };
 
-  auto buffer = std::make_shared<std::vector<std::byte>>(std::size_t{256} << 10);
+  // Final buffers come registered from the endpoint's pool; other memory is not offered.
+  receiver.offer_region(1, 1, std::make_shared<std::vector<std::byte>>(std::size_t{256} << 10));
+  CHECK(receiver.stats().regions_unregistered == 1);
+  auto buffer = receiver.allocate_large(std::size_t{256} << 10);
+  const std::byte* where = buffer->data();
   receiver.offer_region(1, 1, buffer);
-  receiver.offer_region(1, 2, buffer);  // the same memory again: registered once
+  receiver.offer_region(1, 2, buffer);  // the same memory for two messages: one registration
   CHECK(receiver.stats().regions_registered == 1);
-  CHECK(receiver.stats().region_cache_hits == 1);
+  CHECK(receiver.stats().region_cache_hits == 0);
   // A descriptor names the connection the writer sends on: with none yet, a Ready
   // goes alone and the blocks would come by the copy path.
   REQUIRE(receiver.unicast(1, wire::encode(header(2), wire::Ready{1, 1, 1})));
@@ -367,6 +371,12 @@ TEST_CASE("rxe: a Block payload is RDMA WRITTEN into the advertised buffer, free
   REQUIRE(pump_until([&] { return receiver.stats().regions_held == 0; }));
   CHECK(receiver.stats().regions_freed == 2);
   CHECK(weak.expired());
+  // Back in the pool, still registered: the next large message gets it at no cost.
+  CHECK(receiver.stats().pool_idle_bytes == std::size_t{256} << 10);
+  auto again = receiver.allocate_large(std::size_t{200} << 10);
+  CHECK(again->data() == where);
+  CHECK(receiver.stats().region_cache_hits == 1);
+  CHECK(receiver.stats().regions_registered == 1);
 
   // Revoked: the next block comes whole, by the copy path.
   REQUIRE(writer.unicast(2, block(2)));

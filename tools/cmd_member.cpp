@@ -4,6 +4,7 @@
 // every byte it delivers, and reports on stdout as JSON lines:
 //   {"event":"joined", ...}  {"event":"view", ...}  {"event":"progress", ...}  {"event":"done", ...}
 // then stays (serving repairs to the others) until its stdin closes.
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -24,8 +25,15 @@
 #include "workload.hpp"
 
 namespace hmcast::tools {
-
 namespace {
+
+/// User plus system CPU this process used so far (its threads included).
+double process_cpu_seconds() {
+  rusage u{};
+  if (::getrusage(RUSAGE_SELF, &u) != 0) return 0;
+  const auto secs = [](const timeval& t) { return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_usec) / 1e6; };
+  return secs(u.ru_utime) + secs(u.ru_stime);
+}
 
 struct MemberOptions {
   std::string manager = "127.0.0.1:17700";
@@ -366,6 +374,7 @@ int run_member(const MemberOptions& o) {
             {"send_ns", send_ns},
             {"deliver_ns", led.deliver_ns},
             {"elapsed_s", static_cast<double>(t_done - t_start) / 1e9},
+            {"cpu_s", process_cpu_seconds()},
             {"bad_packets_dropped", st.bad_packets_dropped},
             {"repairs_sent", st.repairs_sent},
             {"large_restarted", st.large_restarted},

@@ -145,6 +145,10 @@ struct VerbsOptions {
   /// false: they are SENT into link buffers and copied, and nothing is registered
   /// on the data path (for memory-lock limits, or to compare).
   bool zero_copy = true;
+  /// zero_copy: registered final buffers kept for the next large messages once
+  /// released (the registration cache), in bytes; beyond it they are deregistered
+  /// and freed. Registered memory is pinned: it counts against `ulimit -l`.
+  std::size_t zero_copy_pool_bytes = std::size_t{256} << 20;
 };
 
 /// The socket transport. Members find each other through a membership manager: a

@@ -51,6 +51,9 @@ class FaultyLink final : public Link {
   [[nodiscard]] std::uint64_t bad_input() const override { return inner_->bad_input(); }
   void set_block_placer(socket::BlockPlacer placer) override { inner_->set_block_placer(std::move(placer)); }
   [[nodiscard]] std::uint64_t bytes_placed() const override { return inner_->bytes_placed(); }
+  std::shared_ptr<std::vector<std::byte>> allocate_large(std::size_t size) override {
+    return inner_->allocate_large(size);
+  }
   void offer_region(MemberId sender, Seq seq, std::shared_ptr<std::vector<std::byte>> buffer) override {
     inner_->offer_region(sender, seq, std::move(buffer));
   }

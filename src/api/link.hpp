@@ -35,6 +35,11 @@ class Link {
   /// Where Block payloads go, for transports that can read them straight into their
   /// final buffer (socket: see socket::Endpoint::set_block_placer). Others ignore it.
   virtual void set_block_placer(socket::BlockPlacer /*placer*/) {}
+  /// A final buffer for a large message of `size` bytes. Transports that let peers
+  /// write into it (verbs) lend one from their registration cache; others allocate.
+  virtual std::shared_ptr<std::vector<std::byte>> allocate_large(std::size_t size) {
+    return std::make_shared<std::vector<std::byte>>(size);
+  }
   /// The final buffer of large message (sender, seq) exists: transports that let
   /// peers write Block payloads straight into it (verbs: RDMA WRITE) register it and
   /// hold it until no peer can write into it any more. Others ignore it.

@@ -93,6 +93,9 @@ class VerbsLink final : public EndpointLink<verbs::Endpoint, verbs::TransportErr
     return endpoint_->stats().ud_multicast_datagrams;
   }
   [[nodiscard]] std::uint64_t link_bytes_sent() const override { return endpoint_->stats().rc_bytes; }
+  std::shared_ptr<std::vector<std::byte>> allocate_large(std::size_t size) override {
+    return endpoint_->allocate_large(size);
+  }
   void offer_region(MemberId sender, Seq seq, std::shared_ptr<std::vector<std::byte>> buffer) override {
     endpoint_->offer_region(sender, seq, std::move(buffer));
   }

@@ -166,7 +166,7 @@ struct NodeState {
       } else if (auto* nb = std::get_if<action::NeedBuffer>(&a)) {
         // Refusing a buffer leaves the transfer to stall and be abandoned: it is bounded by config.
         if (nb->size > protocol.max_large_message) continue;
-        auto buf = std::make_shared<std::vector<std::byte>>(nb->size);
+        auto buf = link->allocate_large(nb->size);
         g.large[{nb->sender, nb->seq}] = buf;
         // Before buffer_ready(): its Ready frames are what makes the transport
         // advertise the buffer to the peers that will write into it.

@@ -58,20 +58,26 @@ if pipe is not None:
     ok = ok and bool(pipe.get("delivered_ok")) and pipe.get("large_bytes_placed", 0) > 0 \
         and pipe.get("large_regions_held") == 0
     out["rc_bytes"] = out.get("rc_bytes", 0) + pipe.get("rc_bytes", 0)
-# Zero-copy against the copy path (suites.sh, alternated rounds): throughput, MB/s.
-zc = {mode: [r.get("throughput_mb_s") for r in (last_json(f"zc_{mode}_{i}") for i in (1, 2)) if r]
-      for mode in ("on", "off")}
-if zc["on"] and zc["off"]:
-    zc_runs = [last_json(f"zc_{m}_{i}") for m in ("on", "off") for i in (1, 2)]
-    placed_on = sum((r or {}).get("large_bytes_placed", 0) for r in zc_runs[:2])
-    placed_off = sum((r or {}).get("large_bytes_placed", 0) for r in zc_runs[2:])
-    out["zero_copy_bench"] = {"on_mb_s": zc["on"], "off_mb_s": zc["off"],
-                              # mean over mean: above 1, zero-copy moved more per second
-                              "ratio_on_to_off": round(sum(zc["on"]) / len(zc["on"]) /
-                                                       max(sum(zc["off"]) / len(zc["off"]), 1e-9), 3),
-                              "placed_on": placed_on, "placed_off": placed_off}
-    # Each mode must do what it says: WRITES with zero-copy, none without.
-    ok = ok and all(r is not None and r.get("delivered_ok") for r in zc_runs) and placed_on > 0 and placed_off == 0
+# Zero-copy against the copy path (suites.sh, alternated rounds): throughput (MB/s)
+# and the members' CPU seconds, each mode's mean, and on/off ratios.
+zc = {m: [r for r in (last_json(f"zc_{m}_{i}") for i in (1, 2)) if r is not None] for m in ("on", "off")}
+if zc["on"] or zc["off"]:
+    def mean(mode, key):
+        vals = [r.get(key, 0) for r in zc[mode]]
+        return sum(vals) / len(vals) if vals else 0.0
+    bench = {f"{key}_{m}": [r.get(key) for r in zc[m]] for key in ("throughput_mb_s", "members_cpu_s")
+             for m in ("on", "off")}
+    bench["throughput_ratio_on_to_off"] = round(mean("on", "throughput_mb_s") / max(mean("off", "throughput_mb_s"), 1e-9), 3)
+    bench["cpu_ratio_on_to_off"] = round(mean("on", "members_cpu_s") / max(mean("off", "members_cpu_s"), 1e-9), 3)
+    bench["placed_on"] = sum(r.get("large_bytes_placed", 0) for r in zc["on"])
+    bench["placed_off"] = sum(r.get("large_bytes_placed", 0) for r in zc["off"])
+    bench["regions_held"] = sum(r.get("large_regions_held", 0) for r in zc["on"])
+    out["zero_copy_bench"] = bench
+    # Each mode must do what it says (WRITES with zero-copy, none without), deliver
+    # everything, and free every registered buffer.
+    ok = ok and len(zc["on"]) == 2 and len(zc["off"]) == 2 and \
+        all(r.get("delivered_ok") for m in ("on", "off") for r in zc[m]) and \
+        bench["placed_on"] > 0 and bench["placed_off"] == 0 and bench["regions_held"] == 0
 bad = last_json("bad_input")
 if bad is not None:
     out["bad_input"] = {k: bad.get(k) for k in ("procs", "delivered_ok", "duplicates_delivered", "bad_packets_dropped",

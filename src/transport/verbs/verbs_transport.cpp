@@ -247,6 +247,12 @@ void Endpoint::open() {
   if (::ibv_query_device(ctx, &dev) != 0) fail("ibv_query_device", "");
   pd_ = ::ibv_alloc_pd(ctx);
   if (pd_ == nullptr) fail("ibv_alloc_pd", "");
+  pool_ = std::make_shared<RegisteredPool>(
+      [pd = pd_](std::byte* data, std::size_t bytes) -> void* {
+        return (ibv_reg_mr)(pd, data, bytes,
+                            static_cast<int>(IBV_ACCESS_LOCAL_WRITE) | static_cast<int>(IBV_ACCESS_REMOTE_WRITE));
+      },
+      [](void* mr) { return ::ibv_dereg_mr(static_cast<ibv_mr*>(mr)) == 0; }, cfg_.options.zero_copy_pool_bytes);
   comp_ = ::ibv_create_comp_channel(ctx);
   if (comp_ == nullptr) fail("ibv_create_comp_channel", "");
   set_nonblocking(comp_->fd, "the completion channel");
@@ -368,12 +374,11 @@ void Endpoint::release() {
   for (auto& [key, l] : links_) destroy_link(*l);
   links_.clear();
   link_of_id_.clear();
-  // With every RC queue pair gone no peer can write into our regions any more, so
-  // their registrations go now, before the protection domain.
-  for (auto& [k, r] : registrations_)
-    if (r.mr != nullptr && ::ibv_dereg_mr(r.mr) != 0) ++stats_.regions_leaked;  // ibv_dealloc_pd will say so too
-  registrations_.clear();
+  // With every RC queue pair gone no peer can write into our buffers any more, so
+  // their registrations go now, before the protection domain (buffers the
+  // application still holds stay valid memory, just no longer registered).
   local_regions_.clear();
+  if (pool_) pool_->close();
   region_of_.clear();
   remote_regions_.clear();
   if (mcast_id_ != nullptr) {
@@ -1115,32 +1120,26 @@ void Endpoint::on_async_event(const AsyncEvent& e) {
   }
 }
 
+std::shared_ptr<std::vector<std::byte>> Endpoint::allocate_large(std::size_t size) {
+  if (!cfg_.options.zero_copy || !pool_ || size == 0) return std::make_shared<std::vector<std::byte>>(size);
+  return pool_->acquire(size);
+}
+
 void Endpoint::offer_region(MemberId sender, Seq seq, std::shared_ptr<std::vector<std::byte>> buffer) {
-  if (!buffer || buffer->empty()) return;
+  if (!buffer || buffer->empty() || !pool_) return;
+  // Only the pool's buffers are registered (allocate_large): they are what peers
+  // may write into. Any other buffer, or one the device refused to register, gets
+  // its blocks by the copy path.
+  auto* mr = static_cast<ibv_mr*>(pool_->handle_of(buffer->data()));
   std::lock_guard lock(mu_);
-  if (closed_ || pd_ == nullptr || !cfg_.options.zero_copy) return;
+  if (closed_ || !cfg_.options.zero_copy) return;
   retire_locked(sender, seq);  // a message started again with a new buffer
-  // The cache is safe because a registered buffer is held here: its address cannot
-  // be reused by another allocation while the registration lives.
-  const std::pair key{reinterpret_cast<std::uintptr_t>(buffer->data()), buffer->size()};
-  auto reg = registrations_.find(key);
-  if (reg == registrations_.end()) {
-    ibv_mr* mr = (ibv_reg_mr)(pd_, buffer->data(), buffer->size(),
-                              static_cast<int>(IBV_ACCESS_LOCAL_WRITE) | static_cast<int>(IBV_ACCESS_REMOTE_WRITE));
-    if (mr == nullptr) {
-      // Not fatal: this message's blocks come by the copy path. Usually the
-      // locked-memory limit (ulimit -l); the stats count it.
-      ++stats_.region_register_failed;
-      return;
-    }
-    reg = registrations_.emplace(key, Registration{mr, 0}).first;
-    ++stats_.regions_registered;
-  } else {
-    ++stats_.region_cache_hits;
+  if (mr == nullptr) {
+    ++stats_.regions_unregistered;
+    return;
   }
-  ++reg->second.users;
   const std::uint64_t id = next_region_id_++;
-  local_regions_[id] = LocalRegion{sender, seq, std::move(buffer), reg->second.mr};
+  local_regions_[id] = LocalRegion{sender, seq, std::move(buffer), mr};
   region_of_[{sender, seq}] = id;
   ledger_.add(id);
 }
@@ -1170,21 +1169,10 @@ void Endpoint::free_regions(const std::vector<std::uint64_t>& ids) {
 }
 
 void Endpoint::free_region(std::uint64_t id) {
-  auto it = local_regions_.find(id);
   ledger_.erase(id);
-  if (it == local_regions_.end()) return;
-  const auto& buf = it->second.buffer;
-  auto reg = registrations_.find({reinterpret_cast<std::uintptr_t>(buf->data()), buf->size()});
-  if (reg != registrations_.end() && --reg->second.users == 0) {
-    if (::ibv_dereg_mr(reg->second.mr) != 0) {
-      // Still registered: a stray write could land in it, so the memory is never reused.
-      ++stats_.regions_leaked;
-      leaked_.push_back(buf);
-    }
-    registrations_.erase(reg);
-  }
-  local_regions_.erase(it);
-  ++stats_.regions_freed;
+  // Dropping our reference gives the buffer back to the pool, still registered, once
+  // the node and the application dropped theirs: no peer may write into it now.
+  if (local_regions_.erase(id) > 0) ++stats_.regions_freed;
 }
 
 void Endpoint::on_control_frame(Link& l, std::span<const std::byte> bytes) {
@@ -1253,6 +1241,14 @@ Stats Endpoint::stats() const {
   std::lock_guard lock(mu_);
   Stats st = stats_;
   st.regions_held = local_regions_.size();
+  if (pool_) {
+    const auto ps = pool_->stats();
+    st.regions_registered = ps.registrations;
+    st.region_cache_hits = ps.reuses;
+    st.region_register_failed = ps.register_failed;
+    st.regions_leaked = ps.deregister_failed;
+    st.pool_idle_bytes = ps.idle_bytes;
+  }
   return st;
 }
 

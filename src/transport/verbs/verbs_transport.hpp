@@ -77,6 +77,7 @@
 #include "transport/inproc/inproc_fabric.hpp"
 #include "transport/verbs/device.hpp"
 #include "transport/verbs/region_ledger.hpp"
+#include "transport/verbs/registered_pool.hpp"
 
 struct ibv_ah;
 struct ibv_comp_channel;
@@ -136,9 +137,11 @@ struct Stats {
   std::uint64_t bytes_placed = 0;            // receiver: Block payload bytes peers RDMA WROTE into final buffers
   std::uint64_t blocks_placed = 0;           // receiver: placed Block heads handed up
   std::uint64_t bytes_written = 0;           // sender: Block payload bytes posted as RDMA WRITE
-  std::uint64_t regions_registered = 0;      // receiver: buffers registered for remote writes
-  std::uint64_t region_cache_hits = 0;       // receiver: a buffer offered again, its registration reused
+  std::uint64_t regions_registered = 0;      // receiver: buffers registered for remote writes (the pool's)
+  std::uint64_t region_cache_hits = 0;       // receiver: a buffer lent again, already registered
   std::uint64_t region_register_failed = 0;  // receiver: ibv_reg_mr refused (blocks then come by the copy path)
+  std::uint64_t regions_unregistered = 0;    // receiver: an offered buffer with no registration: the copy path
+  std::uint64_t pool_idle_bytes = 0;         // receiver: registered bytes kept for the next large messages
   std::uint64_t regions_advertised = 0;      // receiver: descriptors sent to peers
   std::uint64_t regions_freed = 0;           // receiver: registrations released after every revoke was answered
   std::uint64_t regions_held = 0;            // receiver: offered buffers still held (registered) now
@@ -177,9 +180,13 @@ class Endpoint {
   /// Queue a frame for `to` (sent as credits allow). False if `to` is unknown, its
   /// link is broken, or this endpoint is closed.
   bool unicast(MemberId to, std::vector<std::byte> bytes);
-  /// Zero-copy receive: register `buffer`, the final buffer of large message
-  /// (sender, seq), for remote writes, and advertise it to each peer we send a Ready
-  /// for it. If registration fails, blocks come by the copy path (counted).
+  /// A final buffer for a large message of `size` bytes: with zero_copy, lent by the
+  /// registration cache (registered for peers' writes, given back when the last
+  /// reference drops); otherwise plain memory. Thread-safe; may be dropped anywhere.
+  std::shared_ptr<std::vector<std::byte>> allocate_large(std::size_t size);
+  /// Zero-copy receive: `buffer` (from allocate_large) is the final buffer of large
+  /// message (sender, seq); advertise it to each peer we send a Ready for it, on the
+  /// connection that peer writes on. Other buffers get their blocks by the copy path.
   void offer_region(MemberId sender, Seq seq, std::shared_ptr<std::vector<std::byte>> buffer);
   /// The node no longer needs the buffer of (sender, seq): revoke it at the peers that
   /// hold it; it is deregistered and dropped once they all answered or lost their link.
@@ -200,11 +207,7 @@ class Endpoint {
     MemberId sender = 0;
     Seq seq = 0;
     std::shared_ptr<std::vector<std::byte>> buffer;  // held here until the ledger frees it
-    ibv_mr* mr = nullptr;
-  };
-  struct Registration {
-    ibv_mr* mr = nullptr;
-    std::uint32_t users = 0;  // local regions using it
+    ibv_mr* mr = nullptr;                            // the pool's registration of it
   };
   // A peer's buffer we may write into.
   struct RemoteRegion {
@@ -294,14 +297,12 @@ class Endpoint {
   std::map<MemberId, std::uint32_t> outgoing_;  // peer -> key of the link we send on
   std::vector<std::uint32_t> dead_;             // links to destroy once no event is held
   std::uint32_t next_key_ = 1;
-  // Zero-copy (offer_region): ours, by id; the current one per message; registrations
-  // by (address, length), so a buffer offered again is not registered twice; and the
+  // Zero-copy (offer_region): ours, by id; the current one per message; and the
   // regions peers advertised to us, by (receiver, sender, seq).
   std::map<std::uint64_t, LocalRegion> local_regions_;
   std::map<std::pair<MemberId, Seq>, std::uint64_t> region_of_;
-  std::map<std::pair<std::uintptr_t, std::size_t>, Registration> registrations_;
-  std::vector<std::shared_ptr<std::vector<std::byte>>> leaked_;  // deregistration failed: never freed
   RegionLedger ledger_;
+  std::shared_ptr<RegisteredPool> pool_;  // set in open(), closed in release()
   std::map<std::tuple<MemberId, MemberId, Seq>, RemoteRegion> remote_regions_;
   std::uint64_t next_region_id_ = 1;
   std::chrono::steady_clock::time_point last_completion_{};
