@@ -27,12 +27,16 @@
 namespace hmcast::tools {
 namespace {
 
-/// User plus system CPU this process used so far (its threads included).
-double process_cpu_seconds() {
+/// CPU seconds this process used so far (its threads included): user and system.
+struct CpuSeconds {
+  double user = 0;
+  double system = 0;
+};
+CpuSeconds process_cpu_seconds() {
   rusage u{};
-  if (::getrusage(RUSAGE_SELF, &u) != 0) return 0;
+  if (::getrusage(RUSAGE_SELF, &u) != 0) return {};
   const auto secs = [](const timeval& t) { return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_usec) / 1e6; };
-  return secs(u.ru_utime) + secs(u.ru_stime);
+  return {secs(u.ru_utime), secs(u.ru_stime)};
 }
 
 struct MemberOptions {
@@ -342,6 +346,7 @@ int run_member(const MemberOptions& o) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
     st = g.stats();
   }
+  const auto cpu = process_cpu_seconds();
   nlohmann::json done;
   {
     std::lock_guard lock(led.mu);
@@ -374,7 +379,8 @@ int run_member(const MemberOptions& o) {
             {"send_ns", send_ns},
             {"deliver_ns", led.deliver_ns},
             {"elapsed_s", static_cast<double>(t_done - t_start) / 1e9},
-            {"cpu_s", process_cpu_seconds()},
+            {"cpu_user_s", cpu.user},
+            {"cpu_s", cpu.user + cpu.system},
             {"bad_packets_dropped", st.bad_packets_dropped},
             {"repairs_sent", st.repairs_sent},
             {"large_restarted", st.large_restarted},

@@ -155,6 +155,7 @@ nlohmann::json GroupRunReport::to_json() const {
   j["large_bytes_placed"] = large_bytes_placed;
   j["large_regions_held"] = large_regions_held;
   j["members_cpu_s"] = members_cpu_s;
+  j["members_cpu_user_s"] = members_cpu_user_s;
   return j;
 }
 
@@ -434,6 +435,7 @@ GroupRunReport run_group(const GroupRunOptions& o) {
     rep.large_bytes_placed += d.value("large_bytes_placed", std::uint64_t{0});
     rep.large_regions_held += d.value("large_regions_held", std::uint64_t{0});
     rep.members_cpu_s += d.value("cpu_s", 0.0);
+    rep.members_cpu_user_s += d.value("cpu_user_s", 0.0);
     const auto probe = d.value("multicast_probe", std::string{});
     rep.probes_confirmed += probe == "confirmed" ? 1U : 0U;
     rep.probes_failed += probe == "failed" ? 1U : 0U;

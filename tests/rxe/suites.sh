@@ -21,9 +21,9 @@ want pipeline && run_suite pipeline 400 "$hm" soak "${VERBS[@]}" --completion in
 # their ratios; the runs must deliver everything, the speed is only reported.
 if want zero_copy_bench; then
   for round in 1 2; do
-    run_suite "zc_on_$round" 300 "$hm" soak "${VERBS[@]}" --procs 4 --senders 1 --messages 6 \
+    run_suite "zc_on_$round" 300 "$hm" soak "${VERBS[@]}" --procs 4 --senders 1 --messages 10 \
       --sizes 4MiB:1 --completion interrupt --timeout 200 --json
-    run_suite "zc_off_$round" 300 "$hm" soak "${VERBS[@]}" --procs 4 --senders 1 --messages 6 \
+    run_suite "zc_off_$round" 300 "$hm" soak "${VERBS[@]}" --procs 4 --senders 1 --messages 10 \
       --sizes 4MiB:1 --completion interrupt --timeout 200 --json --no-zero-copy
   done
 fi

@@ -65,10 +65,10 @@ if zc["on"] or zc["off"]:
     def mean(mode, key):
         vals = [r.get(key, 0) for r in zc[mode]]
         return sum(vals) / len(vals) if vals else 0.0
-    bench = {f"{key}_{m}": [r.get(key) for r in zc[m]] for key in ("throughput_mb_s", "members_cpu_s")
-             for m in ("on", "off")}
-    bench["throughput_ratio_on_to_off"] = round(mean("on", "throughput_mb_s") / max(mean("off", "throughput_mb_s"), 1e-9), 3)
-    bench["cpu_ratio_on_to_off"] = round(mean("on", "members_cpu_s") / max(mean("off", "members_cpu_s"), 1e-9), 3)
+    keys = ("throughput_mb_s", "members_cpu_s", "members_cpu_user_s")
+    bench = {f"{key}_{m}": [r.get(key) for r in zc[m]] for key in keys for m in ("on", "off")}
+    for key in keys:
+        bench[f"{key}_ratio_on_to_off"] = round(mean("on", key) / max(mean("off", key), 1e-9), 3)
     bench["placed_on"] = sum(r.get("large_bytes_placed", 0) for r in zc["on"])
     bench["placed_off"] = sum(r.get("large_bytes_placed", 0) for r in zc["off"])
     bench["regions_held"] = sum(r.get("large_regions_held", 0) for r in zc["on"])
