@@ -20,17 +20,18 @@
 //   returns credits (a zero-length SEND with the count as immediate) as it reposts,
 //   so no message ever finds no receive (no RNR retries). Frames wait in a bounded
 //   per-peer queue while credits are out.
-// - Zero-copy receive of large blocks (prototype, issue 5): the node offers each
-//   large-message buffer it allocates (offer_region); we register it for remote
-//   writes and, before the first Ready frame for that message goes to a peer, send
-//   the peer a region descriptor on the same link (region_wire.hpp). A peer that
-//   holds a descriptor covering a Block frame's segment RDMA WRITEs the payload
-//   straight into that buffer, then SENDs the frame's head alone flagged as placed;
-//   RC ordering puts the WRITE's bytes in place before the head's receive completes,
-//   and the head goes up as an Inbound with `placed`. When the node retires the
-//   buffer, each peer that holds the descriptor is sent a revoke and answers on the
-//   queue pair its WRITEs use; the memory stays registered and held until every such
-//   peer answered or lost that link (region_ledger.hpp says why).
+// - Zero-copy receive of large blocks: the node takes each large message's final
+//   buffer from allocate_large() (a pool of buffers kept registered between
+//   messages, registered_pool.hpp) and offers it (offer_region). Before the first
+//   Ready frame for that message goes to a peer, the peer is sent a region
+//   descriptor on the same link, naming the connection the peer writes to us on
+//   (region_wire.hpp). A peer whose current connection is the one named RDMA WRITEs
+//   a Block frame's payload straight into the buffer, then SENDs the frame's head
+//   alone flagged as placed; RC ordering puts the bytes in place before the head's
+//   receive completes, and the head goes up as an Inbound with `placed`. When the
+//   node retires the buffer, each holding connection is sent a revoke and answers on
+//   itself, behind every WRITE it carried; the buffer stays held until every holder
+//   answered or died at our end (region_ledger.hpp says why), then returns to the pool.
 // - One completion queue and one rdma_cm event channel per endpoint. wait() polls
 //   the CQ and handles rdma_cm events; how it sleeps is CompletionMode (hybrid:
 //   busy-poll for busy_poll after the last completion, then arm the completion
