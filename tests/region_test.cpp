@@ -51,6 +51,14 @@ TEST_CASE("region messages: wrong sizes, kinds and wrapping regions are refused"
   CHECK_FALSE(decode_region_message(encode_region_message(empty)).has_value());
 }
 
+TEST_CASE("a placed head's trailer names the region, little-endian", "[verbs][region]") {
+  const auto t = encode_placed_trailer(0x0102'0304'0506'0708ULL);
+  CHECK(t[0] == std::byte{0x08});
+  CHECK(t[7] == std::byte{0x01});
+  CHECK(decode_placed_trailer(t) == 0x0102'0304'0506'0708ULL);
+  CHECK(decode_placed_trailer(encode_placed_trailer(~0ULL)) == ~0ULL);
+}
+
 TEST_CASE("region_covers never overflows", "[verbs][region]") {
   CHECK(region_covers(100, 0, 100));
   CHECK(region_covers(100, 40, 60));

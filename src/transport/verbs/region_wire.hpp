@@ -14,10 +14,14 @@
 //     "I will never write into region id again"; it travels on the same RC queue
 //     pair as the peer's WRITEs, so when it arrives every earlier WRITE has landed.
 //
+// And the head of a Block whose payload was written (kPlacedChunk) carries the id of
+// the region written as an 8-byte trailer (encode_placed_trailer below).
+//
 // Integers are little-endian. Decoding checks the exact size and the kind; a region
 // whose addr + length overflows is refused (the sender would compute wrapped addresses).
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -115,6 +119,20 @@ inline std::optional<RegionMessage> decode_region_message(std::span<const std::b
     default:
       return std::nullopt;
   }
+}
+
+/// A placed Block head (kPlacedChunk) is the Block frame's head followed by this
+/// trailer: the id of the region the payload was written into (u64, little-endian).
+inline constexpr std::size_t kPlacedTrailerSize = 8;
+inline std::array<std::byte, kPlacedTrailerSize> encode_placed_trailer(std::uint64_t region) {
+  std::array<std::byte, kPlacedTrailerSize> out{};
+  for (std::size_t i = 0; i < out.size(); ++i) out[i] = static_cast<std::byte>(region >> (8 * i));
+  return out;
+}
+/// `in` must hold exactly kPlacedTrailerSize bytes (the caller checked the size).
+inline std::uint64_t decode_placed_trailer(std::span<const std::byte> in) {
+  std::size_t pos = 0;
+  return region_detail::get(in.first(kPlacedTrailerSize), pos, 8);
 }
 
 /// Whether [offset, offset + length) lies inside a region of `region_length` bytes

@@ -46,7 +46,8 @@ inline constexpr std::uint32_t kLastChunk = 0x8000'0000U;
 /// one for the protocol.
 inline constexpr std::uint32_t kControlChunk = 0x4000'0000U;
 /// With kLastChunk: the frame is the head of a Block frame whose payload the sender
-/// RDMA WROTE into a region we advertised, ahead of this SEND on the same queue pair.
+/// RDMA WROTE into a region we advertised, ahead of this SEND on the same queue pair;
+/// the head is followed by that region's id (region_wire.hpp, kPlacedTrailerSize).
 inline constexpr std::uint32_t kPlacedChunk = 0x2000'0000U;
 
 /// A frame of `frame_bytes` moves in this many link messages of up to `chunk` bytes

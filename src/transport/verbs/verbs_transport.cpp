@@ -548,7 +548,7 @@ std::optional<Endpoint::WriteTarget> Endpoint::write_target(MemberId to, std::ui
   if (it == remote_regions_.end() || it->second.connection != link_key ||
       !region_covers(it->second.length, b.offset, b.length))
     return std::nullopt;
-  return WriteTarget{it->second.addr + b.offset, it->second.rkey};
+  return WriteTarget{it->second.addr + b.offset, it->second.rkey, it->second.id};
 }
 
 const Endpoint::Link* Endpoint::writer_link(MemberId peer) const {
@@ -667,9 +667,12 @@ void Endpoint::flush(Link& l) {
     std::uint32_t imm = 0;
     if (l.front_write) {
       // The head alone, after the WRITEs on the same queue pair: when the peer sees it,
-      // the payload is in place.
-      n = kBlockHeadBytes;
-      std::memcpy(l.data->at(slot), frame.data(), n);
+      // the payload is in place. It names the region written, which the peer needs:
+      // it may hold an older one for the same message, waiting for our revoke answer.
+      std::memcpy(l.data->at(slot), frame.data(), kBlockHeadBytes);
+      const auto trailer = encode_placed_trailer(l.front_write->region);
+      std::memcpy(l.data->at(slot) + kBlockHeadBytes, trailer.data(), trailer.size());
+      n = kBlockHeadBytes + trailer.size();
       last = true;
       imm = kLastChunk | kPlacedChunk;
     } else {
@@ -1203,21 +1206,32 @@ void Endpoint::on_control_frame(Link& l, std::span<const std::byte> bytes) {
 }
 
 bool Endpoint::on_placed_head(Link& l, std::vector<std::byte>& head) {
-  // The peer says it wrote the payload into a region of ours: it must be one it holds,
-  // and the segment must lie inside it; otherwise the frame names bytes we never got.
+  // The peer says it wrote the payload into region `id` of ours: the region must be
+  // one this connection holds, for the Block's message, and the segment must lie
+  // inside it; otherwise the frame names bytes we never got.
+  if (head.size() != kBlockHeadBytes + kPlacedTrailerSize) {
+    ++stats_.placed_malformed;
+    return false;
+  }
+  const std::uint64_t id = decode_placed_trailer(std::span(head).subspan(kBlockHeadBytes));
+  head.resize(kBlockHeadBytes);
   const auto res = wire::decode(head);
   const auto* b = res.ok() ? std::get_if<wire::Block>(&res.packet.body) : nullptr;
-  if (b != nullptr && b->payload.empty() && head.size() == kBlockHeadBytes) {
-    for (const auto& [id, r] : local_regions_)
-      if (r.sender == b->sender && r.seq == b->seq && ledger_.holds(id, l.key) &&
-          region_covers(r.buffer->size(), b->offset, b->length)) {
-        stats_.bytes_placed += b->length;
-        ++stats_.blocks_placed;
-        return true;
-      }
+  const auto r = local_regions_.find(id);
+  if (b == nullptr || !b->payload.empty() || r == local_regions_.end() || r->second.sender != b->sender ||
+      r->second.seq != b->seq || !ledger_.holds(id, l.key) || !region_covers(r->second.buffer->size(), b->offset, b->length)) {
+    ++stats_.placed_malformed;
+    return false;
   }
-  ++stats_.placed_malformed;
-  return false;
+  // Written into a buffer the node no longer uses (the message was released, or
+  // started again with a new buffer): those bytes are not the message's now.
+  if (auto cur = region_of_.find({b->sender, b->seq}); cur == region_of_.end() || cur->second != id) {
+    ++stats_.placed_stale;
+    return false;
+  }
+  stats_.bytes_placed += b->length;
+  ++stats_.blocks_placed;
+  return true;
 }
 
 void Endpoint::close_locked() {

@@ -148,6 +148,7 @@ struct Stats {
   std::uint64_t regions_held = 0;            // receiver: offered buffers still held (registered) now
   std::uint64_t regions_leaked = 0;          // receiver: ibv_dereg_mr failed, memory kept so no write can hit reused memory
   std::uint64_t placed_malformed = 0;        // receiver: a placed head naming no region the peer holds, dropped
+  std::uint64_t placed_stale = 0;            // receiver: a placed head for a buffer the node no longer uses, dropped
   std::uint64_t control_malformed = 0;       // a transport control frame that did not decode, dropped
   std::uint64_t regions_stale = 0;           // sender: a descriptor for a connection already gone, ignored
   std::uint32_t ud_mtu = 0;                  // the datagram MTU in use
@@ -221,6 +222,7 @@ class Endpoint {
   struct WriteTarget {
     std::uint64_t addr = 0;  // where the segment's first byte goes
     std::uint32_t rkey = 0;
+    std::uint64_t region = 0;  // the receiver's id of the region (named in the head)
   };
 
   // All with mu_ held.
