@@ -320,7 +320,7 @@ TEST_CASE("rxe: a Block payload is RDMA WRITTEN into the advertised buffer, free
   at_receiver.clear();
   REQUIRE(receiver.unicast(1, wire::encode(header(2), wire::Ready{1, 1, 1})));
   REQUIRE(pump_until([&] { return at_writer.size() == 2; }));
-  CHECK(at_writer.back().bytes[3] == static_cast<std::byte>(wire::Type::ready));  // the descriptor never shows
+  CHECK(wire::peek_type(at_writer.back().bytes) == wire::Type::ready);  // the descriptor never shows
   CHECK(receiver.stats().regions_advertised == 1);
 
   std::vector<std::byte> payload(std::size_t{64} << 10);
@@ -332,7 +332,7 @@ TEST_CASE("rxe: a Block payload is RDMA WRITTEN into the advertised buffer, free
   REQUIRE(writer.unicast(2, block(1)));
   REQUIRE(pump_until([&] { return !at_receiver.empty(); }));
   CHECK(at_receiver.front().placed);
-  CHECK(at_receiver.front().bytes.size() == wire::kHeaderSize + 28);  // the head alone
+  CHECK(at_receiver.front().bytes.size() == wire::kBlockHeadSize);  // the head alone
   CHECK(std::equal(payload.begin(), payload.end(), buffer->begin() + (std::ptrdiff_t{64} << 10)));
   CHECK(writer.stats().bytes_written == payload.size());
   CHECK(receiver.stats().bytes_placed == payload.size());
@@ -346,7 +346,7 @@ TEST_CASE("rxe: a Block payload is RDMA WRITTEN into the advertised buffer, free
   REQUIRE(writer.unicast(2, block(2)));  // (1, 2) was never advertised: the copy path
   REQUIRE(pump_until([&] { return at_receiver.size() == 2; }));
   CHECK_FALSE(at_receiver.back().placed);
-  CHECK(at_receiver.back().bytes.size() == wire::kHeaderSize + 28 + payload.size());
+  CHECK(at_receiver.back().bytes.size() == wire::kBlockHeadSize + payload.size());
   CHECK(std::all_of(buffer->begin(), buffer->end(), [](std::byte b) { return b == std::byte{0}; }));
   // A Ready now advertises (1, 2) for the new connection, and its block is placed.
   REQUIRE(receiver.unicast(1, wire::encode(header(2), wire::Ready{1, 2, 1})));
@@ -382,7 +382,7 @@ TEST_CASE("rxe: a Block payload is RDMA WRITTEN into the advertised buffer, free
   REQUIRE(writer.unicast(2, block(2)));
   REQUIRE(pump_until([&] { return at_receiver.size() == 4; }));
   CHECK_FALSE(at_receiver.back().placed);
-  CHECK(at_receiver.back().bytes.size() == wire::kHeaderSize + 28 + payload.size());
+  CHECK(at_receiver.back().bytes.size() == wire::kBlockHeadSize + payload.size());
   CHECK(writer.stats().bytes_written == 2 * payload.size());
   CHECK(writer.stats().regions_stale == 0);
   CHECK(receiver.stats().placed_malformed == 0);

@@ -851,3 +851,10 @@ TEST_CASE("wire: the header's type, group and source read in place agree with th
   CHECK(res.packet.header.group == w::peek_group(bytes));
   CHECK(res.packet.header.src == w::peek_src(bytes));
 }
+
+TEST_CASE("wire: a Block frame's payload starts kBlockHeadSize bytes in", "[wire]") {
+  const std::vector<std::byte> payload(300, std::byte{7});
+  const auto bytes = w::encode(w::Header{}, w::Block{1, 2, 3, 4096, 300, payload});
+  REQUIRE(bytes.size() == w::kBlockHeadSize + payload.size());
+  CHECK(std::equal(payload.begin(), payload.end(), bytes.begin() + static_cast<std::ptrdiff_t>(w::kBlockHeadSize)));
+}

@@ -311,7 +311,7 @@ struct NodeState {
       g->engine->on_datagram(in.bytes, now_ns(), out);
     } else {
       g->inbound_payload = {};
-      if (in.bytes.size() > wire::kHeaderSize && in.bytes[3] == static_cast<std::byte>(wire::Type::block)) {
+      if (in.bytes.size() > wire::kHeaderSize && wire::peek_type(in.bytes) == wire::Type::block) {
         auto res = wire::decode(in.bytes);
         if (res.ok()) {
           const auto& b = std::get<wire::Block>(res.packet.body);

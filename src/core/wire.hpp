@@ -140,6 +140,9 @@ struct Block {
   std::uint32_t length = 0;
   std::span<const std::byte> payload;  // empty (data placed by the transport) or `length` bytes
 };
+/// Bytes of an encoded Block frame before its payload (the header and the fields
+/// above): transports that place payloads split frames here.
+inline constexpr std::size_t kBlockHeadSize = kHeaderSize + 28;
 
 struct LargeAck {
   MemberId sender = 0;

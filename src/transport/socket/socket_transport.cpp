@@ -545,8 +545,8 @@ bool Endpoint::read_connection(Connection& c) {
     // Offer each big enough Block frame's payload to the placer once its head is in.
     c.placing = true;
     const MemberId from = *c.peer;
-    c.reader.set_placer(kBlockHead, [this, from](std::span<const std::byte> head, std::size_t size) {
-      if (head[3] != static_cast<std::byte>(wire::Type::block) || size < kBlockHead + min_placed_)
+    c.reader.set_placer(wire::kBlockHeadSize, [this, from](std::span<const std::byte> head, std::size_t size) {
+      if (wire::peek_type(head) != wire::Type::block || size < wire::kBlockHeadSize + min_placed_)
         return std::optional<Placement>{};
       return placer_(from, head, size);
     });

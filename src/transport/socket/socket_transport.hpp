@@ -113,9 +113,6 @@ struct Stats {
 using BlockPlacer =
     std::function<std::optional<Placement>(MemberId from, std::span<const std::byte> head, std::size_t frame_size)>;
 
-/// Bytes of a Block frame before its payload: the wire header and the Block fields.
-inline constexpr std::size_t kBlockHead = wire::kHeaderSize + 28;
-
 class Endpoint {
  public:
   /// Opens the datagram socket (joined to the group) and the listening socket.

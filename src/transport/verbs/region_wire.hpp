@@ -29,6 +29,7 @@
 #include <variant>
 #include <vector>
 
+#include "core/wire.hpp"
 #include "hmcast/types.hpp"
 
 namespace hmcast::verbs {
@@ -60,9 +61,9 @@ namespace region_detail {
 inline void put(std::vector<std::byte>& out, std::uint64_t v, int bytes) {
   for (int i = 0; i < bytes; ++i) out.push_back(static_cast<std::byte>(v >> (8 * i)));
 }
+/// Reads the next `bytes` little-endian bytes at `pos` and moves past them.
 inline std::uint64_t get(std::span<const std::byte> in, std::size_t& pos, int bytes) {
-  std::uint64_t v = 0;
-  for (int i = bytes - 1; i >= 0; --i) v = (v << 8) | std::to_integer<std::uint64_t>(in[pos + static_cast<std::size_t>(i)]);
+  const std::uint64_t v = wire::peek_le(in, pos, bytes);
   pos += static_cast<std::size_t>(bytes);
   return v;
 }
@@ -131,8 +132,7 @@ inline std::array<std::byte, kPlacedTrailerSize> encode_placed_trailer(std::uint
 }
 /// `in` must hold exactly kPlacedTrailerSize bytes (the caller checked the size).
 inline std::uint64_t decode_placed_trailer(std::span<const std::byte> in) {
-  std::size_t pos = 0;
-  return region_detail::get(in.first(kPlacedTrailerSize), pos, 8);
+  return wire::peek_le(in.first(kPlacedTrailerSize), 0, 8);
 }
 
 /// Whether [offset, offset + length) lies inside a region of `region_length` bytes

@@ -42,8 +42,7 @@ std::shared_ptr<std::vector<std::byte>> RegisteredPool::acquire(std::size_t size
     std::lock_guard lock(mu_);
     ++(handle != nullptr ? stats_.registrations : stats_.register_failed);
     if (closed_ && handle != nullptr) {  // closed meanwhile: nothing may stay registered
-      if (deregister_(handle)) ++stats_.deregistrations;
-      else ++stats_.deregister_failed;
+      (void)deregister_counted(handle);
       handle = nullptr;
     }
   }
@@ -86,13 +85,8 @@ void RegisteredPool::give_back(std::vector<std::byte>* raw) {
 
 void RegisteredPool::release_entry(Entry& e) {
   if (e.handle == nullptr) return;  // unregistered: the unique_ptr frees it
-  if (deregister_(e.handle)) {
-    ++stats_.deregistrations;
-  } else {
-    // Still registered: a stray write could land in it, so it is never reused.
-    ++stats_.deregister_failed;
-    kept_.push_back(std::move(e.buffer));
-  }
+  // Still registered if that failed: a stray write could land in it, so it is never reused.
+  if (!deregister_counted(e.handle)) kept_.push_back(std::move(e.buffer));
   e.handle = nullptr;
 }
 
@@ -104,11 +98,16 @@ void RegisteredPool::close() {
   idle_.clear();
   stats_.idle_bytes = 0;
   for (auto& [data, handle] : lent_) {
-    if (handle == nullptr) continue;
-    if (deregister_(handle)) ++stats_.deregistrations;
-    else ++stats_.deregister_failed;  // the holder's memory: freed when dropped, a leak of pins only
+    // On failure the holder's memory is still freed when dropped: a leak of pins only.
+    if (handle != nullptr) (void)deregister_counted(handle);
     handle = nullptr;
   }
+}
+
+bool RegisteredPool::deregister_counted(void* handle) {
+  const bool ok = deregister_(handle);
+  ++(ok ? stats_.deregistrations : stats_.deregister_failed);
+  return ok;
 }
 
 RegisteredPool::Stats RegisteredPool::stats() const {

@@ -77,6 +77,7 @@ class RegisteredPool : public std::enable_shared_from_this<RegisteredPool> {
   };
   void give_back(std::vector<std::byte>* buffer);
   void release_entry(Entry& e);  // with mu_ held
+  bool deregister_counted(void* handle);  // with mu_ held; counts the outcome
 
   RegisterFn register_;
   DeregisterFn deregister_;

@@ -44,8 +44,6 @@ constexpr std::size_t kCreditSlot = 64;
 constexpr std::uint32_t kPrivateMagic = 0x32564d48;  // "HMV2"
 constexpr std::uint32_t kLinkReserveSlack = kCreditRecvs;
 constexpr std::uint32_t kCqLinks = 64;  // links the completion queue is sized for (more are refused)
-// Bytes of a Block frame before its payload: the wire header and the Block fields.
-constexpr std::size_t kBlockHeadBytes = wire::kHeaderSize + 28;
 // While wait() busy-polls it reads no fd; asynchronous events are rare and never
 // urgent to the microsecond, so it looks for them this often (a syscall each time).
 constexpr auto kAsyncCheckEvery = std::chrono::milliseconds(1);
@@ -479,35 +477,35 @@ bool Endpoint::unicast(MemberId to, std::vector<std::byte> bytes) {
                                                   " bytes is over the link limit (" +
                                                   std::to_string(cfg_.max_frame) + ")");
   std::lock_guard lock(mu_);
-  if (closed_) return false;
+  if (bytes.size() > wire::kHeaderSize && wire::peek_type(bytes) == wire::Type::ready && !closed_)
+    advertise_before_ready_locked(to, bytes);
+  return enqueue_locked(to, std::move(bytes), false);
+}
+
+void Endpoint::advertise_before_ready_locked(MemberId to, const std::vector<std::byte>& ready) {
   // A Ready frame grants `to` credit to send us blocks of (sender, seq): if that
   // message's buffer is registered, `to` must know the region before it can send a
   // credited block, so the descriptor goes first on the same (ordered) link.
-  if (bytes.size() > wire::kHeaderSize && bytes[3] == static_cast<std::byte>(wire::Type::ready)) {
-    const auto res = wire::decode(bytes);
-    if (res.ok()) {
-      const auto& r = std::get<wire::Ready>(res.packet.body);
-      // The descriptor is good for the connection `to` writes to us on now; until
-      // it has one, blocks come by the copy path (a later Ready advertises).
-      const Link* writer = writer_link(to);
-      auto it = region_of_.find({r.sender, r.seq});
-      if (writer != nullptr && it != region_of_.end() && ledger_.advertise(it->second, writer->key)) {
-        const LocalRegion& lr = local_regions_.at(it->second);
-        RegionAdvertise a;
-        a.id = it->second;
-        a.addr = reinterpret_cast<std::uintptr_t>(lr.buffer->data());
-        a.rkey = lr.mr->rkey;
-        a.length = lr.buffer->size();
-        a.sender = r.sender;
-        a.seq = r.seq;
-        a.connection = writer->writer_key;
-        const std::uint32_t key = writer->key;
-        if (enqueue_locked(to, encode_region_message(a), true)) ++stats_.regions_advertised;
-        else (void)ledger_.revoked(it->second, key);  // never queued: nobody can hold it
-      }
-    }
-  }
-  return enqueue_locked(to, std::move(bytes), false);
+  const auto res = wire::decode(ready);
+  if (!res.ok()) return;
+  const auto& r = std::get<wire::Ready>(res.packet.body);
+  // The descriptor is good for the connection `to` writes to us on now; until it has
+  // one, blocks come by the copy path (a later Ready advertises).
+  const Link* writer = writer_link(to);
+  auto it = region_of_.find({r.sender, r.seq});
+  if (writer == nullptr || it == region_of_.end() || !ledger_.advertise(it->second, writer->key)) return;
+  const LocalRegion& lr = local_regions_.at(it->second);
+  RegionAdvertise a;
+  a.id = it->second;
+  a.addr = reinterpret_cast<std::uintptr_t>(lr.buffer->data());
+  a.rkey = lr.mr->rkey;
+  a.length = lr.buffer->size();
+  a.sender = r.sender;
+  a.seq = r.seq;
+  a.connection = writer->writer_key;
+  const std::uint32_t key = writer->key;
+  if (enqueue_locked(to, encode_region_message(a), true)) ++stats_.regions_advertised;
+  else (void)ledger_.revoked(a.id, key);  // never queued: nobody can hold it
 }
 
 bool Endpoint::enqueue_locked(MemberId to, std::vector<std::byte> bytes, bool control) {
@@ -537,13 +535,13 @@ bool Endpoint::enqueue_locked(MemberId to, std::vector<std::byte> bytes, bool co
 std::optional<Endpoint::WriteTarget> Endpoint::write_target(MemberId to, std::uint32_t link_key,
                                                            const std::vector<std::byte>& frame) const {
   constexpr std::size_t kMinWrite = 4096;
-  if (remote_regions_.empty() || frame.size() < kBlockHeadBytes + kMinWrite ||
-      frame[3] != static_cast<std::byte>(wire::Type::block))
+  if (remote_regions_.empty() || frame.size() < wire::kBlockHeadSize + kMinWrite ||
+      wire::peek_type(frame) != wire::Type::block)
     return std::nullopt;
   const auto res = wire::decode(frame);
   if (!res.ok()) return std::nullopt;
   const auto& b = std::get<wire::Block>(res.packet.body);
-  if (b.payload.size() != b.length || frame.size() != kBlockHeadBytes + b.length) return std::nullopt;
+  if (b.payload.size() != b.length || frame.size() != wire::kBlockHeadSize + b.length) return std::nullopt;
   auto it = remote_regions_.find({to, b.sender, b.seq});
   if (it == remote_regions_.end() || it->second.connection != link_key ||
       !region_covers(it->second.length, b.offset, b.length))
@@ -631,7 +629,7 @@ void Endpoint::flush(Link& l) {
     if (!l.front_started) {
       l.front_started = true;
       l.front_write = item.control ? std::nullopt : write_target(l.peer, l.key, frame);
-      if (l.front_write) l.front_offset = kBlockHeadBytes;  // the payload first, the head last
+      if (l.front_write) l.front_offset = wire::kBlockHeadSize;  // the payload first, the head last
     }
     const std::uint32_t slot = l.free_send.back();
     ibv_send_wr wr{};
@@ -648,7 +646,7 @@ void Endpoint::flush(Link& l) {
       wr.sg_list = &sge;
       wr.num_sge = 1;
       wr.opcode = IBV_WR_RDMA_WRITE;
-      wr.wr.rdma.remote_addr = l.front_write->addr + (l.front_offset - kBlockHeadBytes);
+      wr.wr.rdma.remote_addr = l.front_write->addr + (l.front_offset - wire::kBlockHeadSize);
       wr.wr.rdma.rkey = l.front_write->rkey;
       if (::ibv_post_send(l.id->qp, &wr, &bad) != 0) {
         break_link(l, true);
@@ -669,10 +667,10 @@ void Endpoint::flush(Link& l) {
       // The head alone, after the WRITEs on the same queue pair: when the peer sees it,
       // the payload is in place. It names the region written, which the peer needs:
       // it may hold an older one for the same message, waiting for our revoke answer.
-      std::memcpy(l.data->at(slot), frame.data(), kBlockHeadBytes);
+      std::memcpy(l.data->at(slot), frame.data(), wire::kBlockHeadSize);
       const auto trailer = encode_placed_trailer(l.front_write->region);
-      std::memcpy(l.data->at(slot) + kBlockHeadBytes, trailer.data(), trailer.size());
-      n = kBlockHeadBytes + trailer.size();
+      std::memcpy(l.data->at(slot) + wire::kBlockHeadSize, trailer.data(), trailer.size());
+      n = wire::kBlockHeadSize + trailer.size();
       last = true;
       imm = kLastChunk | kPlacedChunk;
     } else {
@@ -1209,12 +1207,12 @@ bool Endpoint::on_placed_head(Link& l, std::vector<std::byte>& head) {
   // The peer says it wrote the payload into region `id` of ours: the region must be
   // one this connection holds, for the Block's message, and the segment must lie
   // inside it; otherwise the frame names bytes we never got.
-  if (head.size() != kBlockHeadBytes + kPlacedTrailerSize) {
+  if (head.size() != wire::kBlockHeadSize + kPlacedTrailerSize) {
     ++stats_.placed_malformed;
     return false;
   }
-  const std::uint64_t id = decode_placed_trailer(std::span(head).subspan(kBlockHeadBytes));
-  head.resize(kBlockHeadBytes);
+  const std::uint64_t id = decode_placed_trailer(std::span(head).subspan(wire::kBlockHeadSize));
+  head.resize(wire::kBlockHeadSize);
   const auto res = wire::decode(head);
   const auto* b = res.ok() ? std::get_if<wire::Block>(&res.packet.body) : nullptr;
   const auto r = local_regions_.find(id);

@@ -241,6 +241,9 @@ class Endpoint {
   /// Queue a frame for `to` on our outgoing link (connecting if need be); `control`
   /// marks a transport control frame (region_wire.hpp). False if the link is broken.
   bool enqueue_locked(MemberId to, std::vector<std::byte> bytes, bool control);
+  /// `ready` (a Ready frame for `to`) is about to be queued: send `to` the descriptor
+  /// of that message's registered buffer first, if it does not hold it yet.
+  void advertise_before_ready_locked(MemberId to, const std::vector<std::byte>& ready);
   std::optional<WriteTarget> write_target(MemberId to, std::uint32_t link_key, const std::vector<std::byte>& frame) const;
   /// The live link `peer` sends to us on (the one its WRITEs come through), if any.
   const Link* writer_link(MemberId peer) const;
