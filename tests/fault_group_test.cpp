@@ -63,7 +63,7 @@ TEST_CASE("faults: a group under loss, duplication, reordering and delay deliver
   for (const bool socket : {false, true}) {
     DYNAMIC_SECTION((socket ? "socket" : "inproc")) {
       std::unique_ptr<hmcast::socket::ManagerServer> manager;
-      if (socket) manager = std::make_unique<hmcast::socket::ManagerServer>("127.0.0.1", 0, hmcast::membership::CoordinatorConfig{});
+      if (socket) manager = std::make_unique<hmcast::socket::ManagerServer>("127.0.0.1", 0, hmcast::socket::fresh_coordinator_config());
       std::vector<Received> got(kNodes);  // outlives the nodes: callbacks write here until they go
       std::vector<std::unique_ptr<hmcast::Node>> nodes;
       for (std::uint32_t i = 0; i < kNodes; ++i) {

@@ -8,6 +8,7 @@
 #include <map>
 #include <mutex>
 #include <thread>
+#include <utility>
 
 #include "eventually.hpp"
 #include "hmcast/hmcast.hpp"
@@ -97,8 +98,7 @@ hmcast::Config probing_config(std::uint16_t manager_port, std::uint32_t size, do
   auto protocol = hmcast::default_protocol(cfg);
   protocol.multicast_probe_resend_ns = 50 * kMs;
   // A test need not wait 3 s, but a confirmation must not miss the deadline just
-  // because the machine is loaded (with 500 ms, one run of the TSan suite with
-  // tests in parallel failed a case here).
+  // because the machine is loaded (TSan, tests in parallel).
   protocol.multicast_probe_deadline_ns = 1500 * kMs;
   cfg.protocol = protocol;
   return cfg;
@@ -107,7 +107,7 @@ hmcast::Config probing_config(std::uint16_t manager_port, std::uint32_t size, do
 using hmcast::testing::eventually;
 
 struct Group3 {
-  hmcast::socket::ManagerServer manager{"127.0.0.1", 0, {}};
+  hmcast::socket::ManagerServer manager{"127.0.0.1", 0, hmcast::socket::fresh_coordinator_config()};
   std::mutex mu;
   std::map<std::pair<std::size_t, MemberId>, std::uint32_t> delivered;  // (member index, sender) -> count
   std::vector<std::unique_ptr<hmcast::Node>> nodes;
@@ -180,7 +180,15 @@ TEST_CASE("socket: a member multicast cannot reach makes the whole group emulate
   CHECK(silent_of_1.multicast_probe == "failed");
   CHECK(silent_of_1.multicast_probe_silent == std::vector<MemberId>{g.groups[2].self()});
   CHECK(g.groups[2].stats().multicast_probe == "confirmed");
-  const auto dropped_before = g.groups[2].stats().faults.dropped;
+  // Datagrams multicast before a member switched may still wait in member 3's socket
+  // and be dropped when it reads them: start counting once that count is still.
+  // (Taken at once, a loaded TSan run saw 23 such late drops fail the check below.)
+  std::uint64_t dropped_before = g.groups[2].stats().faults.dropped;
+  CHECK(eventually([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    const auto now = g.groups[2].stats().faults.dropped;
+    return std::exchange(dropped_before, now) == now;
+  }));
   CHECK(g.all_send_and_deliver(40));
   std::uint64_t emulated = 0;
   for (auto& m : g.groups) emulated += m.stats().emulated_datagrams_sent;

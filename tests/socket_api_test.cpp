@@ -65,7 +65,7 @@ using hmcast::testing::eventually;
 
 TEST_CASE("socket api: members find each other through the manager and deliver everything intact",
           "[socket][api]") {
-  hmcast::socket::ManagerServer manager("127.0.0.1", 0, {});
+  hmcast::socket::ManagerServer manager("127.0.0.1", 0, hmcast::socket::fresh_coordinator_config());
   constexpr std::uint32_t kNodes = 4;
   constexpr std::uint32_t kMessages = 50;  // per sender; 2 of them large
   std::vector<Received> got(kNodes);  // outlives the nodes: their callbacks write here until they go
@@ -130,7 +130,7 @@ TEST_CASE("socket api: members find each other through the manager and deliver e
 }
 
 TEST_CASE("socket api: a member that goes away is removed by a new view and the rest carry on", "[socket][api]") {
-  hmcast::socket::ManagerServer manager("127.0.0.1", 0, {});
+  hmcast::socket::ManagerServer manager("127.0.0.1", 0, hmcast::socket::fresh_coordinator_config());
   constexpr std::uint32_t kNodes = 3;
   std::vector<Received> got(kNodes);  // outlives the nodes
   std::vector<std::unique_ptr<hmcast::Node>> nodes;
@@ -154,7 +154,7 @@ TEST_CASE("socket api: a member that goes away is removed by a new view and the 
 }
 
 TEST_CASE("socket api: when the manager dies, members fail pending work with manager_lost", "[socket][api]") {
-  auto manager = std::make_unique<hmcast::socket::ManagerServer>("127.0.0.1", 0, hmcast::membership::CoordinatorConfig{});
+  auto manager = std::make_unique<hmcast::socket::ManagerServer>("127.0.0.1", 0, hmcast::socket::fresh_coordinator_config());
   auto cfg = socket_config(manager->port(), 2);
   hmcast::Node a(cfg), b(cfg);
   hmcast::Group ga, gb;
@@ -175,7 +175,7 @@ TEST_CASE("socket api: when the manager dies, members fail pending work with man
 }
 
 TEST_CASE("socket api: joining with no manager, or a mismatched group size, is a clear error", "[socket][api]") {
-  hmcast::socket::ManagerServer manager("127.0.0.1", 0, {});
+  hmcast::socket::ManagerServer manager("127.0.0.1", 0, hmcast::socket::fresh_coordinator_config());
   {
     auto cfg = socket_config(1, 2);  // nothing listens on port 1
     cfg.join_timeout = std::chrono::milliseconds(300);
@@ -241,7 +241,7 @@ void watch_indices(hmcast::Group& g, Indices& r) {
 }  // namespace
 
 TEST_CASE("socket api: a member joins a running group and delivers from its view on", "[socket][api][join]") {
-  hmcast::socket::ManagerServer manager("127.0.0.1", 0, {});
+  hmcast::socket::ManagerServer manager("127.0.0.1", 0, hmcast::socket::fresh_coordinator_config());
   constexpr std::uint32_t kNodes = 3;
   std::vector<Indices> got(kNodes + 1);  // outlives the nodes
   std::vector<std::unique_ptr<hmcast::Node>> nodes;

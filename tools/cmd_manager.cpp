@@ -22,9 +22,7 @@ void add_manager_command(CLI::App& app) {
   cmd->add_option("--exit-after", *seconds, "Stop after this many seconds (0: on SIGINT/SIGTERM)");
   cmd->callback([listen, seconds] {
     const auto [host, port] = socket::split_host_port(*listen, "listen address");
-    membership::CoordinatorConfig cfg;
-    cfg.seed = static_cast<std::uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
-    socket::ManagerServer server(host, port, cfg, [](const membership::IssuedView& v) {
+    socket::ManagerServer server(host, port, socket::fresh_coordinator_config(), [](const membership::IssuedView& v) {
       std::cout << "view " << v.view.id << " of '" << v.group << "': " << v.view.members.size() << " members";
       if (!v.left.empty()) std::cout << " (" << v.left.size() << " left)";
       std::cout << std::endl;

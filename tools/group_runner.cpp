@@ -175,7 +175,7 @@ GroupRunReport run_group(const GroupRunOptions& o) {
   std::optional<membership::IssuedView> first_view;
   socket::ManagerServer manager(
       o.manager_host, 0,
-      membership::CoordinatorConfig{static_cast<std::uint64_t>(mono_ns()), std::nullopt, std::nullopt},
+      socket::fresh_coordinator_config(),
       [&](const membership::IssuedView& v) {
         std::lock_guard lock(views_mu);
         views_log.push_back({{"view", v.view.id}, {"members", v.view.members.size()}, {"left", v.left},

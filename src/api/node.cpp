@@ -532,10 +532,8 @@ Node::Node(Config config) : state_(std::make_shared<detail::NodeState>()) {
                                                  "Config::protocol empty");
     if (config.socket.embed_manager) {
       const auto [host, port] = socket::split_host_port(config.socket.manager, "manager address");
-      membership::CoordinatorConfig coordinator;
-      coordinator.seed = static_cast<std::uint64_t>(detail::now_ns());  // fresh group ids and addresses per run
       try {
-        state_->manager = std::make_unique<socket::ManagerServer>(host, port, coordinator);
+        state_->manager = std::make_unique<socket::ManagerServer>(host, port, socket::fresh_coordinator_config());
       } catch (const socket::TransportError& e) {
         throw Error(ErrorCode::transport_failed, e.what());
       }

@@ -98,11 +98,8 @@ std::unique_ptr<CommGroup> CommGroup::form(MPI_Comm comm, std::string& why) {
   Rendezvous rv{};
   if (rank == 0) {
     try {
-      membership::CoordinatorConfig cc;
       // Fresh group ids and multicast addresses per communicator and run.
-      cc.seed = static_cast<std::uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()) ^
-                (static_cast<std::uint64_t>(::getpid()) << 32U);
-      g->manager_ = std::make_unique<socket::ManagerServer>(iface, 0, cc);
+      g->manager_ = std::make_unique<socket::ManagerServer>(iface, 0, socket::fresh_coordinator_config());
       std::snprintf(rv.manager, sizeof rv.manager, "%s:%u", iface.c_str(), unsigned{g->manager_->port()});
       rv.ok = 1;
     } catch (const std::exception& e) {

@@ -1,6 +1,7 @@
 #include "transport/socket/manager_server.hpp"
 
 #include <cerrno>
+#include <chrono>
 #include <map>
 
 #include <netinet/tcp.h>
@@ -39,6 +40,14 @@ bool flush(Conn& c) {
 }
 
 }  // namespace
+
+membership::CoordinatorConfig fresh_coordinator_config() {
+  membership::CoordinatorConfig cfg;
+  // The process id too: managers started in one instant by different processes.
+  cfg.seed = static_cast<std::uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()) ^
+             (static_cast<std::uint64_t>(::getpid()) << 32U);
+  return cfg;
+}
 
 ManagerServer::ManagerServer(const std::string& host, std::uint16_t port, membership::CoordinatorConfig cfg,
                              ViewLog log)

@@ -28,6 +28,11 @@ struct ManagerStats {
   std::uint64_t views_issued = 0;
 };
 
+/// A coordinator configuration seeded from the clock and process id. Group ids and multicast
+/// addresses come from the seed: two managers with one seed hand out the same
+/// address to their first groups, and those groups hear each other's datagrams.
+membership::CoordinatorConfig fresh_coordinator_config();
+
 class ManagerServer {
  public:
   using ViewLog = std::function<void(const membership::IssuedView&)>;
