@@ -6,7 +6,7 @@
 #include <iostream>
 
 #include "transport/sim/large_scenario.hpp"
-#include "transport/sim/sim_rng.hpp"
+#include "core/rng.hpp"
 
 using hmcast::rc_pipeline::Algorithm;
 
@@ -51,7 +51,7 @@ TEST_CASE("pipeline: randomized runs keep every promise", "[pipeline][random]") 
   const auto runs = static_cast<std::uint64_t>(std::max(10.0, 150.0 * test_scale()));
   std::uint64_t failures = 0;
   for (std::uint64_t seed = 1; seed <= runs; ++seed) {
-    hmcast::sim::Rng rng(seed * 104729);
+    hmcast::Rng rng(seed * 104729);
     hmcast::sim::LargeScenario sc;
     sc.seed = seed;
     sc.nodes = static_cast<std::uint32_t>(1 + rng.below(70));

@@ -24,7 +24,7 @@
 #include "core/wire.hpp"
 #include "hmcast/types.hpp"
 #include "rc_pipeline/pipeline.hpp"
-#include "transport/sim/sim_rng.hpp"
+#include "core/rng.hpp"
 
 using hmcast::MemberId;
 using hmcast::Outbox;
@@ -210,7 +210,7 @@ class Group {
   }
 
   PipelineConfig cfg_;
-  hmcast::sim::Rng rng_;
+  hmcast::Rng rng_;
   View view_;
   std::map<MemberId, std::unique_ptr<Pipeline>> nodes_;
   std::map<MemberId, std::map<std::pair<MemberId, Seq>, Buffer>> buffers_;

@@ -18,7 +18,7 @@ double test_scale() {
 }
 
 hmcast::sim::SmallScenario draw(std::uint64_t seed) {
-  hmcast::sim::Rng r(seed * 7919);
+  hmcast::Rng r(seed * 7919);
   hmcast::sim::SmallScenario sc;
   sc.seed = seed;
   // Mostly small groups (fast), sometimes up to 200.

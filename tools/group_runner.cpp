@@ -20,7 +20,7 @@
 #include <atomic>
 #include <optional>
 
-#include "transport/sim/sim_rng.hpp"
+#include "core/rng.hpp"
 #include "transport/socket/manager_server.hpp"
 #include "mono_clock.hpp"
 #include "sprayer.hpp"
@@ -212,7 +212,7 @@ GroupRunReport run_group(const GroupRunOptions& o) {
   };
   for (std::uint32_t i = 0; i < o.procs; ++i) start_member(false);
 
-  sim::Rng rng(o.seed ^ 0x6b696c6cULL);
+  Rng rng(o.seed ^ 0x6b696c6cULL);
   std::atomic<bool> stop_spray{false};
   SprayStats spray_stats;
   std::string spray_failure;  // the sprayer could not run (set by its thread before it ends)

@@ -10,7 +10,7 @@
 #include <thread>
 
 #include "core/wire.hpp"
-#include "transport/sim/sim_rng.hpp"
+#include "core/rng.hpp"
 #include "transport/socket/framing.hpp"
 
 namespace hmcast::tools {
@@ -25,7 +25,7 @@ sockaddr_in addr_of(std::uint32_t host_order, std::uint16_t port) {
   return a;
 }
 
-std::vector<std::byte> random_bytes(sim::Rng& rng, std::size_t n) {
+std::vector<std::byte> random_bytes(Rng& rng, std::size_t n) {
   std::vector<std::byte> b(n);
   for (auto& x : b) x = static_cast<std::byte>(rng.next() & 0xffU);
   return b;
@@ -55,7 +55,7 @@ bool member_hangs_up(const membership::MemberAddress& m, const std::vector<std::
 
 }  // namespace
 
-std::vector<std::byte> bad_datagram(const membership::IssuedView& target, sim::Rng& rng, std::uint64_t round,
+std::vector<std::byte> bad_datagram(const membership::IssuedView& target, Rng& rng, std::uint64_t round,
                                     std::size_t oversize) {
   const MemberId member = target.view.members.empty() ? 1 : target.view.members.front();
   const std::vector<std::byte> body(100, std::byte{0x5a});
@@ -93,7 +93,7 @@ std::vector<std::byte> bad_datagram(const membership::IssuedView& target, sim::R
 SprayStats spray(const membership::IssuedView& target, const std::string& interface_address, std::uint64_t seed,
                  const std::atomic<bool>& stop, std::uint32_t pause_us) {
   SprayStats st;
-  sim::Rng rng(seed);
+  Rng rng(seed);
   const int udp = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
   if (udp < 0) return st;
   in_addr ifaddr{};

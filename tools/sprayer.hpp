@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "membership/coordinator.hpp"
-#include "transport/sim/sim_rng.hpp"
+#include "core/rng.hpp"
 
 namespace hmcast::tools {
 
@@ -38,7 +38,7 @@ SprayStats spray_verbs(const membership::IssuedView& target, const std::string& 
 
 /// The `round`-th bad datagram of the rotation (8 kinds); `oversize` bytes of garbage
 /// for the "over the MTU" kind.
-std::vector<std::byte> bad_datagram(const membership::IssuedView& target, sim::Rng& rng,
+std::vector<std::byte> bad_datagram(const membership::IssuedView& target, Rng& rng,
                                     std::uint64_t round, std::size_t oversize);
 
 }  // namespace hmcast::tools

@@ -18,7 +18,7 @@ SprayStats spray_verbs(const membership::IssuedView& target, const std::string& 
                        std::uint32_t pause_us) {
 #ifdef HMCAST_HAVE_VERBS
   SprayStats st;
-  sim::Rng rng(seed);
+  Rng rng(seed);
   verbs::EndpointConfig cfg;
   cfg.options.device = device;
   cfg.options.interface_address = interface_address;

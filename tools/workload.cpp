@@ -3,14 +3,14 @@
 #include <cctype>
 #include <stdexcept>
 
-#include "transport/sim/sim_rng.hpp"
+#include "core/rng.hpp"
 
 namespace hmcast::tools {
 
 namespace {
 
 std::uint64_t stream_seed(std::uint64_t seed, MemberId sender, std::uint32_t index, std::uint32_t attempt) {
-  return sim::mix_hash(sim::mix_hash(sim::mix_hash(seed, sender), index), attempt);
+  return mix_hash(mix_hash(mix_hash(seed, sender), index), attempt);
 }
 
 void put_u32(std::byte* p, std::uint32_t v) {
@@ -25,7 +25,7 @@ std::uint32_t get_u32(const std::byte* p) {
 /// Fills `out` with the pseudo-random body of a message, 8 bytes per step.
 template <class Fn>
 void body_words(std::uint64_t s, std::size_t n, Fn&& fn) {
-  sim::Rng rng(s);
+  Rng rng(s);
   for (std::size_t pos = 0; pos < n; pos += 8) fn(pos, rng.next());
 }
 
@@ -70,7 +70,7 @@ std::string SizeMix::to_string() const {
 std::uint64_t SizeMix::size_of(std::uint64_t seed, MemberId sender, std::uint32_t index) const {
   std::uint64_t total = 0;
   for (const auto& [size, weight] : sizes) total += weight;
-  std::uint64_t pick = sim::mix_hash(stream_seed(seed, sender, index, 0xffffffffU), 17) % total;
+  std::uint64_t pick = mix_hash(stream_seed(seed, sender, index, 0xffffffffU), 17) % total;
   for (const auto& [size, weight] : sizes) {
     if (pick < weight) return size;
     pick -= weight;
@@ -106,7 +106,7 @@ std::optional<Checked> check_message(std::uint64_t seed, MemberId sender, std::s
 }
 
 std::uint64_t message_digest(std::uint64_t seed, MemberId sender, std::uint32_t index, std::uint64_t size) {
-  return sim::mix_hash(stream_seed(seed, sender, index, 0), size);
+  return mix_hash(stream_seed(seed, sender, index, 0), size);
 }
 
 }  // namespace hmcast::tools

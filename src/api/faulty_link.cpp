@@ -11,7 +11,7 @@ FaultyLink::FaultyLink(std::unique_ptr<Link> inner, const FaultConfig& faults, C
     : inner_(std::move(inner)),
       cfg_(faults),
       clock_(clock ? std::move(clock) : Clock([] { return std::chrono::steady_clock::now(); })),
-      rng_(sim::mix_hash(faults.seed, inner_->id())) {}
+      rng_(mix_hash(faults.seed, inner_->id())) {}
 
 std::optional<Inbound> FaultyLink::wait(TimePoint deadline) {
   for (;;) {

@@ -22,7 +22,7 @@
 
 #include "api/link.hpp"
 #include "hmcast/node.hpp"
-#include "transport/sim/sim_rng.hpp"
+#include "core/rng.hpp"
 
 namespace hmcast::detail {
 
@@ -91,7 +91,7 @@ class FaultyLink final : public Link {
   Clock clock_;
 
   mutable std::mutex mu_;
-  sim::Rng rng_;
+  Rng rng_;
   /// Released in order of the time they are due; equal times in arrival order, so a
   /// peer's frames (whose times never decrease) come out FIFO.
   std::multimap<TimePoint, Inbound> timed_;

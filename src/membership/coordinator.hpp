@@ -31,7 +31,7 @@
 
 #include "hmcast/types.hpp"
 #include "membership/control_wire.hpp"
-#include "transport/sim/sim_rng.hpp"
+#include "core/rng.hpp"
 
 namespace hmcast::membership {
 
@@ -111,7 +111,7 @@ class Coordinator {
   [[nodiscard]] static bool in_view(const Group& g, MemberId m);
 
   CoordinatorConfig cfg_;
-  sim::Rng rng_;
+  Rng rng_;
   std::map<std::string, Group> groups_;
   std::map<ConnId, Session> sessions_;
   std::vector<IssuedView> issued_;

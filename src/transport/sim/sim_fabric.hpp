@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "hmcast/types.hpp"
-#include "transport/sim/sim_rng.hpp"
+#include "core/rng.hpp"
 
 namespace hmcast::sim {
 

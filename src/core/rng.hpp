@@ -1,11 +1,12 @@
-// The simulator's only source of randomness. Our own generator and
-// distributions (not <random>'s, whose distributions differ between standard
-// libraries), so a seed names the same run everywhere.
+// The one source of seeded randomness (the simulator, the fault layer, the
+// coordinator's addresses, workloads). Our own generator and distributions (not
+// <random>'s, whose distributions differ between standard libraries), so a seed
+// names the same run everywhere.
 #pragma once
 
 #include <cstdint>
 
-namespace hmcast::sim {
+namespace hmcast {
 
 class Rng {
  public:
@@ -34,4 +35,4 @@ inline std::uint64_t mix_hash(std::uint64_t h, std::uint64_t v) {
   return h ^ (h >> 33);
 }
 
-}  // namespace hmcast::sim
+}  // namespace hmcast
