@@ -10,7 +10,7 @@
 
 #include "policy/policy.hpp"
 #include "policy/profile.hpp"
-#include "rc_pipeline/schedule.hpp"
+#include "large/schedule.hpp"
 
 namespace {
 
@@ -26,10 +26,10 @@ void BM_PolicyChoose(benchmark::State& state) {
 BENCHMARK(BM_PolicyChoose);
 
 void BM_ScheduleStep(benchmark::State& state) {
-  using hmcast::rc_pipeline::Algorithm;
-  const auto algorithm = static_cast<Algorithm>(state.range(0));
+  using hmcast::LargeAlgorithm;
+  const auto algorithm = static_cast<LargeAlgorithm>(state.range(0));
   const auto n = static_cast<std::uint32_t>(state.range(1));
-  const auto s = hmcast::rc_pipeline::make_schedule(algorithm, n, 0, 64);
+  const auto s = hmcast::large::make_schedule(algorithm, n, 0, 64);
   std::uint32_t step = 0;
   for (auto _ : state) {
     for (std::uint32_t r = 0; r < n; ++r) {
@@ -38,15 +38,15 @@ void BM_ScheduleStep(benchmark::State& state) {
     }
     step = (step + 1) % s->steps();
   }
-  state.SetLabel(std::string(hmcast::rc_pipeline::to_string(algorithm)));
+  state.SetLabel(std::string(hmcast::large::to_string(algorithm)));
   state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations()) * n);
 }
 BENCHMARK(BM_ScheduleStep)
     ->ArgNames({"algo", "n"})
-    ->ArgsProduct({{static_cast<int>(hmcast::rc_pipeline::Algorithm::sequential),
-                    static_cast<int>(hmcast::rc_pipeline::Algorithm::chain),
-                    static_cast<int>(hmcast::rc_pipeline::Algorithm::binomial_tree),
-                    static_cast<int>(hmcast::rc_pipeline::Algorithm::binomial_pipeline)},
+    ->ArgsProduct({{static_cast<int>(hmcast::LargeAlgorithm::sequential),
+                    static_cast<int>(hmcast::LargeAlgorithm::chain),
+                    static_cast<int>(hmcast::LargeAlgorithm::binomial_tree),
+                    static_cast<int>(hmcast::LargeAlgorithm::binomial_pipeline)},
                    {8, 64}});
 
 }  // namespace

@@ -25,10 +25,10 @@
 #include "core/wire.hpp"
 #include "hmcast/config.hpp"
 #include "hmcast/types.hpp"
-#include "rc_pipeline/schedule.hpp"
-#include "ud_mcast/engine.hpp"
-#include "ud_mcast/fragmenter.hpp"
-#include "ud_mcast/reassembly.hpp"
+#include "large/schedule.hpp"
+#include "small/engine.hpp"
+#include "small/fragmenter.hpp"
+#include "small/reassembly.hpp"
 
 namespace {
 
@@ -40,7 +40,7 @@ using hmcast::ProtocolConfig;
 using hmcast::Seq;
 using hmcast::TimeNs;
 using hmcast::View;
-using hmcast::ud_mcast::Engine;
+using hmcast::small::Engine;
 namespace action = hmcast::action;
 namespace wire = hmcast::wire;
 using Bytes = std::vector<std::byte>;
@@ -142,7 +142,7 @@ constexpr std::uint32_t kMtu4K = 4096;
 void BM_Fragment64K(benchmark::State& state) {
   const auto msg = filled(k64K);
   const wire::Header h{wire::Type::data, kGroup, 1, 2};
-  for (auto _ : state) benchmark::DoNotOptimize(hmcast::ud_mcast::fragment(h, 2, 7, 6, *msg, kMtu4K));
+  for (auto _ : state) benchmark::DoNotOptimize(hmcast::small::fragment(h, 2, 7, 6, *msg, kMtu4K));
   state.SetBytesProcessed(state.iterations() * static_cast<std::int64_t>(k64K));
 }
 BENCHMARK(BM_Fragment64K);
@@ -151,17 +151,17 @@ BENCHMARK(BM_Fragment64K);
 void BM_Reassemble64K(benchmark::State& state) {
   const auto msg = filled(k64K);
   const wire::Header h{wire::Type::data, kGroup, 1, 2};
-  auto frags = hmcast::ud_mcast::fragment(h, 2, 7, 6, *msg, kMtu4K);
+  auto frags = hmcast::small::fragment(h, 2, 7, 6, *msg, kMtu4K);
   std::reverse(frags.begin(), frags.end());
   std::size_t bad = 0;
   for (auto _ : state) {
-    std::optional<hmcast::ud_mcast::Reassembly> r;
+    std::optional<hmcast::small::Reassembly> r;
     MessageBuffer done;
     for (const auto& f : frags) {
       const auto res = wire::decode(f);
       const auto& d = std::get<wire::Data>(res.packet.body);
       if (!r) r.emplace(d);
-      if (r->add(d) == hmcast::ud_mcast::Reassembly::Result::complete) done = r->take();
+      if (r->add(d) == hmcast::small::Reassembly::Result::complete) done = r->take();
     }
     if (!done || done->size() != k64K) ++bad;
     benchmark::DoNotOptimize(done);
@@ -176,14 +176,14 @@ void BM_FragmentReassemble64K(benchmark::State& state) {
   const auto msg = filled(k64K);
   const wire::Header h{wire::Type::data, kGroup, 1, 2};
   for (auto _ : state) {
-    const auto frags = hmcast::ud_mcast::fragment(h, 2, 7, 6, *msg, kMtu4K);
-    std::optional<hmcast::ud_mcast::Reassembly> r;
+    const auto frags = hmcast::small::fragment(h, 2, 7, 6, *msg, kMtu4K);
+    std::optional<hmcast::small::Reassembly> r;
     MessageBuffer done;
     for (const auto& f : frags) {
       const auto res = wire::decode(f);
       const auto& d = std::get<wire::Data>(res.packet.body);
       if (!r) r.emplace(d);
-      if (r->add(d) == hmcast::ud_mcast::Reassembly::Result::complete) done = r->take();
+      if (r->add(d) == hmcast::small::Reassembly::Result::complete) done = r->take();
     }
     benchmark::DoNotOptimize(done);
   }
@@ -207,7 +207,7 @@ std::vector<std::pair<std::uint32_t, std::uint32_t>> query_points(std::uint32_t 
 
 template <bool kSends>
 void BM_BinomialPipelineQuery(benchmark::State& state) {
-  const auto s = hmcast::rc_pipeline::make_schedule(hmcast::rc_pipeline::Algorithm::binomial_pipeline, 512, 0, 256);
+  const auto s = hmcast::large::make_schedule(hmcast::LargeAlgorithm::binomial_pipeline, 512, 0, 256);
   const auto pts = query_points(s->members(), s->steps());
   std::size_t i = 0;
   for (auto _ : state) {
@@ -253,7 +253,7 @@ class Group {
   bool one_message(const MessageBuffer& msg) {
     Outbox out;
     const auto r = engines_[0]->broadcast(msg, now_, out);
-    if (r.error != hmcast::ud_mcast::BroadcastError::none) return false;
+    if (r.error != hmcast::small::BroadcastError::none) return false;
     target_ = r.seq;
     done_ = false;
     take(0, out);

@@ -1,4 +1,4 @@
-// libFuzzer target: one ud_mcast::Engine in a fixed 4-member view {1,2,3,4} fed a
+// libFuzzer target: one small::Engine in a fixed 4-member view {1,2,3,4} fed a
 // sequence of events decoded from the input. It must never crash, hang or trip a
 // sanitizer, and what it emits must make sense:
 //   - every datagram/p2p frame it sends decodes, names this group and this member,
@@ -35,7 +35,7 @@
 #include "core/wire.hpp"
 #include "hmcast/config.hpp"
 #include "hmcast/types.hpp"
-#include "ud_mcast/engine.hpp"
+#include "small/engine.hpp"
 
 namespace {
 
@@ -150,7 +150,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const View initial{10, {kMembers[0], kMembers[1], kMembers[2], kMembers[3]}};
   const MemberId self = kMembers[in.u8() & 3U];
 
-  ud_mcast::Engine engine(kGroup, self, initial, cfg, 0);
+  small::Engine engine(kGroup, self, initial, cfg, 0);
   Checker check;
   check.self = self;
   check.cfg = cfg;
@@ -196,7 +196,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         const std::size_t n = std::size_t{in.u8()} * 17U;
         auto msg = std::make_shared<std::vector<std::byte>>(n, static_cast<std::byte>(c));
         const auto r = engine.broadcast(msg, now, out);
-        if (r.error == ud_mcast::BroadcastError::none) {
+        if (r.error == small::BroadcastError::none) {
           ++check.broadcasts;
           if (r.seq != check.broadcasts) fail("broadcast seqs are not 1, 2, 3, ...");
         } else if (!out.empty()) {

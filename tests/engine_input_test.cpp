@@ -1,4 +1,4 @@
-// The small-message engine (src/ud_mcast/engine.*) driven directly, without the
+// The small-message engine (src/small/engine.*) driven directly, without the
 // simulator: what it does with valid, duplicate, reordered, fragmented and bad input,
 // and how broadcast() refuses. Every action is inspected in the Outbox.
 #include <algorithm>
@@ -17,7 +17,7 @@
 #include "core/wire.hpp"
 #include "hmcast/config.hpp"
 #include "hmcast/types.hpp"
-#include "ud_mcast/engine.hpp"
+#include "small/engine.hpp"
 
 using hmcast::GroupId;
 using hmcast::MemberId;
@@ -28,9 +28,9 @@ using hmcast::Seq;
 using hmcast::TimeNs;
 using hmcast::View;
 using hmcast::ViewId;
-using hmcast::ud_mcast::BroadcastError;
-using hmcast::ud_mcast::Engine;
-using hmcast::ud_mcast::EngineStats;
+using hmcast::small::BroadcastError;
+using hmcast::small::Engine;
+using hmcast::small::EngineStats;
 namespace action = hmcast::action;
 namespace wire = hmcast::wire;
 using Bytes = std::vector<std::byte>;

@@ -16,13 +16,13 @@
 #include "core/timer_queue.hpp"
 #include "core/wire.hpp"
 #include "hmcast/config.hpp"
-#include "ud_mcast/engine.hpp"
+#include "small/engine.hpp"
 
 using hmcast::MemberId;
 using hmcast::Outbox;
 using hmcast::Seq;
 using hmcast::View;
-using hmcast::ud_mcast::Engine;
+using hmcast::small::Engine;
 namespace action = hmcast::action;
 namespace wire = hmcast::wire;
 
@@ -100,7 +100,7 @@ struct Net {
     for (std::size_t i = 0; i < count; ++i) {
       Outbox o;
       auto msg = std::make_shared<const std::vector<std::byte>>(100, std::byte{7});
-      REQUIRE(engines.at(from)->broadcast(msg, now, o).error == hmcast::ud_mcast::BroadcastError::none);
+      REQUIRE(engines.at(from)->broadcast(msg, now, o).error == hmcast::small::BroadcastError::none);
       run(from, o);
     }
   }

@@ -8,7 +8,7 @@
 #include "transport/sim/large_scenario.hpp"
 #include "core/rng.hpp"
 
-using hmcast::rc_pipeline::Algorithm;
+using hmcast::LargeAlgorithm;
 
 namespace {
 double test_scale() {
@@ -18,7 +18,7 @@ double test_scale() {
 }  // namespace
 
 TEST_CASE("pipeline: every member gets every byte, for every algorithm and odd sizes", "[pipeline]") {
-  for (auto algo : {Algorithm::binomial_pipeline, Algorithm::chain, Algorithm::sequential, Algorithm::binomial_tree}) {
+  for (auto algo : {LargeAlgorithm::binomial_pipeline, LargeAlgorithm::chain, LargeAlgorithm::sequential, LargeAlgorithm::binomial_tree}) {
     for (std::uint32_t n : {1U, 2U, 3U, 5U, 7U, 12U, 33U}) {
       for (std::uint64_t size : {std::uint64_t{0}, std::uint64_t{1}, std::uint64_t{1000}, std::uint64_t{4096 * 7 + 3}}) {
         hmcast::sim::LargeScenario sc;
@@ -30,7 +30,7 @@ TEST_CASE("pipeline: every member gets every byte, for every algorithm and odd s
         INFO(sc.command_line() << "\n" << r.to_json());
         REQUIRE(r.delivered_ok);
         REQUIRE(r.completed == 1);
-        if (n > 1) REQUIRE(r.steps == hmcast::rc_pipeline::make_schedule(algo, n, 0, r.blocks)->steps());
+        if (n > 1) REQUIRE(r.steps == hmcast::large::make_schedule(algo, n, 0, r.blocks)->steps());
       }
     }
   }
@@ -59,7 +59,7 @@ TEST_CASE("pipeline: randomized runs keep every promise", "[pipeline][random]") 
     sc.messages = static_cast<std::uint32_t>(1 + rng.below(3));
     sc.block = 1024U << rng.below(4);
     sc.size = rng.below(40 * sc.block);
-    sc.algorithm = static_cast<Algorithm>(rng.below(4));
+    sc.algorithm = static_cast<LargeAlgorithm>(rng.below(4));
     sc.slow_links = static_cast<std::uint32_t>(rng.below(3));
     sc.slow_factor = 0.25 + 0.7 * rng.uniform();
     sc.crash = sc.nodes > 4 && rng.chance(0.25) ? 1U : 0U;
@@ -105,7 +105,7 @@ TEST_CASE("pipeline: the binomial pipeline beats sequential send by about n-1", 
   sc.nodes = 8;
   sc.size = 32U << 20;
   const auto pipe = hmcast::sim::run_large(sc);
-  sc.algorithm = Algorithm::sequential;
+  sc.algorithm = LargeAlgorithm::sequential;
   const auto seq = hmcast::sim::run_large(sc);
   REQUIRE(pipe.delivered_ok);
   REQUIRE(seq.delivered_ok);

@@ -1,6 +1,6 @@
 // A view change in the middle of a large message: the sender starts it again over the
 // new view and it completes against the survivors, with no failure at the sender and no
-// second delivery at members that had it. Pipelines (src/rc_pipeline/pipeline.*) are
+// second delivery at members that had it. Pipelines (src/large/pipeline.*) are
 // driven directly through a small in-memory router, so the crash lands exactly where
 // the test wants it: after some members delivered, before the sender completed.
 #include <cstdint>
@@ -15,15 +15,15 @@
 #include "core/actions.hpp"
 #include "core/wire.hpp"
 #include "hmcast/types.hpp"
-#include "rc_pipeline/pipeline.hpp"
+#include "large/pipeline.hpp"
 
 using hmcast::MemberId;
 using hmcast::Outbox;
 using hmcast::Seq;
 using hmcast::View;
-using hmcast::rc_pipeline::Algorithm;
-using hmcast::rc_pipeline::Pipeline;
-using hmcast::rc_pipeline::PipelineConfig;
+using hmcast::LargeAlgorithm;
+using hmcast::large::Pipeline;
+using hmcast::large::PipelineConfig;
 namespace action = hmcast::action;
 namespace wire = hmcast::wire;
 
@@ -48,7 +48,7 @@ class Router {
     PipelineConfig cfg;
     cfg.block_size = 1000;
     cfg.segment_size = 1000;
-    cfg.algorithm = Algorithm::chain;
+    cfg.algorithm = LargeAlgorithm::chain;
     const View v1{1, {1, 2, 3, 4}};
     for (MemberId m : v1.members) {
       members_[m].pipeline = std::make_unique<Pipeline>(kGroup, m, v1, cfg);
@@ -63,7 +63,7 @@ class Router {
   Seq broadcast(MemberId from, std::uint64_t size) {
     Outbox out;
     const auto r = at(from).pipeline->broadcast(size, out);
-    REQUIRE(r.error == hmcast::rc_pipeline::LargeError::none);
+    REQUIRE(r.error == hmcast::large::LargeError::none);
     at(from).buffers.insert({from, r.seq});
     run(from, out);
     return r.seq;

@@ -1,4 +1,4 @@
-// Block-transfer schedules (src/rc_pipeline): simulate every schedule step by step.
+// Block-transfer schedules (src/large): simulate every schedule step by step.
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -15,19 +15,19 @@
 
 #include <catch2/catch.hpp>
 
-#include "rc_pipeline/schedule.hpp"
+#include "large/schedule.hpp"
 
-using hmcast::rc_pipeline::Algorithm;
-using hmcast::rc_pipeline::ceil_log2;
-using hmcast::rc_pipeline::make_schedule;
-using hmcast::rc_pipeline::parse_algorithm;
-using hmcast::rc_pipeline::to_string;
-using hmcast::rc_pipeline::Transfer;
+using hmcast::LargeAlgorithm;
+using hmcast::large::ceil_log2;
+using hmcast::large::make_schedule;
+using hmcast::large::parse_algorithm;
+using hmcast::large::to_string;
+using hmcast::large::Hop;
 
 namespace {
 
-constexpr Algorithm kAlgorithms[] = {Algorithm::sequential, Algorithm::chain, Algorithm::binomial_tree,
-                                     Algorithm::binomial_pipeline};
+constexpr LargeAlgorithm kAlgorithms[] = {LargeAlgorithm::sequential, LargeAlgorithm::chain, LargeAlgorithm::binomial_tree,
+                                     LargeAlgorithm::binomial_pipeline};
 
 double test_scale() {
   const char* s = std::getenv("HMCAST_TEST_SCALE");
@@ -41,30 +41,30 @@ std::uint32_t scaled(std::uint32_t full, std::uint32_t floor_value) {
   return std::max(std::min(v, full), floor_value);
 }
 
-std::uint64_t expected_steps(Algorithm a, std::uint64_t n, std::uint64_t b) {
+std::uint64_t expected_steps(LargeAlgorithm a, std::uint64_t n, std::uint64_t b) {
   if (n == 1) return 0;
   const std::uint64_t log = ceil_log2(static_cast<std::uint32_t>(n));
   switch (a) {
-    case Algorithm::sequential: return b * (n - 1);
-    case Algorithm::chain: return b + n - 2;
-    case Algorithm::binomial_tree: return b * log;
-    case Algorithm::binomial_pipeline: return b + log - 1;
+    case LargeAlgorithm::sequential: return b * (n - 1);
+    case LargeAlgorithm::chain: return b + n - 2;
+    case LargeAlgorithm::binomial_tree: return b * log;
+    case LargeAlgorithm::binomial_pipeline: return b + log - 1;
   }
   return 0;
 }
 
-bool transfer_less(const Transfer& x, const Transfer& y) {
+bool transfer_less(const Hop& x, const Hop& y) {
   return std::tie(x.from, x.to, x.block) < std::tie(y.from, y.to, y.block);
 }
 
-std::string describe(const Transfer& t) {
+std::string describe(const Hop& t) {
   std::ostringstream os;
   os << t.from << "->" << t.to << " block " << t.block;
   return os.str();
 }
 
 // Runs the schedule; returns an empty string if every property holds, else the first violation.
-std::string simulate(Algorithm a, std::uint32_t n, std::uint32_t root, std::uint32_t b) {
+std::string simulate(LargeAlgorithm a, std::uint32_t n, std::uint32_t root, std::uint32_t b) {
   std::ostringstream err;
   const auto s = make_schedule(a, n, root, b);
   const std::uint32_t steps = s->steps();
@@ -75,8 +75,8 @@ std::string simulate(Algorithm a, std::uint32_t n, std::uint32_t root, std::uint
   // held[r * b + k]: rank r has block k at the start of the current step.
   std::vector<std::uint8_t> held(std::size_t{n} * b, 0);
   std::fill_n(held.begin() + static_cast<std::ptrdiff_t>(std::size_t{root} * b), b, std::uint8_t{1});
-  std::vector<Transfer> sent;
-  std::vector<Transfer> got;
+  std::vector<Hop> sent;
+  std::vector<Hop> got;
   for (std::uint32_t step = 0; step < steps; ++step) {
     sent.clear();
     got.clear();
@@ -86,7 +86,7 @@ std::string simulate(Algorithm a, std::uint32_t n, std::uint32_t root, std::uint
         err << "step " << step << ": rank " << r << " sends " << out.size() << " transfers";
         return err.str();
       }
-      for (const Transfer& t : out) {
+      for (const Hop& t : out) {
         if (t.from != r || t.to >= n || t.to == r || t.block >= b) {
           err << "step " << step << ": rank " << r << " reports bad send " << describe(t);
           return err.str();
@@ -104,7 +104,7 @@ std::string simulate(Algorithm a, std::uint32_t n, std::uint32_t root, std::uint
         err << "step " << step << ": rank " << r << " receives " << in.size() << " transfers";
         return err.str();
       }
-      for (const Transfer& t : in) {
+      for (const Hop& t : in) {
         if (t.to != r || t.from >= n || t.from == r || t.block >= b) {
           err << "step " << step << ": rank " << r << " reports bad receive " << describe(t);
           return err.str();
@@ -122,10 +122,10 @@ std::string simulate(Algorithm a, std::uint32_t n, std::uint32_t root, std::uint
     if (sent != got) {
       err << "step " << step << ": sends and receives disagree (" << sent.size() << " sends, " << got.size()
           << " receives)";
-      for (const Transfer& t : sent) {
+      for (const Hop& t : sent) {
         if (!std::binary_search(got.begin(), got.end(), t, transfer_less)) err << "; unmatched send " << describe(t);
       }
-      for (const Transfer& t : got) {
+      for (const Hop& t : got) {
         if (!std::binary_search(sent.begin(), sent.end(), t, transfer_less)) {
           err << "; unmatched receive " << describe(t);
         }
@@ -133,7 +133,7 @@ std::string simulate(Algorithm a, std::uint32_t n, std::uint32_t root, std::uint
       return err.str();
     }
     // Blocks received in this step may be forwarded from the next step on.
-    for (const Transfer& t : got) held[std::size_t{t.to} * b + t.block] = 1;
+    for (const Hop& t : got) held[std::size_t{t.to} * b + t.block] = 1;
   }
   for (std::uint32_t r = 0; r < n; ++r) {
     for (std::uint32_t k = 0; k < b; ++k) {
@@ -151,7 +151,7 @@ std::string simulate(Algorithm a, std::uint32_t n, std::uint32_t root, std::uint
 }
 
 struct Case {
-  Algorithm algorithm;
+  LargeAlgorithm algorithm;
   std::uint32_t n;
   std::uint32_t root;
   std::uint32_t blocks;
@@ -198,7 +198,7 @@ std::vector<std::uint32_t> roots_for(std::uint32_t n) {
   return roots;
 }
 
-void exhaustive(Algorithm a) {
+void exhaustive(LargeAlgorithm a) {
   const std::uint32_t max_n = scaled(64, 9);
   const std::uint32_t max_b = scaled(64, 5);
   std::vector<Case> cases;
@@ -213,19 +213,19 @@ void exhaustive(Algorithm a) {
 }  // namespace
 
 TEST_CASE("algorithm names round-trip", "[schedule]") {
-  for (Algorithm a : kAlgorithms) CHECK(parse_algorithm(to_string(a)) == a);
-  CHECK(parse_algorithm("tree") == Algorithm::binomial_tree);
-  CHECK(parse_algorithm("binomial_tree") == Algorithm::binomial_tree);
-  CHECK(parse_algorithm("sequential") == Algorithm::sequential);
-  CHECK(parse_algorithm("chain") == Algorithm::chain);
-  CHECK(parse_algorithm("binomial_pipeline") == Algorithm::binomial_pipeline);
+  for (LargeAlgorithm a : kAlgorithms) CHECK(parse_algorithm(to_string(a)) == a);
+  CHECK(parse_algorithm("tree") == LargeAlgorithm::binomial_tree);
+  CHECK(parse_algorithm("binomial_tree") == LargeAlgorithm::binomial_tree);
+  CHECK(parse_algorithm("sequential") == LargeAlgorithm::sequential);
+  CHECK(parse_algorithm("chain") == LargeAlgorithm::chain);
+  CHECK(parse_algorithm("binomial_pipeline") == LargeAlgorithm::binomial_pipeline);
   CHECK_FALSE(parse_algorithm("").has_value());
   CHECK_FALSE(parse_algorithm("Chain").has_value());
   CHECK_FALSE(parse_algorithm("pipeline").has_value());
 }
 
 TEST_CASE("make_schedule rejects bad arguments", "[schedule]") {
-  for (Algorithm a : kAlgorithms) {
+  for (LargeAlgorithm a : kAlgorithms) {
     CHECK_THROWS_AS(make_schedule(a, 0, 0, 1), std::invalid_argument);
     CHECK_THROWS_AS(make_schedule(a, 4, 4, 1), std::invalid_argument);
     CHECK_THROWS_AS(make_schedule(a, 4, 0, 0), std::invalid_argument);
@@ -238,11 +238,11 @@ TEST_CASE("make_schedule rejects bad arguments", "[schedule]") {
     CHECK_THROWS_AS(s->receives(7, 0), std::out_of_range);
   }
   // Step counts that do not fit a 32-bit counter.
-  CHECK_THROWS_AS(make_schedule(Algorithm::sequential, 70000, 0, 70000), std::invalid_argument);
-  CHECK_THROWS_AS(make_schedule(Algorithm::binomial_tree, 1U << 20, 0, 1U << 31), std::invalid_argument);
-  CHECK_NOTHROW(make_schedule(Algorithm::binomial_pipeline, 1U << 20, 0, 1U << 31));
+  CHECK_THROWS_AS(make_schedule(LargeAlgorithm::sequential, 70000, 0, 70000), std::invalid_argument);
+  CHECK_THROWS_AS(make_schedule(LargeAlgorithm::binomial_tree, 1U << 20, 0, 1U << 31), std::invalid_argument);
+  CHECK_NOTHROW(make_schedule(LargeAlgorithm::binomial_pipeline, 1U << 20, 0, 1U << 31));
   try {
-    (void)make_schedule(Algorithm::chain, 3, 9, 1);
+    (void)make_schedule(LargeAlgorithm::chain, 3, 9, 1);
     FAIL("no exception");
   } catch (const std::invalid_argument& e) {
     CHECK(std::string(e.what()).find("root 9") != std::string::npos);
@@ -250,7 +250,7 @@ TEST_CASE("make_schedule rejects bad arguments", "[schedule]") {
 }
 
 TEST_CASE("single member: nothing to do", "[schedule]") {
-  for (Algorithm a : kAlgorithms) {
+  for (LargeAlgorithm a : kAlgorithms) {
     const auto s = make_schedule(a, 1, 0, 17);
     CHECK(s->steps() == 0);
     CHECK(s->sends(0, 0).empty());
@@ -259,31 +259,31 @@ TEST_CASE("single member: nothing to do", "[schedule]") {
 }
 
 TEST_CASE("small schedules look as documented", "[schedule]") {
-  using V = std::vector<Transfer>;
+  using V = std::vector<Hop>;
   // Chain 0 -> 1 -> 2 rooted at 1: relative order 1, 2, 0.
-  const auto chain = make_schedule(Algorithm::chain, 3, 1, 2);
+  const auto chain = make_schedule(LargeAlgorithm::chain, 3, 1, 2);
   CHECK(chain->steps() == 3);
   CHECK(chain->sends(1, 0) == V{{1, 2, 0}});
   CHECK(chain->receives(0, 1) == V{{2, 0, 0}});
   CHECK(chain->receives(0, 2) == V{{2, 0, 1}});
   // Hypercube of 4 at root 0: step 0 root -> 1 (block 0), step 1 root -> 2 (block 1), 1 -> 3.
-  const auto pipe = make_schedule(Algorithm::binomial_pipeline, 4, 0, 3);
+  const auto pipe = make_schedule(LargeAlgorithm::binomial_pipeline, 4, 0, 3);
   CHECK(pipe->steps() == 4);
   CHECK(pipe->sends(0, 0) == V{{0, 1, 0}});
   CHECK(pipe->sends(0, 1) == V{{0, 2, 1}});
   CHECK(pipe->sends(1, 1) == V{{1, 3, 0}});
   // Sequential: whole message to relative rank 1 first.
-  const auto seq = make_schedule(Algorithm::sequential, 3, 2, 2);
+  const auto seq = make_schedule(LargeAlgorithm::sequential, 3, 2, 2);
   CHECK(seq->receives(0, 0) == V{{2, 0, 0}});
   CHECK(seq->receives(0, 1) == V{{2, 0, 1}});
   CHECK(seq->receives(1, 2) == V{{2, 1, 0}});
 }
 
-TEST_CASE("sequential: exhaustive small groups", "[schedule]") { exhaustive(Algorithm::sequential); }
-TEST_CASE("chain: exhaustive small groups", "[schedule]") { exhaustive(Algorithm::chain); }
-TEST_CASE("binomial tree: exhaustive small groups", "[schedule]") { exhaustive(Algorithm::binomial_tree); }
+TEST_CASE("sequential: exhaustive small groups", "[schedule]") { exhaustive(LargeAlgorithm::sequential); }
+TEST_CASE("chain: exhaustive small groups", "[schedule]") { exhaustive(LargeAlgorithm::chain); }
+TEST_CASE("binomial tree: exhaustive small groups", "[schedule]") { exhaustive(LargeAlgorithm::binomial_tree); }
 TEST_CASE("binomial pipeline: exhaustive small groups", "[schedule]") {
-  exhaustive(Algorithm::binomial_pipeline);
+  exhaustive(LargeAlgorithm::binomial_pipeline);
 }
 
 TEST_CASE("schedules: spot checks up to 1024 members", "[schedule]") {
@@ -291,21 +291,21 @@ TEST_CASE("schedules: spot checks up to 1024 members", "[schedule]") {
   const std::uint32_t sizes[] = {100, 127, 128, 129, 255, 256, 500, 512, 1000, 1023, 1024};
   const std::uint32_t block_counts[] = {1, 7, 256};
   std::vector<Case> cases;
-  for (Algorithm a : kAlgorithms) {
+  for (LargeAlgorithm a : kAlgorithms) {
     for (std::uint32_t n : sizes) {
       if (scale < 1.0 && n > std::max(130.0, 1024.0 * scale)) continue;  // keep 100, 127..129
       for (std::uint32_t b : block_counts) {
         // Sequential is O(B*n) steps of O(n) queries each: keep its 256-block runs to n <= 129.
-        if (b == 256 && a == Algorithm::sequential && n > 129) continue;
-        if (scale < 1.0 && b == 256 && a != Algorithm::binomial_pipeline) continue;
+        if (b == 256 && a == LargeAlgorithm::sequential && n > 129) continue;
+        if (scale < 1.0 && b == 256 && a != LargeAlgorithm::binomial_pipeline) continue;
         for (std::uint32_t root : {0U, n - 1, n / 3}) cases.push_back({a, n, root, b});
       }
     }
   }
   // Many blocks: one block per step per link far beyond the warm-up.
-  cases.push_back({Algorithm::binomial_pipeline, 1023, 5, scaled(4096, 300)});
-  cases.push_back({Algorithm::binomial_pipeline, 768, 700, scaled(4096, 300)});
-  cases.push_back({Algorithm::chain, 100, 5, scaled(4096, 300)});
+  cases.push_back({LargeAlgorithm::binomial_pipeline, 1023, 5, scaled(4096, 300)});
+  cases.push_back({LargeAlgorithm::binomial_pipeline, 768, 700, scaled(4096, 300)});
+  cases.push_back({LargeAlgorithm::chain, 100, 5, scaled(4096, 300)});
   check_cases(cases);
 }
 
@@ -314,7 +314,7 @@ TEST_CASE("schedules: randomized", "[schedule]") {
   const std::uint32_t draws = scaled(200, 20);
   std::vector<Case> cases;
   for (std::uint32_t i = 0; i < draws; ++i) {
-    const Algorithm a = kAlgorithms[std::uniform_int_distribution<std::size_t>(0, 3)(rng)];
+    const LargeAlgorithm a = kAlgorithms[std::uniform_int_distribution<std::size_t>(0, 3)(rng)];
     const auto n = std::uniform_int_distribution<std::uint32_t>(1, 300)(rng);
     const auto root = std::uniform_int_distribution<std::uint32_t>(0, n - 1)(rng);
     const auto b = std::uniform_int_distribution<std::uint32_t>(1, 300)(rng);
@@ -328,7 +328,7 @@ TEST_CASE("binomial pipeline: per-node work is one send and one receive in stead
   // non-root rank receives a block in every step.
   for (std::uint32_t n : {5U, 6U, 7U, 8U, 12U, 33U, 100U}) {
     const std::uint32_t b = 40;
-    const auto s = make_schedule(Algorithm::binomial_pipeline, n, 0, b);
+    const auto s = make_schedule(LargeAlgorithm::binomial_pipeline, n, 0, b);
     const std::uint32_t log = ceil_log2(n);
     for (std::uint32_t step = log; step + log < b; ++step) {
       for (std::uint32_t r = 1; r < n; ++r) {

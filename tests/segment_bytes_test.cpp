@@ -1,4 +1,4 @@
-// Several large-path engines (src/rc_pipeline/pipeline.*) joined by a small runtime
+// Several large-path engines (src/large/pipeline.*) joined by a small runtime
 // that really moves bytes, the way src/api/node.cpp does: a SendBlock reads the
 // segment from the sender's buffer, a BlockAccepted writes it at its final offset.
 // Links are FIFO per channel (control, bulk) and the runtime picks which link moves
@@ -23,16 +23,16 @@
 #include "core/actions.hpp"
 #include "core/wire.hpp"
 #include "hmcast/types.hpp"
-#include "rc_pipeline/pipeline.hpp"
+#include "large/pipeline.hpp"
 #include "core/rng.hpp"
 
 using hmcast::MemberId;
 using hmcast::Outbox;
 using hmcast::Seq;
 using hmcast::View;
-using hmcast::rc_pipeline::Algorithm;
-using hmcast::rc_pipeline::Pipeline;
-using hmcast::rc_pipeline::PipelineConfig;
+using hmcast::LargeAlgorithm;
+using hmcast::large::Pipeline;
+using hmcast::large::PipelineConfig;
 namespace action = hmcast::action;
 namespace wire = hmcast::wire;
 using Bytes = std::vector<std::byte>;
@@ -76,7 +76,7 @@ class Group {
     b.writes.assign(size, 1);
     sizes_[{sender, seq}] = size;
     Outbox out;
-    REQUIRE(nodes_[sender]->broadcast(size, out).error == hmcast::rc_pipeline::LargeError::none);
+    REQUIRE(nodes_[sender]->broadcast(size, out).error == hmcast::large::LargeError::none);
     execute(sender, out);
   }
 
@@ -228,7 +228,7 @@ TEST_CASE("segments: every member ends with the sender's exact bytes, for odd si
   constexpr std::uint64_t kBlock = 1000;
   std::uint64_t runs = 0;
   std::uint64_t cut_through = 0;
-  for (auto algo : {Algorithm::binomial_pipeline, Algorithm::chain, Algorithm::sequential, Algorithm::binomial_tree}) {
+  for (auto algo : {LargeAlgorithm::binomial_pipeline, LargeAlgorithm::chain, LargeAlgorithm::sequential, LargeAlgorithm::binomial_tree}) {
     for (std::uint32_t n : {1U, 2U, 3U, 6U, 9U}) {
       // Segments of 1 byte, a few bytes, not dividing the block, the whole block, past it.
       for (std::uint64_t seg : {std::uint64_t{1}, std::uint64_t{7}, std::uint64_t{256}, kBlock, 5 * kBlock}) {
@@ -242,7 +242,7 @@ TEST_CASE("segments: every member ends with the sender's exact bytes, for odd si
           cfg.segment_size = seg;
           cfg.credit_lead_bytes = std::uint64_t{300} * (runs % 3);  // 0, 300, 600: none, some, most of a block
           Group g(n, cfg, 7 + runs);
-          INFO(hmcast::rc_pipeline::to_string(algo) << " n " << n << " segment " << seg << " size " << size
+          INFO(hmcast::large::to_string(algo) << " n " << n << " segment " << seg << " size " << size
                                                      << " credit lead " << cfg.credit_lead_bytes);
           g.broadcast(100, size);
           if (n > 1) g.broadcast(100 + 3 * (n - 1), size / 2 + 1);  // a second sender at once
@@ -262,7 +262,7 @@ TEST_CASE("segments: every member ends with the sender's exact bytes, for odd si
 TEST_CASE("segments: a chain relay forwards while its block arrives", "[pipeline][segment]") {
   PipelineConfig cfg;
   cfg.block_size = 4096;
-  cfg.algorithm = Algorithm::chain;
+  cfg.algorithm = LargeAlgorithm::chain;
   cfg.segment_size = 512;
   Group g(4, cfg, 3);
   g.broadcast(100, 5 * 4096 + 100);

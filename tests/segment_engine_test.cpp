@@ -1,4 +1,4 @@
-// The large-path engine (src/rc_pipeline/pipeline.*) driven directly, one member at a
+// The large-path engine (src/large/pipeline.*) driven directly, one member at a
 // time, to watch what segments and just-in-time credits do to its actions: a relay
 // forwards a segment before the whole block is here, a sender finishes one scheduled
 // send before the next, credits go out while a block is still arriving, and
@@ -14,14 +14,14 @@
 #include "core/actions.hpp"
 #include "core/wire.hpp"
 #include "hmcast/types.hpp"
-#include "rc_pipeline/pipeline.hpp"
+#include "large/pipeline.hpp"
 
 using hmcast::MemberId;
 using hmcast::Outbox;
 using hmcast::View;
-using hmcast::rc_pipeline::Algorithm;
-using hmcast::rc_pipeline::Pipeline;
-using hmcast::rc_pipeline::PipelineConfig;
+using hmcast::LargeAlgorithm;
+using hmcast::large::Pipeline;
+using hmcast::large::PipelineConfig;
 namespace action = hmcast::action;
 namespace wire = hmcast::wire;
 
@@ -41,7 +41,7 @@ const View kView{1, {kRoot, kRelay, kLast}};
 PipelineConfig config(std::uint64_t credit_lead) {
   PipelineConfig c;
   c.block_size = kBlock;
-  c.algorithm = Algorithm::chain;
+  c.algorithm = LargeAlgorithm::chain;
   c.segment_size = kSegment;
   c.credit_lead_bytes = credit_lead;
   return c;
@@ -82,7 +82,7 @@ bool has(const Outbox& out) {
 Pipeline relay(std::uint64_t credit_lead = kSegment) {
   Pipeline p(kGroup, kRelay, kView, config(credit_lead));
   Outbox out;
-  p.on_announce(kRoot, wire::Announce{kRoot, 1, kSize, kBlock, static_cast<std::uint8_t>(Algorithm::chain)}, out);
+  p.on_announce(kRoot, wire::Announce{kRoot, 1, kSize, kBlock, static_cast<std::uint8_t>(LargeAlgorithm::chain)}, out);
   REQUIRE(has<action::NeedBuffer>(out));
   out.clear();
   p.buffer_ready(kRoot, 1, out);
@@ -154,7 +154,7 @@ TEST_CASE("segments: block 1 is not forwarded without its own credit", "[pipelin
 TEST_CASE("segments: a sender posts every segment of one scheduled send before the next", "[pipeline][segment]") {
   Pipeline p(kGroup, kRoot, kView, config(kSegment));
   Outbox out;
-  REQUIRE(p.broadcast(kSize, out).error == hmcast::rc_pipeline::LargeError::none);
+  REQUIRE(p.broadcast(kSize, out).error == hmcast::large::LargeError::none);
   CHECK(sends(out).empty());  // no credit yet
   out.clear();
   p.on_ready(kRelay, wire::Ready{kRoot, 1, 3}, out);
@@ -253,7 +253,7 @@ TEST_CASE("segments: a segment outside its block, the message or the order is re
 TEST_CASE("segments: an empty message moves as one empty segment", "[pipeline][segment]") {
   Pipeline p(kGroup, kRelay, kView, config(kSegment));
   Outbox out;
-  p.on_announce(kRoot, wire::Announce{kRoot, 1, 0, kBlock, static_cast<std::uint8_t>(Algorithm::chain)}, out);
+  p.on_announce(kRoot, wire::Announce{kRoot, 1, 0, kBlock, static_cast<std::uint8_t>(LargeAlgorithm::chain)}, out);
   p.buffer_ready(kRoot, 1, out);
   p.on_ready(kLast, wire::Ready{kRoot, 1, 1}, out);
   out.clear();

@@ -13,13 +13,13 @@
 #include "core/actions.hpp"
 #include "core/wire.hpp"
 #include "hmcast/config.hpp"
-#include "ud_mcast/engine.hpp"
+#include "small/engine.hpp"
 
 using hmcast::MemberId;
 using hmcast::Outbox;
 using hmcast::TimeNs;
 using hmcast::View;
-using hmcast::ud_mcast::Engine;
+using hmcast::small::Engine;
 namespace action = hmcast::action;
 namespace wire = hmcast::wire;
 
@@ -78,7 +78,7 @@ struct Trio {
   void send_one() {
     Outbox o;
     auto msg = std::make_shared<const std::vector<std::byte>>(64, std::byte{7});
-    REQUIRE(engines.at(1)->broadcast(msg, now, o).error == hmcast::ud_mcast::BroadcastError::none);
+    REQUIRE(engines.at(1)->broadcast(msg, now, o).error == hmcast::small::BroadcastError::none);
     run(1, o);
   }
 };

@@ -17,7 +17,7 @@
 #include <catch2/catch.hpp>
 
 #include "core/wire.hpp"
-#include "ud_mcast/fragmenter.hpp"
+#include "small/fragmenter.hpp"
 
 namespace w = hmcast::wire;
 using Bytes = std::vector<std::byte>;
@@ -84,7 +84,7 @@ bool same_body(const w::Body& a, const w::Body& b) {
           return x.suspect == y.suspect;
         } else if constexpr (std::is_same_v<T, w::NewView>) {
           return x.members == y.members;
-        } else if constexpr (std::is_same_v<T, w::Probe>) {
+        } else if constexpr (std::is_same_v<T, w::AckQuery>) {
           return x.sender == y.sender;
         } else if constexpr (std::is_same_v<T, w::Announce>) {
           return x.sender == y.sender && x.seq == y.seq && x.size == y.size && x.block_size == y.block_size &&
@@ -127,8 +127,8 @@ std::string describe(const w::Body& body) {
           os << "Suspect{" << x.suspect << "}";
         } else if constexpr (std::is_same_v<T, w::NewView>) {
           os << "NewView{" << x.members.size() << " members}";
-        } else if constexpr (std::is_same_v<T, w::Probe>) {
-          os << "Probe{sender " << x.sender << "}";
+        } else if constexpr (std::is_same_v<T, w::AckQuery>) {
+          os << "AckQuery{sender " << x.sender << "}";
         } else if constexpr (std::is_same_v<T, w::Announce>) {
           os << "Announce{sender " << x.sender << " seq " << x.seq << " size " << x.size << " block_size "
              << x.block_size << " algorithm " << int{x.algorithm} << "}";
@@ -262,9 +262,9 @@ std::vector<Sample> samples() {
     for (std::uint32_t i = 0; i < 1000; ++i) big.members.push_back(2 * i + 1);
     s.push_back(sample("new view 1000 members", big));
   }
-  // Probe
-  s.push_back(sample("probe", w::Probe{3}));
-  s.push_back(sample("probe max", w::Probe{kU32Max}, kU64Max, kU64Max, kU32Max));
+  // AckQuery
+  s.push_back(sample("ack_query", w::AckQuery{3}));
+  s.push_back(sample("ack_query max", w::AckQuery{kU32Max}, kU64Max, kU64Max, kU32Max));
   // Announce
   s.push_back(sample("announce empty message", w::Announce{2, 1, 0, 4096, 0}));
   s.push_back(sample("announce 2^40 bytes in kMaxBlock blocks",
@@ -315,7 +315,7 @@ std::size_t expected_size(const w::Body& body) {
         else if constexpr (std::is_same_v<T, w::Stable>) return w::kHeaderSize + 20;
         else if constexpr (std::is_same_v<T, w::Suspect>) return w::kHeaderSize + 4;
         else if constexpr (std::is_same_v<T, w::NewView>) return w::kHeaderSize + 4 + 4 * x.members.size();
-        else if constexpr (std::is_same_v<T, w::Probe>) return w::kHeaderSize + 4;
+        else if constexpr (std::is_same_v<T, w::AckQuery>) return w::kHeaderSize + 4;
         else if constexpr (std::is_same_v<T, w::Announce>) return w::kHeaderSize + 29;
         else if constexpr (std::is_same_v<T, w::Ready>) return w::kHeaderSize + 16;
         else if constexpr (std::is_same_v<T, w::Ping>) return w::kHeaderSize;
@@ -407,7 +407,7 @@ TEST_CASE("wire: encode takes the type from the body, not the header", "[wire]")
 TEST_CASE("wire: multi-fragment Data from the fragmenter has the right offsets", "[wire]") {
   const Bytes msg = pattern(kFragMsgLen, 9);
   const w::Header h{w::Type::data, 77, 3, 2};
-  const auto frags = hmcast::ud_mcast::fragment(h, 2, 11, 10, msg, kFragMtu);
+  const auto frags = hmcast::small::fragment(h, 2, 11, 10, msg, kFragMtu);
   REQUIRE(frags.size() == kFragCount);
   Bytes rebuilt(kFragMsgLen);
   for (std::size_t i = 0; i < frags.size(); ++i) {
@@ -432,9 +432,9 @@ TEST_CASE("wire: multi-fragment Data from the fragmenter has the right offsets",
   CHECK(rebuilt == msg);
 
   // Boundaries: 0 bytes and exactly one fragment's worth take one fragment; one more byte takes two.
-  CHECK(hmcast::ud_mcast::fragment(h, 2, 1, 0, {}, kFragMtu).size() == 1);
-  CHECK(hmcast::ud_mcast::fragment(h, 2, 1, 0, pool(0, kFragPer), kFragMtu).size() == 1);
-  const auto two = hmcast::ud_mcast::fragment(h, 2, 1, 0, pool(0, kFragPer + 1), kFragMtu);
+  CHECK(hmcast::small::fragment(h, 2, 1, 0, {}, kFragMtu).size() == 1);
+  CHECK(hmcast::small::fragment(h, 2, 1, 0, pool(0, kFragPer), kFragMtu).size() == 1);
+  const auto two = hmcast::small::fragment(h, 2, 1, 0, pool(0, kFragPer + 1), kFragMtu);
   REQUIRE(two.size() == 2);
   CHECK(two[0].size() == kFragMtu);
   CHECK(two[1].size() == w::kDataOverhead + 1);
@@ -689,7 +689,7 @@ TEST_CASE("wire: inconsistent fields are refused", "[wire]") {
     CHECK(decode_body(w::Announce{2, 1, 1000, w::kMaxBlock + 1, 0}) == E::inconsistent);
     CHECK(decode_body(w::Announce{2, 1, 1000, kU64Max, 0}) == E::inconsistent);
     CHECK(decode_body(w::Announce{2, 1, 1000, w::kMaxBlock, 0}) == E::none);
-    // algorithm beyond rc_pipeline::Algorithm (0..3)
+    // algorithm beyond LargeAlgorithm (0..3)
     CHECK(decode_body(w::Announce{2, 1, 1000, 100, 4}) == E::inconsistent);
     CHECK(decode_body(w::Announce{2, 1, 1000, 100, 255}) == E::inconsistent);
     CHECK(decode_body(w::Announce{2, 1, 1000, 100, 3}) == E::none);

@@ -21,7 +21,7 @@
 #include "commands.hpp"
 #include "hmcast/hmcast.hpp"
 #include "mono_clock.hpp"
-#include "rc_pipeline/schedule.hpp"
+#include "large/schedule.hpp"
 #include "workload.hpp"
 
 namespace hmcast::tools {
@@ -78,13 +78,13 @@ struct MemberOptions {
 };
 
 LargeAlgorithm parse_large_algorithm(const std::string& name) {
-  const auto a = rc_pipeline::parse_algorithm(name);
+  const auto a = large::parse_algorithm(name);
   if (!a) throw CLI::ValidationError("--algo", "choose sequential, chain, tree or binomial_pipeline, not '" + name + "'");
   switch (*a) {
-    case rc_pipeline::Algorithm::sequential: return LargeAlgorithm::sequential;
-    case rc_pipeline::Algorithm::chain: return LargeAlgorithm::chain;
-    case rc_pipeline::Algorithm::binomial_tree: return LargeAlgorithm::binomial_tree;
-    case rc_pipeline::Algorithm::binomial_pipeline: break;
+    case LargeAlgorithm::sequential: return LargeAlgorithm::sequential;
+    case LargeAlgorithm::chain: return LargeAlgorithm::chain;
+    case LargeAlgorithm::binomial_tree: return LargeAlgorithm::binomial_tree;
+    case LargeAlgorithm::binomial_pipeline: break;
   }
   return LargeAlgorithm::binomial_pipeline;
 }

@@ -57,7 +57,7 @@ void add_large_command(CLI::App* simcmd) {
   large->add_option("--seed", sc->seed, "Seed of the run")->capture_default_str();
   large->add_flag("--json", *json, "Print one JSON object as the last line");
   large->callback([sc, json, algo, latency_us, overhead_us] {
-    const auto a = rc_pipeline::parse_algorithm(*algo);
+    const auto a = large::parse_algorithm(*algo);
     if (!a) throw std::invalid_argument("unknown --algo '" + *algo + "': use binomial_pipeline, chain, sequential or tree");
     if (sc->block == 0) throw std::invalid_argument("--block must be at least 1 byte");
     if (sc->segment == 0) throw std::invalid_argument("--segment must be at least 1 byte");

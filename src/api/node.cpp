@@ -25,7 +25,7 @@
 #include "transport/socket/manager_client.hpp"
 #include "transport/socket/manager_server.hpp"
 #include "transport/socket/net_util.hpp"
-#include "ud_mcast/engine.hpp"
+#include "small/engine.hpp"
 
 namespace hmcast {
 
@@ -68,22 +68,12 @@ ProtocolConfig verbs_profile(const VerbsOptions& o) {
   return p;
 }
 
-rc_pipeline::Algorithm algorithm_of(LargeAlgorithm a) {
-  switch (a) {
-    case LargeAlgorithm::sequential: return rc_pipeline::Algorithm::sequential;
-    case LargeAlgorithm::chain: return rc_pipeline::Algorithm::chain;
-    case LargeAlgorithm::binomial_tree: return rc_pipeline::Algorithm::binomial_tree;
-    case LargeAlgorithm::binomial_pipeline: break;
-  }
-  return rc_pipeline::Algorithm::binomial_pipeline;
-}
-
 }  // namespace
 
 struct GroupState {
   std::mutex mu;
   std::condition_variable room;  // signalled when a completion frees window space
-  std::unique_ptr<ud_mcast::Engine> engine;
+  std::unique_ptr<small::Engine> engine;
   std::map<Seq, std::promise<void>> pending;
   std::map<Seq, std::promise<void>> pending_large;
   // Buffers of large messages: ours (kept until no member needs blocks from us) and
@@ -103,7 +93,7 @@ struct GroupState {
   NodeState* node = nullptr;
   std::uint64_t empty_blocks_dropped = 0;  // Block frames without payload that nobody placed
   std::uint64_t last_block_size = 0;       // the policy's block size for our last large message
-  // Multicast fallback (ud_mcast/multicast_probe.hpp): once the manager says so, every
+  // Multicast fallback (small/multicast_probe.hpp): once the manager says so, every
   // datagram goes to each member over its reliable link instead.
   bool multicast_emulated = false;
   std::uint64_t emulated_datagrams = 0;    // datagrams sent as reliable-link frames
@@ -407,7 +397,7 @@ std::map<MemberId, Seq> stream_floors(const membership::ViewPush& v) {
 /// Join over the socket transport: get an id and addresses from the manager, open
 /// the endpoint, wait for the first view, then follow the manager's views.
 void join_socket(NodeState& s, const std::string& name, const std::shared_ptr<GroupState>& g,
-                 const rc_pipeline::PipelineConfig& large) {
+                 const large::PipelineConfig& large) {
   if (s.control)
     throw Error(ErrorCode::invalid_config,
                 "a Node on the socket or verbs transport joins one group: create another Node for '" + name + "'");
@@ -427,7 +417,7 @@ void join_socket(NodeState& s, const std::string& name, const std::shared_ptr<Gr
   const auto first = s.control->wait_view(deadline);
   for (const auto& m : first.members)
     if (m.id != welcome.member) s.link->add_peer(m.id, m.host, m.port);
-  g->engine = std::make_unique<ud_mcast::Engine>(welcome.group_id, welcome.member, membership::view_of(first),
+  g->engine = std::make_unique<small::Engine>(welcome.group_id, welcome.member, membership::view_of(first),
                                                  s.protocol, now_ns(), large);
   g->engine->use_external_membership();
   g->engine->set_stream_floors(stream_floors(first));  // joining a running group: start where the flush left it
@@ -437,7 +427,7 @@ void join_socket(NodeState& s, const std::string& name, const std::shared_ptr<Gr
     s.groups[welcome.group_id] = g;
   }
   if (s.protocol.multicast_probe_deadline_ns > 0) {
-    // Does our multicast reach everyone? (ud_mcast/multicast_probe.hpp) The answers
+    // Does our multicast reach everyone? (small/multicast_probe.hpp) The answers
     // come while the group already runs: until then, what multicast loses is repaired.
     std::lock_guard lock(g->mu);
     Outbox out;
@@ -565,10 +555,10 @@ MemberId Node::id() const { return state_->link ? state_->link->id() : 0; }
 Group Node::join(const std::string& name) {
   auto g = std::make_shared<detail::GroupState>();
   g->node = state_.get();
-  rc_pipeline::PipelineConfig large;
+  large::PipelineConfig large;
   large.block_size = state_->protocol.block_size;
   large.segment_size = state_->protocol.segment_size;
-  large.algorithm = detail::algorithm_of(state_->protocol.large_algorithm);
+  large.algorithm = state_->protocol.large_algorithm;
   large.receive_window = state_->protocol.large_receive_window;
   large.credit_lead_bytes = state_->protocol.large_credit_lead_bytes;
   if (state_->cfg.transport == TransportKind::socket || state_->cfg.transport == TransportKind::verbs) {
@@ -586,7 +576,7 @@ Group Node::join(const std::string& name) {
   if (!view)
     throw Error(ErrorCode::join_timeout, "fewer than " + std::to_string(state_->cfg.group_size) + " members joined '" +
                                              name + "' in time: start the others, or lower Config::group_size");
-  g->engine = std::make_unique<ud_mcast::Engine>(gid, id(), *view, state_->protocol, detail::now_ns(), large);
+  g->engine = std::make_unique<small::Engine>(gid, id(), *view, state_->protocol, detail::now_ns(), large);
   {
     // ...and the engine exists before any frame is routed to it.
     std::lock_guard lock(state_->groups_mu);
@@ -644,14 +634,14 @@ GroupStats Group::stats() const {
     out.multicast_emulated = state_->multicast_emulated;
     out.emulated_datagrams_sent = state_->emulated_datagrams;
     out.multicast_probes_sent = probe.probes_sent();
-    out.multicast_probe = std::string(ud_mcast::to_string(probe.state()));
+    out.multicast_probe = std::string(small::to_string(probe.state()));
     out.multicast_probe_silent = state_->probe_silent;
     out.multicast_probe_round_ns = probe.last_round_ns();
   }
   const auto& cfg = state_->node->protocol;
   out.ack_radix = cfg.radix;
   out.max_small_message = cfg.max_small_message;
-  out.large_algorithm = std::string(rc_pipeline::to_string(detail::algorithm_of(cfg.large_algorithm)));
+  out.large_algorithm = std::string(large::to_string(cfg.large_algorithm));
   {
     std::lock_guard lock(state_->mu);
     out.last_block_size = state_->last_block_size;
@@ -685,7 +675,7 @@ Completion Group::broadcast(std::span<const std::byte> bytes, SendMode mode) {
   }
   Outbox out;
   const auto res = state_->engine->broadcast(msg, detail::now_ns(), out);
-  if (res.error != ud_mcast::BroadcastError::none)
+  if (res.error != small::BroadcastError::none)
     throw Error(ErrorCode::invalid_config, "broadcast refused by the engine");  // checked above: cannot happen
   std::promise<void> p;
   Completion c(res.seq, p.get_future().share(), state_->node->completion_spin());
@@ -722,8 +712,8 @@ Completion Group::broadcast_large(std::span<const std::byte> bytes, SendMode mod
   Outbox out;
   const std::uint64_t block = policy::block_size_for(cfg, buf->size());
   const auto res = state_->engine->broadcast_large(buf->size(), detail::now_ns(), out, block);
-  if (res.error == rc_pipeline::LargeError::none) state_->last_block_size = block;
-  if (res.error != rc_pipeline::LargeError::none || res.seq != seq) {
+  if (res.error == large::LargeError::none) state_->last_block_size = block;
+  if (res.error != large::LargeError::none || res.seq != seq) {
     state_->large.erase({state_->engine->self(), seq});
     throw Error(ErrorCode::invalid_config, "large broadcast refused by the engine");  // checked above
   }

@@ -52,7 +52,7 @@ struct ReportSuspect {
 };
 
 /// External membership only: these members never confirmed our multicast probe in
-/// `view` (ud_mcast/multicast_probe.hpp); the view authority decides the fallback.
+/// `view` (small/multicast_probe.hpp); the view authority decides the fallback.
 struct MulticastUnusable {
   ViewId view = 0;
   std::vector<MemberId> silent;

@@ -33,7 +33,7 @@ constexpr Type type_of() {
   else if constexpr (std::is_same_v<T, Stable>) return Type::stable;
   else if constexpr (std::is_same_v<T, Suspect>) return Type::suspect;
   else if constexpr (std::is_same_v<T, NewView>) return Type::new_view;
-  else if constexpr (std::is_same_v<T, Probe>) return Type::probe;
+  else if constexpr (std::is_same_v<T, AckQuery>) return Type::ack_query;
   else if constexpr (std::is_same_v<T, Announce>) return Type::announce;
   else if constexpr (std::is_same_v<T, Ready>) return Type::ready;
   else if constexpr (std::is_same_v<T, Block>) return Type::block;
@@ -79,7 +79,7 @@ void encode_body(Writer& w, const Stable& s) {
   w.u64(s.highest);
 }
 void encode_body(Writer& w, const Suspect& s) { w.u32(s.suspect); }
-void encode_body(Writer& w, const Probe& p) { w.u32(p.sender); }
+void encode_body(Writer& w, const AckQuery& p) { w.u32(p.sender); }
 void encode_body(Writer& w, const Announce& a) {
   w.u32(a.sender);
   w.u64(a.seq);
@@ -207,8 +207,8 @@ DecodeError decode_suspect(Reader& r, Body& out) {
   return DecodeError::none;
 }
 
-DecodeError decode_probe(Reader& r, Body& out) {
-  Probe p;
+DecodeError decode_ack_query(Reader& r, Body& out) {
+  AckQuery p;
   p.sender = r.u32();
   if (!r.ok()) return DecodeError::truncated;
   out = p;
@@ -352,7 +352,7 @@ DecodeResult decode(std::span<const std::byte> bytes) {
     case static_cast<std::uint8_t>(Type::stable): err = decode_stable(r, res.packet.body); break;
     case static_cast<std::uint8_t>(Type::suspect): err = decode_suspect(r, res.packet.body); break;
     case static_cast<std::uint8_t>(Type::new_view): err = decode_new_view(r, res.packet.body); break;
-    case static_cast<std::uint8_t>(Type::probe): err = decode_probe(r, res.packet.body); break;
+    case static_cast<std::uint8_t>(Type::ack_query): err = decode_ack_query(r, res.packet.body); break;
     case static_cast<std::uint8_t>(Type::announce): err = decode_announce(r, res.packet.body); break;
     case static_cast<std::uint8_t>(Type::ready): err = decode_ready(r, res.packet.body); break;
     case static_cast<std::uint8_t>(Type::block): err = decode_block(r, res.packet.body); break;

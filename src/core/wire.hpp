@@ -34,14 +34,14 @@ enum class Type : std::uint8_t {
   stable = 5,   // a sender announces its all-acked prefix (datagram; garbage collection)
   suspect = 6,  // member -> manager: this member stopped answering
   new_view = 7, // manager -> members: install this view (header.view is the new id)
-  probe = 8,    // parent -> child: your subtree is late, tell me where you stand
+  ack_query = 8,  // parent -> child: your subtree is late, tell me where you stand
   // The large path (RC binomial pipeline):
   announce = 9,   // a large message exists: its size and layout (sent ahead of its blocks)
   ready = 10,     // receiver -> sender: credit for blocks (ready-for-block flow control)
   block = 11,     // one segment of a block, or (transports that place data directly) its description
   large_ack = 12, // child -> parent in the ACK tree: my subtree holds this large message
   ping = 13,      // no content: sent to a peer we wait on, so a dead one shows as a broken link
-  // Does multicast reach everyone? (ud_mcast/multicast_probe.hpp)
+  // Does multicast reach everyone? (small/multicast_probe.hpp)
   mcast_probe = 14,    // datagram: confirm this over your reliable link to me
   mcast_confirm = 15,  // point-to-point answer to an mcast_probe
 };
@@ -109,7 +109,7 @@ struct NewView {
   std::vector<MemberId> members;  // sorted, unique
 };
 
-struct Probe {
+struct AckQuery {
   MemberId sender = 0;  // the stream whose ACK is late
 };
 
@@ -121,7 +121,7 @@ struct Announce {
   Seq seq = 0;             // per-sender sequence of large messages
   std::uint64_t size = 0;  // bytes; any size, 64-bit
   std::uint64_t block_size = 0;
-  std::uint8_t algorithm = 0;  // rc_pipeline::Algorithm
+  std::uint8_t algorithm = 0;  // LargeAlgorithm
 };
 
 struct Ready {
@@ -131,7 +131,7 @@ struct Ready {
 };
 
 /// One segment of a block: bytes [offset, offset + length) of the message, all inside
-/// block `index` (a block may move as one segment or several, see rc_pipeline/pipeline.hpp).
+/// block `index` (a block may move as one segment or several, see large/pipeline.hpp).
 struct Block {
   MemberId sender = 0;
   Seq seq = 0;
@@ -159,7 +159,7 @@ struct McastConfirm {
   std::uint64_t nonce = 0;  // of the probe that arrived
 };
 
-using Body = std::variant<Data, Repair, Ack, Pull, Stable, Suspect, NewView, Probe, Announce, Ready, Block, LargeAck,
+using Body = std::variant<Data, Repair, Ack, Pull, Stable, Suspect, NewView, AckQuery, Announce, Ready, Block, LargeAck,
                           Ping, McastProbe, McastConfirm>;
 
 struct Packet {

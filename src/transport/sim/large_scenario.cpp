@@ -9,7 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "transport/sim/sim_profile.hpp"
-#include "ud_mcast/engine.hpp"
+#include "small/engine.hpp"
 
 namespace hmcast::sim {
 
@@ -25,7 +25,7 @@ class LargeRun final : public Host {
     View v{1, {}};
     for (std::uint32_t i = 0; i < sc.nodes; ++i) v.members.push_back(i);
     const ProtocolConfig protocol = protocol_profile(sc.latency_ns);
-    rc_pipeline::PipelineConfig large;
+    large::PipelineConfig large;
     large.block_size = sc.block;
     large.algorithm = sc.algorithm;
     large.queue_limit = sc.messages + 4;
@@ -33,12 +33,12 @@ class LargeRun final : public Host {
     large.segment_size = sc.segment;
     large.credit_lead_bytes = sc.credit_lead;
     for (std::uint32_t i = 0; i < sc.nodes; ++i)
-      engines_.push_back(std::make_unique<ud_mcast::Engine>(kGroup, i, v, protocol, 0, large));
+      engines_.push_back(std::make_unique<small::Engine>(kGroup, i, v, protocol, 0, large));
     const std::uint32_t senders = std::clamp<std::uint32_t>(sc.senders, 1, sc.nodes);
     for (std::uint32_t k = 0; k < senders; ++k) senders_.insert(static_cast<std::uint32_t>(std::uint64_t{k} * sc.nodes / senders));
     const auto blocks = static_cast<std::uint32_t>(std::max<std::uint64_t>(1, (sc.size + sc.block - 1) / sc.block));
     result_.blocks = blocks;
-    const auto schedule = rc_pipeline::make_schedule(sc.algorithm, sc.nodes, 0, blocks);
+    const auto schedule = large::make_schedule(sc.algorithm, sc.nodes, 0, blocks);
     result_.steps = schedule->steps();
     // Slow links are links the schedule uses (a random pair would rarely carry data).
     for (std::uint32_t k = 0; k < sc.slow_links && schedule->steps() > 0; ++k) {
@@ -69,7 +69,7 @@ class LargeRun final : public Host {
     for (auto s : senders_) {
       for (std::uint32_t m = 0; m < sc_.messages; ++m) {
         const auto r = engines_[s]->broadcast_large(sc_.size, fabric_.now(), out_);
-        if (r.error != rc_pipeline::LargeError::none) violation("broadcast_large refused at sender " + std::to_string(s));
+        if (r.error != large::LargeError::none) violation("broadcast_large refused at sender " + std::to_string(s));
         ++result_.messages_sent;
         execute(s);
       }
@@ -165,7 +165,7 @@ class LargeRun final : public Host {
   LargeResult finish() {
     LargeResult& r = result_;
     r.nodes = sc_.nodes;
-    r.algorithm = std::string(rc_pipeline::to_string(sc_.algorithm));
+    r.algorithm = std::string(large::to_string(sc_.algorithm));
     r.size = sc_.size;
     r.block = sc_.block;
     r.segment = std::clamp<std::uint64_t>(sc_.segment, 1, sc_.block);
@@ -195,7 +195,7 @@ class LargeRun final : public Host {
 
   LargeScenario sc_;
   Fabric fabric_;
-  std::vector<std::unique_ptr<ud_mcast::Engine>> engines_;
+  std::vector<std::unique_ptr<small::Engine>> engines_;
   std::vector<TimeNs> wake_at_;
   std::set<std::uint32_t> senders_;
   std::vector<bool> crashed_;
@@ -215,7 +215,7 @@ std::string LargeScenario::command_line() const {
   o.precision(17);
   o << "build/bin/hmcast sim large --nodes " << nodes << " --senders " << senders << " --messages " << messages
     << " --size " << size << " --block " << block << " --segment " << segment
-    << " --credit-lead " << credit_lead << " --algo " << rc_pipeline::to_string(algorithm)
+    << " --credit-lead " << credit_lead << " --algo " << large::to_string(algorithm)
     << " --link-gbps " << link_gbps << " --latency-us " << static_cast<double>(latency_ns) / 1000.0
     << " --block-overhead-us " << static_cast<double>(block_overhead_ns) / 1000.0 << " --slow-links " << slow_links
     << " --slow-nodes " << slow_nodes << " --slow-factor " << slow_factor << " --crash " << crash

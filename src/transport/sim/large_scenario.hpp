@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "rc_pipeline/pipeline.hpp"
-#include "rc_pipeline/schedule.hpp"
+#include "large/pipeline.hpp"
+#include "large/schedule.hpp"
 #include "transport/sim/sim_fabric.hpp"
 
 namespace hmcast::sim {
@@ -20,9 +20,9 @@ struct LargeScenario {
   std::uint32_t messages = 1;  // per sender
   std::uint64_t size = 64U << 20;
   std::uint64_t block = 1U << 20;
-  std::uint64_t segment = rc_pipeline::PipelineConfig{}.segment_size;  // bytes per transfer (cut-through)
-  std::uint64_t credit_lead = rc_pipeline::PipelineConfig{}.credit_lead_bytes;  // see rc_pipeline/pipeline.hpp
-  rc_pipeline::Algorithm algorithm = rc_pipeline::Algorithm::binomial_pipeline;
+  std::uint64_t segment = large::PipelineConfig{}.segment_size;  // bytes per transfer (cut-through)
+  std::uint64_t credit_lead = large::PipelineConfig{}.credit_lead_bytes;  // see large/pipeline.hpp
+  LargeAlgorithm algorithm = LargeAlgorithm::binomial_pipeline;
   double link_gbps = 100.0;
   TimeNs latency_ns = 2'000;
   TimeNs block_overhead_ns = 0;

@@ -8,7 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "ud_mcast/engine.hpp"
+#include "small/engine.hpp"
 
 namespace hmcast::sim {
 
@@ -43,7 +43,7 @@ class SmallRun final : public Host {
     View v{1, {}};
     for (std::uint32_t i = 0; i < sc.nodes; ++i) v.members.push_back(i);
     for (std::uint32_t i = 0; i < sc.nodes; ++i)
-      engines_.push_back(std::make_unique<ud_mcast::Engine>(kGroup, i, v, sc.protocol, 0));
+      engines_.push_back(std::make_unique<small::Engine>(kGroup, i, v, sc.protocol, 0));
     const std::uint32_t senders = std::clamp<std::uint32_t>(sc.senders, 1, sc.nodes);
     for (std::uint32_t k = 0; k < senders; ++k) {
       const auto rank = static_cast<std::uint32_t>(std::uint64_t{k} * sc.nodes / senders);
@@ -120,7 +120,7 @@ class SmallRun final : public Host {
     while (s.sent < sc_.messages && engine.window_has_room(sc_.size)) {
       auto msg = std::make_shared<const std::vector<std::byte>>(message_bytes(rank, s.sent + 1, sc_.size));
       const auto res = engine.broadcast(std::move(msg), fabric_.now(), out_);
-      if (res.error != ud_mcast::BroadcastError::none) {
+      if (res.error != small::BroadcastError::none) {
         violation("broadcast refused with room in the window at sender " + std::to_string(rank));
         break;
       }
@@ -236,7 +236,7 @@ class SmallRun final : public Host {
 
   SmallScenario sc_;
   Fabric fabric_;
-  std::vector<std::unique_ptr<ud_mcast::Engine>> engines_;
+  std::vector<std::unique_ptr<small::Engine>> engines_;
   std::vector<TimeNs> wake_at_;
   std::map<std::uint32_t, std::uint32_t> sender_index_;
   std::vector<SenderState> senders_;

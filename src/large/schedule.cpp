@@ -1,37 +1,37 @@
 // Schedule factory, names, and the three simple schedules (sequential, chain, binomial tree).
 // The binomial pipeline lives in binomial_pipeline.cpp.
 
-#include "rc_pipeline/schedule.hpp"
+#include "large/schedule.hpp"
 
 #include <limits>
 #include <stdexcept>
 #include <string>
 
-#include "rc_pipeline/binomial_pipeline.hpp"
+#include "large/binomial_pipeline.hpp"
 
-namespace hmcast::rc_pipeline {
+namespace hmcast::large {
 
-std::optional<Algorithm> parse_algorithm(std::string_view name) noexcept {
-  if (name == "sequential") return Algorithm::sequential;
-  if (name == "chain") return Algorithm::chain;
-  if (name == "tree" || name == "binomial_tree") return Algorithm::binomial_tree;
-  if (name == "binomial_pipeline") return Algorithm::binomial_pipeline;
+std::optional<LargeAlgorithm> parse_algorithm(std::string_view name) noexcept {
+  if (name == "sequential") return LargeAlgorithm::sequential;
+  if (name == "chain") return LargeAlgorithm::chain;
+  if (name == "tree" || name == "binomial_tree") return LargeAlgorithm::binomial_tree;
+  if (name == "binomial_pipeline") return LargeAlgorithm::binomial_pipeline;
   return std::nullopt;
 }
 
-std::string_view to_string(Algorithm algorithm) noexcept {
+std::string_view to_string(LargeAlgorithm algorithm) noexcept {
   switch (algorithm) {
-    case Algorithm::sequential: return "sequential";
-    case Algorithm::chain: return "chain";
-    case Algorithm::binomial_tree: return "binomial_tree";
-    case Algorithm::binomial_pipeline: return "binomial_pipeline";
+    case LargeAlgorithm::sequential: return "sequential";
+    case LargeAlgorithm::chain: return "chain";
+    case LargeAlgorithm::binomial_tree: return "binomial_tree";
+    case LargeAlgorithm::binomial_pipeline: return "binomial_pipeline";
   }
   return "unknown";
 }
 
 std::uint32_t Schedule::relative(std::uint32_t rank) const {
   if (rank >= n_) {
-    throw std::out_of_range("rc_pipeline::Schedule: rank " + std::to_string(rank) +
+    throw std::out_of_range("large::Schedule: rank " + std::to_string(rank) +
                             " out of range for " + std::to_string(n_) + " members");
   }
   return rank >= root_ ? rank - root_ : rank + (n_ - root_);
@@ -48,22 +48,22 @@ namespace {
 class SequentialSchedule final : public Schedule {
  public:
   SequentialSchedule(std::uint32_t n, std::uint32_t root, std::uint32_t blocks, std::uint32_t steps)
-      : Schedule(Algorithm::sequential, n, root, blocks), steps_(steps) {}
+      : Schedule(LargeAlgorithm::sequential, n, root, blocks), steps_(steps) {}
   [[nodiscard]] std::uint32_t steps() const noexcept override { return steps_; }
 
-  [[nodiscard]] std::vector<Transfer> sends(std::uint32_t rank, std::uint32_t step) const override {
+  [[nodiscard]] std::vector<Hop> sends(std::uint32_t rank, std::uint32_t step) const override {
     const std::uint32_t rel = relative(rank);
     if (step >= steps_ || rel != 0) return {};
     return {transfer(step)};
   }
-  [[nodiscard]] std::vector<Transfer> receives(std::uint32_t rank, std::uint32_t step) const override {
+  [[nodiscard]] std::vector<Hop> receives(std::uint32_t rank, std::uint32_t step) const override {
     const std::uint32_t rel = relative(rank);
     if (step >= steps_ || rel == 0 || step / blocks() + 1U != rel) return {};
     return {transfer(step)};
   }
 
  private:
-  [[nodiscard]] Transfer transfer(std::uint32_t step) const noexcept {
+  [[nodiscard]] Hop transfer(std::uint32_t step) const noexcept {
     return {root(), absolute(step / blocks() + 1U), step % blocks()};
   }
   std::uint32_t steps_;
@@ -73,15 +73,15 @@ class SequentialSchedule final : public Schedule {
 class ChainSchedule final : public Schedule {
  public:
   ChainSchedule(std::uint32_t n, std::uint32_t root, std::uint32_t blocks, std::uint32_t steps)
-      : Schedule(Algorithm::chain, n, root, blocks), steps_(steps) {}
+      : Schedule(LargeAlgorithm::chain, n, root, blocks), steps_(steps) {}
   [[nodiscard]] std::uint32_t steps() const noexcept override { return steps_; }
 
-  [[nodiscard]] std::vector<Transfer> sends(std::uint32_t rank, std::uint32_t step) const override {
+  [[nodiscard]] std::vector<Hop> sends(std::uint32_t rank, std::uint32_t step) const override {
     const std::uint32_t rel = relative(rank);
     if (step >= steps_ || rel + 1U >= members() || step < rel || step - rel >= blocks()) return {};
     return {{rank, absolute(rel + 1U), step - rel}};
   }
-  [[nodiscard]] std::vector<Transfer> receives(std::uint32_t rank, std::uint32_t step) const override {
+  [[nodiscard]] std::vector<Hop> receives(std::uint32_t rank, std::uint32_t step) const override {
     const std::uint32_t rel = relative(rank);
     if (step >= steps_ || rel == 0 || step + 1U < rel || step + 1U - rel >= blocks()) return {};
     return {{absolute(rel - 1U), rank, step + 1U - rel}};
@@ -95,10 +95,10 @@ class ChainSchedule final : public Schedule {
 class BinomialTreeSchedule final : public Schedule {
  public:
   BinomialTreeSchedule(std::uint32_t n, std::uint32_t root, std::uint32_t blocks, std::uint32_t steps)
-      : Schedule(Algorithm::binomial_tree, n, root, blocks), steps_(steps) {}
+      : Schedule(LargeAlgorithm::binomial_tree, n, root, blocks), steps_(steps) {}
   [[nodiscard]] std::uint32_t steps() const noexcept override { return steps_; }
 
-  [[nodiscard]] std::vector<Transfer> sends(std::uint32_t rank, std::uint32_t step) const override {
+  [[nodiscard]] std::vector<Hop> sends(std::uint32_t rank, std::uint32_t step) const override {
     const std::uint32_t rel = relative(rank);
     if (step >= steps_) return {};
     const std::uint32_t round = step / blocks();
@@ -106,7 +106,7 @@ class BinomialTreeSchedule final : public Schedule {
     if (rel >= span || rel + span >= members()) return {};
     return {{rank, absolute(rel + static_cast<std::uint32_t>(span)), step % blocks()}};
   }
-  [[nodiscard]] std::vector<Transfer> receives(std::uint32_t rank, std::uint32_t step) const override {
+  [[nodiscard]] std::vector<Hop> receives(std::uint32_t rank, std::uint32_t step) const override {
     const std::uint32_t rel = relative(rank);
     if (step >= steps_) return {};
     const std::uint32_t round = step / blocks();
@@ -120,12 +120,12 @@ class BinomialTreeSchedule final : public Schedule {
 };
 
 [[noreturn]] void bad(const std::string& what) {
-  throw std::invalid_argument("rc_pipeline::make_schedule: " + what);
+  throw std::invalid_argument("large::make_schedule: " + what);
 }
 
 }  // namespace
 
-std::unique_ptr<Schedule> make_schedule(Algorithm algorithm, std::uint32_t n, std::uint32_t root,
+std::unique_ptr<Schedule> make_schedule(LargeAlgorithm algorithm, std::uint32_t n, std::uint32_t root,
                                         std::uint32_t blocks) {
   if (n == 0) bad("a group needs at least one member (n == 0)");
   if (root >= n) bad("root " + std::to_string(root) + " is not a rank of a " + std::to_string(n) + "-member group");
@@ -137,10 +137,10 @@ std::unique_ptr<Schedule> make_schedule(Algorithm algorithm, std::uint32_t n, st
   std::uint64_t steps = 0;
   if (n > 1) {
     switch (algorithm) {
-      case Algorithm::sequential: steps = b * others; break;
-      case Algorithm::chain: steps = b + others - 1U; break;
-      case Algorithm::binomial_tree: steps = b * log; break;
-      case Algorithm::binomial_pipeline: steps = b + log - 1U; break;
+      case LargeAlgorithm::sequential: steps = b * others; break;
+      case LargeAlgorithm::chain: steps = b + others - 1U; break;
+      case LargeAlgorithm::binomial_tree: steps = b * log; break;
+      case LargeAlgorithm::binomial_pipeline: steps = b + log - 1U; break;
       default: bad("unknown algorithm " + std::to_string(static_cast<int>(algorithm)));
     }
   }
@@ -151,12 +151,12 @@ std::unique_ptr<Schedule> make_schedule(Algorithm algorithm, std::uint32_t n, st
   }
   const auto s = static_cast<std::uint32_t>(steps);
   switch (algorithm) {
-    case Algorithm::sequential: return std::make_unique<SequentialSchedule>(n, root, blocks, s);
-    case Algorithm::chain: return std::make_unique<ChainSchedule>(n, root, blocks, s);
-    case Algorithm::binomial_tree: return std::make_unique<BinomialTreeSchedule>(n, root, blocks, s);
-    case Algorithm::binomial_pipeline: return std::make_unique<BinomialPipelineSchedule>(n, root, blocks);
+    case LargeAlgorithm::sequential: return std::make_unique<SequentialSchedule>(n, root, blocks, s);
+    case LargeAlgorithm::chain: return std::make_unique<ChainSchedule>(n, root, blocks, s);
+    case LargeAlgorithm::binomial_tree: return std::make_unique<BinomialTreeSchedule>(n, root, blocks, s);
+    case LargeAlgorithm::binomial_pipeline: return std::make_unique<BinomialPipelineSchedule>(n, root, blocks);
   }
   bad("unknown algorithm " + std::to_string(static_cast<int>(algorithm)));
 }
 
-}  // namespace hmcast::rc_pipeline
+}  // namespace hmcast::large

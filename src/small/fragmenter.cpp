@@ -1,6 +1,6 @@
-#include "ud_mcast/fragmenter.hpp"
+#include "small/fragmenter.hpp"
 
-namespace hmcast::ud_mcast {
+namespace hmcast::small {
 
 std::vector<std::vector<std::byte>> fragment(const wire::Header& header, MemberId sender, Seq seq, Seq stable,
                                              std::span<const std::byte> message, std::uint32_t mtu) {
@@ -26,4 +26,4 @@ std::vector<std::vector<std::byte>> fragment(const wire::Header& header, MemberI
   return out;
 }
 
-}  // namespace hmcast::ud_mcast
+}  // namespace hmcast::small

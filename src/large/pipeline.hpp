@@ -65,13 +65,13 @@
 #include "core/actions.hpp"
 #include "core/wire.hpp"
 #include "hmcast/types.hpp"
-#include "rc_pipeline/schedule.hpp"
+#include "large/schedule.hpp"
 
-namespace hmcast::rc_pipeline {
+namespace hmcast::large {
 
 struct PipelineConfig {
   std::uint64_t block_size = 1U << 20;
-  Algorithm algorithm = Algorithm::binomial_pipeline;
+  LargeAlgorithm algorithm = LargeAlgorithm::binomial_pipeline;
   std::uint32_t ack_radix = 2;
   /// Own large messages waiting behind the one in flight; more are refused.
   std::uint32_t queue_limit = 16;
@@ -152,12 +152,12 @@ class Pipeline {
 
  private:
   using Key = std::pair<MemberId, Seq>;
-  struct Transfer {
+  struct Message {
     MemberId sender = 0;
     Seq seq = 0;
     std::uint64_t size = 0;
     std::uint64_t block_size = 0;
-    Algorithm algorithm{};
+    LargeAlgorithm algorithm{};
     std::uint32_t blocks = 0;
     std::uint64_t segment_size = 0;  // ours, for this transfer's block size
     std::vector<bool> have;          // every byte of the block is here
@@ -169,7 +169,7 @@ class Pipeline {
     std::map<MemberId, std::uint32_t> credit_to;    // cumulative credit we gave each peer
     std::map<MemberId, std::uint32_t> credit_from;  // cumulative credit each peer gave us
     std::map<MemberId, std::uint32_t> sent_to;      // blocks we started sending each peer
-    std::vector<rc_pipeline::Transfer> sends;  // ours, in schedule order
+    std::vector<Hop> sends;  // ours, in schedule order
     std::size_t next_send = 0;
     std::uint64_t send_progress = 0;  // bytes of sends[next_send] already sent
     std::set<MemberId> send_peers;
@@ -186,24 +186,24 @@ class Pipeline {
   enum class SegmentCheck : std::uint8_t { accept, duplicate, ahead, invalid };  // ahead: after a gap
   [[nodiscard]] SegmentCheck check_segment(MemberId from, const wire::Block& b) const;
   /// Leading bytes of `block` held.
-  [[nodiscard]] static std::uint64_t held_bytes(const Transfer& t, std::uint32_t block);
-  Transfer& create(MemberId sender, Seq seq, std::uint64_t size, std::uint64_t block_size, Algorithm algorithm);
+  [[nodiscard]] static std::uint64_t held_bytes(const Message& t, std::uint32_t block);
+  Message& create(MemberId sender, Seq seq, std::uint64_t size, std::uint64_t block_size, LargeAlgorithm algorithm);
   void start_next(Outbox& out);
-  void pump(Transfer& t, Outbox& out);
-  [[nodiscard]] static std::uint64_t block_length(const Transfer& t, std::uint32_t block);
-  void grant(Transfer& t, Outbox& out);
-  void check_ack(Transfer& t, Outbox& out);
+  void pump(Message& t, Outbox& out);
+  [[nodiscard]] static std::uint64_t block_length(const Message& t, std::uint32_t block);
+  void grant(Message& t, Outbox& out);
+  void check_ack(Message& t, Outbox& out);
   void maybe_finish(const Key& key, Outbox& out);
   void send(MemberId to, const wire::Body& body, Outbox& out);
   /// Marks `t` delivered, and tells the application unless it had it before.
-  void deliver(Transfer& t, Outbox& out);
-  [[nodiscard]] wire::Announce announce_of(const Transfer& t) const;
+  void deliver(Message& t, Outbox& out);
+  [[nodiscard]] wire::Announce announce_of(const Message& t) const;
 
   GroupId group_;
   MemberId self_;
   View view_;
   PipelineConfig cfg_;
-  std::map<Key, Transfer> transfers_;
+  std::map<Key, Message> transfers_;
   struct Early {
     std::map<MemberId, std::uint32_t> credit;
     std::set<MemberId> acks;
@@ -226,4 +226,4 @@ class Pipeline {
   PipelineStats stats_;
 };
 
-}  // namespace hmcast::rc_pipeline
+}  // namespace hmcast::large

@@ -30,11 +30,11 @@
 #include "hmcast/config.hpp"
 #include "hmcast/types.hpp"
 #include "membership/view_manager.hpp"
-#include "rc_pipeline/pipeline.hpp"
-#include "ud_mcast/multicast_probe.hpp"
-#include "ud_mcast/reassembly.hpp"
+#include "large/pipeline.hpp"
+#include "small/multicast_probe.hpp"
+#include "small/reassembly.hpp"
 
-namespace hmcast::ud_mcast {
+namespace hmcast::small {
 
 /// Counters of one engine; "dropped" counters count bad or useless input.
 struct EngineStats {
@@ -44,7 +44,7 @@ struct EngineStats {
   std::uint64_t repairs_sent = 0;
   std::uint64_t remulticasts = 0;
   std::uint64_t pulls_sent = 0;
-  std::uint64_t probes_sent = 0;
+  std::uint64_t ack_queries_sent = 0;  // AckQuery frames to children whose subtree is late
   std::uint64_t suspicions = 0;
   std::uint64_t views_installed = 0;
   std::uint64_t delivered = 0;
@@ -74,14 +74,14 @@ struct BroadcastResult {
 class Engine {
  public:
   Engine(GroupId group, MemberId self, View initial, ProtocolConfig config, TimeNs now,
-         rc_pipeline::PipelineConfig large = {});
+         large::PipelineConfig large = {});
 
-  /// Send a large message of `size` bytes (large path, rc_pipeline/pipeline.hpp). The
+  /// Send a large message of `size` bytes (large path, large/pipeline.hpp). The
   /// runtime supplies the bytes when SendBlock actions name them.
-  rc_pipeline::LargeResult broadcast_large(std::uint64_t size, TimeNs now, Outbox& out, std::uint64_t block_size = 0);
+  large::LargeResult broadcast_large(std::uint64_t size, TimeNs now, Outbox& out, std::uint64_t block_size = 0);
   /// The application provided the buffer a NeedBuffer action asked for.
   void buffer_ready(MemberId sender, Seq seq, Outbox& out);
-  [[nodiscard]] const rc_pipeline::Pipeline& pipeline() const { return pipeline_; }
+  [[nodiscard]] const large::Pipeline& pipeline() const { return pipeline_; }
   /// Whether a transport may place this Block frame's payload in its final buffer
   /// before on_p2p() sees the frame (Pipeline::may_place_segment, in this view).
   [[nodiscard]] bool may_place_segment(MemberId from, const wire::Header& h, const wire::Block& b) const;
@@ -251,7 +251,7 @@ class Engine {
   Seq own_completed_ = 0;
   std::uint64_t own_bytes_in_flight_ = 0;
   EngineStats stats_;
-  rc_pipeline::Pipeline pipeline_;
+  large::Pipeline pipeline_;
   std::int64_t pipeline_stall_ns_;
   MulticastProbe probe_;
   bool probe_enabled_ = false;
@@ -260,4 +260,4 @@ class Engine {
   void arm_stall(TimeNs now);
 };
 
-}  // namespace hmcast::ud_mcast
+}  // namespace hmcast::small

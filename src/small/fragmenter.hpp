@@ -9,7 +9,7 @@
 
 #include "core/wire.hpp"
 
-namespace hmcast::ud_mcast {
+namespace hmcast::small {
 
 /// Payload bytes per fragment for a datagram MTU (header included in the MTU).
 inline std::uint32_t fragment_payload(std::uint32_t mtu) {
@@ -28,4 +28,4 @@ inline std::uint32_t fragment_count(std::size_t msg_len, std::uint32_t mtu) {
 std::vector<std::vector<std::byte>> fragment(const wire::Header& header, MemberId sender, Seq seq, Seq stable,
                                              std::span<const std::byte> message, std::uint32_t mtu);
 
-}  // namespace hmcast::ud_mcast
+}  // namespace hmcast::small

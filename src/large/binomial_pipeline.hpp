@@ -6,9 +6,9 @@
 #include <optional>
 #include <vector>
 
-#include "rc_pipeline/schedule.hpp"
+#include "large/schedule.hpp"
 
-namespace hmcast::rc_pipeline {
+namespace hmcast::large {
 
 class BinomialPipelineSchedule final : public Schedule {
  public:
@@ -16,8 +16,8 @@ class BinomialPipelineSchedule final : public Schedule {
   BinomialPipelineSchedule(std::uint32_t n, std::uint32_t root, std::uint32_t blocks) noexcept;
 
   [[nodiscard]] std::uint32_t steps() const noexcept override { return steps_; }
-  [[nodiscard]] std::vector<Transfer> sends(std::uint32_t rank, std::uint32_t step) const override;
-  [[nodiscard]] std::vector<Transfer> receives(std::uint32_t rank, std::uint32_t step) const override;
+  [[nodiscard]] std::vector<Hop> sends(std::uint32_t rank, std::uint32_t step) const override;
+  [[nodiscard]] std::vector<Hop> receives(std::uint32_t rank, std::uint32_t step) const override;
 
   /// Hypercube dimension l = floor(log2 n).
   [[nodiscard]] std::uint32_t dimension() const noexcept { return dim_; }
@@ -48,4 +48,4 @@ class BinomialPipelineSchedule final : public Schedule {
   std::uint32_t steps_ = 0;       // cube_steps_ (+1 if there are twins)
 };
 
-}  // namespace hmcast::rc_pipeline
+}  // namespace hmcast::large

@@ -1,8 +1,8 @@
-#include "ud_mcast/multicast_probe.hpp"
+#include "small/multicast_probe.hpp"
 
 #include <algorithm>
 
-namespace hmcast::ud_mcast {
+namespace hmcast::small {
 
 std::string_view to_string(ProbeState s) {
   switch (s) {
@@ -76,4 +76,4 @@ MulticastProbe::Step MulticastProbe::send(TimeNs now) {
   return step;
 }
 
-}  // namespace hmcast::ud_mcast
+}  // namespace hmcast::small

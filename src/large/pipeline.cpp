@@ -1,11 +1,11 @@
-#include "rc_pipeline/pipeline.hpp"
+#include "large/pipeline.hpp"
 
 #include <algorithm>
 #include <string>
 
 #include "ack_tree/tree.hpp"
 
-namespace hmcast::rc_pipeline {
+namespace hmcast::large {
 
 namespace {
 constexpr std::size_t kEarlyLimit = 4096;
@@ -21,7 +21,7 @@ void Pipeline::send(MemberId to, const wire::Body& body, Outbox& out) {
   out.emplace_back(action::SendP2P{to, wire::encode(wire::Header{{}, group_, view_.id, self_}, body)});
 }
 
-wire::Announce Pipeline::announce_of(const Transfer& t) const {
+wire::Announce Pipeline::announce_of(const Message& t) const {
   return wire::Announce{t.sender, t.seq, t.size, t.block_size, static_cast<std::uint8_t>(t.algorithm)};
 }
 
@@ -40,7 +40,7 @@ void Pipeline::start_next(Outbox& out) {
   const auto [seq, size, block_size] = queue_.front();
   queue_.pop_front();
   own_active_ = seq;
-  Transfer& t = create(self_, seq, size, block_size, cfg_.algorithm);
+  Message& t = create(self_, seq, size, block_size, cfg_.algorithm);
   t.buffer = true;
   t.have.assign(t.blocks, true);
   t.have_count = t.blocks;
@@ -51,9 +51,9 @@ void Pipeline::start_next(Outbox& out) {
   check_ack(t, out);
 }
 
-Pipeline::Transfer& Pipeline::create(MemberId sender, Seq seq, std::uint64_t size, std::uint64_t block_size,
-                                     Algorithm algorithm) {
-  Transfer& t = transfers_[{sender, seq}];
+Pipeline::Message& Pipeline::create(MemberId sender, Seq seq, std::uint64_t size, std::uint64_t block_size,
+                                     LargeAlgorithm algorithm) {
+  Message& t = transfers_[{sender, seq}];
   t.sender = sender;
   t.seq = seq;
   t.size = size;
@@ -100,7 +100,7 @@ void Pipeline::on_announce(MemberId from, const wire::Announce& a, Outbox& out) 
     ++stats_.invalid_dropped;
     return;
   }
-  Transfer& t = create(a.sender, a.seq, a.size, a.block_size, static_cast<Algorithm>(a.algorithm));
+  Message& t = create(a.sender, a.seq, a.size, a.block_size, static_cast<LargeAlgorithm>(a.algorithm));
   t.delivered_before = a.seq <= delivered_[a.sender];  // the sender restarted it in this view
   if (t.recv_peers.count(from) == 0 && t.blocks > 0 && !t.recv_peers.empty()) {
     // Whoever announces must be one of the members that send us blocks.
@@ -119,7 +119,7 @@ void Pipeline::buffer_ready(MemberId sender, Seq seq, Outbox& out) {
   grant(it->second, out);
 }
 
-void Pipeline::grant(Transfer& t, Outbox& out) {
+void Pipeline::grant(Message& t, Outbox& out) {
   // Credit the next receives in schedule order, up to the window ahead of what we hold,
   // and one more once a receive in progress is nearly done (just in time, see the header).
   bool nearly_done = false;
@@ -157,12 +157,12 @@ void Pipeline::on_ready(MemberId from, const wire::Ready& r, Outbox& out) {
   maybe_finish(key, out);
 }
 
-std::uint64_t Pipeline::block_length(const Transfer& t, std::uint32_t block) {
+std::uint64_t Pipeline::block_length(const Message& t, std::uint32_t block) {
   const std::uint64_t offset = std::uint64_t{block} * t.block_size;
   return std::min(t.block_size, t.size - std::min(t.size, offset));
 }
 
-void Pipeline::pump(Transfer& t, Outbox& out) {
+void Pipeline::pump(Message& t, Outbox& out) {
   while (t.next_send < t.sends.size()) {
     const auto& tr = t.sends[t.next_send];
     const MemberId to = view_.members[tr.to];
@@ -196,7 +196,7 @@ void Pipeline::pump(Transfer& t, Outbox& out) {
 Pipeline::SegmentCheck Pipeline::check_segment(MemberId from, const wire::Block& b) const {
   auto it = transfers_.find({b.sender, b.seq});
   if (it == transfers_.end()) return SegmentCheck::invalid;
-  const Transfer& t = it->second;
+  const Message& t = it->second;
   if (b.index >= t.blocks || !t.buffer || view_.members[t.source[b.index]] != from || t.sender == self_)
     return SegmentCheck::invalid;  // not what the schedule says this member sends us
   // The segment must lie inside its block (which the message's end may cut short), and
@@ -215,7 +215,7 @@ Pipeline::SegmentCheck Pipeline::check_segment(MemberId from, const wire::Block&
   return at == held ? SegmentCheck::accept : at > held ? SegmentCheck::ahead : SegmentCheck::invalid;
 }
 
-std::uint64_t Pipeline::held_bytes(const Transfer& t, std::uint32_t block) {
+std::uint64_t Pipeline::held_bytes(const Message& t, std::uint32_t block) {
   if (t.have[block]) return block_length(t, block);
   const auto filled = t.filled.find(block);
   return filled == t.filled.end() ? 0 : filled->second;
@@ -239,7 +239,7 @@ void Pipeline::on_block(MemberId from, const wire::Block& b, Outbox& out) {
       break;
   }
   auto it = transfers_.find({b.sender, b.seq});
-  Transfer& t = it->second;
+  Message& t = it->second;
   const Key key = it->first;
   const std::uint64_t length = block_length(t, b.index);
   const std::uint64_t held = held_bytes(t, b.index);
@@ -261,7 +261,7 @@ void Pipeline::on_block(MemberId from, const wire::Block& b, Outbox& out) {
   maybe_finish(key, out);
 }
 
-void Pipeline::deliver(Transfer& t, Outbox& out) {
+void Pipeline::deliver(Message& t, Outbox& out) {
   t.delivered = true;
   if (t.delivered_before) {
     ++stats_.redeliveries_suppressed;
@@ -279,7 +279,7 @@ void Pipeline::on_ack(MemberId from, const wire::LargeAck& a, Outbox& out) {
       early_[{a.sender, a.seq}].acks.insert(from);  // a child finished before we heard of the message
     return;
   }
-  Transfer& t = it->second;
+  Message& t = it->second;
   const Key key = it->first;
   if (t.ack_children.count(from) == 0) {
     ++stats_.invalid_dropped;
@@ -290,7 +290,7 @@ void Pipeline::on_ack(MemberId from, const wire::LargeAck& a, Outbox& out) {
   maybe_finish(key, out);
 }
 
-void Pipeline::check_ack(Transfer& t, Outbox& out) {
+void Pipeline::check_ack(Message& t, Outbox& out) {
   if (!t.delivered || t.acked_up || t.acked.size() != t.ack_children.size()) return;
   t.acked_up = true;
   if (t.ack_parent) {
@@ -309,7 +309,7 @@ void Pipeline::check_ack(Transfer& t, Outbox& out) {
 void Pipeline::maybe_finish(const Key& key, Outbox& out) {
   auto it = transfers_.find(key);
   if (it == transfers_.end()) return;
-  const Transfer& t = it->second;
+  const Message& t = it->second;
   if (!t.acked_up || t.next_send < t.sends.size()) return;  // others may still need our blocks
   finished_[t.sender] = std::max(finished_[t.sender], t.seq);
   out.emplace_back(action::ReleaseLarge{t.sender, t.seq});
@@ -372,4 +372,4 @@ void Pipeline::on_view(const View& view, Outbox& out) {
   start_next(out);
 }
 
-}  // namespace hmcast::rc_pipeline
+}  // namespace hmcast::large

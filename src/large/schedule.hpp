@@ -21,21 +21,21 @@
 #include <string_view>
 #include <vector>
 
-namespace hmcast::rc_pipeline {
+#include "hmcast/config.hpp"
 
-enum class Algorithm { sequential, chain, binomial_tree, binomial_pipeline };
+namespace hmcast::large {
 
 /// Accepts "sequential", "chain", "tree" / "binomial_tree", "binomial_pipeline".
-[[nodiscard]] std::optional<Algorithm> parse_algorithm(std::string_view name) noexcept;
+[[nodiscard]] std::optional<LargeAlgorithm> parse_algorithm(std::string_view name) noexcept;
 /// Canonical name ("sequential", "chain", "binomial_tree", "binomial_pipeline").
-[[nodiscard]] std::string_view to_string(Algorithm algorithm) noexcept;
+[[nodiscard]] std::string_view to_string(LargeAlgorithm algorithm) noexcept;
 
 /// One block moving over one link in one step. Ranks are absolute (0..n-1).
-struct Transfer {
+struct Hop {
   std::uint32_t from = 0;
   std::uint32_t to = 0;
   std::uint32_t block = 0;
-  friend bool operator==(const Transfer&, const Transfer&) = default;
+  friend bool operator==(const Hop&, const Hop&) = default;
 };
 
 class Schedule {
@@ -46,7 +46,7 @@ class Schedule {
   Schedule(Schedule&&) = delete;
   Schedule& operator=(Schedule&&) = delete;
 
-  [[nodiscard]] Algorithm algorithm() const noexcept { return algorithm_; }
+  [[nodiscard]] LargeAlgorithm algorithm() const noexcept { return algorithm_; }
   [[nodiscard]] std::uint32_t members() const noexcept { return n_; }
   [[nodiscard]] std::uint32_t root() const noexcept { return root_; }
   [[nodiscard]] std::uint32_t blocks() const noexcept { return blocks_; }
@@ -55,13 +55,13 @@ class Schedule {
   [[nodiscard]] virtual std::uint32_t steps() const noexcept = 0;
   /// What `rank` sends in `step` (at most one transfer; empty for step >= steps()).
   /// Throws std::out_of_range if rank >= members().
-  [[nodiscard]] virtual std::vector<Transfer> sends(std::uint32_t rank, std::uint32_t step) const = 0;
+  [[nodiscard]] virtual std::vector<Hop> sends(std::uint32_t rank, std::uint32_t step) const = 0;
   /// What `rank` receives in `step` (at most one transfer; empty for step >= steps()).
   /// Throws std::out_of_range if rank >= members().
-  [[nodiscard]] virtual std::vector<Transfer> receives(std::uint32_t rank, std::uint32_t step) const = 0;
+  [[nodiscard]] virtual std::vector<Hop> receives(std::uint32_t rank, std::uint32_t step) const = 0;
 
  protected:
-  Schedule(Algorithm algorithm, std::uint32_t n, std::uint32_t root, std::uint32_t blocks) noexcept
+  Schedule(LargeAlgorithm algorithm, std::uint32_t n, std::uint32_t root, std::uint32_t blocks) noexcept
       : algorithm_(algorithm), n_(n), root_(root), blocks_(blocks) {}
 
   /// Rank relative to the root (the root is 0). Throws std::out_of_range for rank >= n.
@@ -70,7 +70,7 @@ class Schedule {
   [[nodiscard]] std::uint32_t absolute(std::uint32_t rel) const noexcept;
 
  private:
-  Algorithm algorithm_;
+  LargeAlgorithm algorithm_;
   std::uint32_t n_;
   std::uint32_t root_;
   std::uint32_t blocks_;
@@ -79,7 +79,7 @@ class Schedule {
 /// Builds a schedule for `n` ranks (n >= 1), rooted at `root` (< n), for `blocks` (>= 1) blocks.
 /// Throws std::invalid_argument on bad arguments, including a step count that does not fit in
 /// 32 bits.
-[[nodiscard]] std::unique_ptr<Schedule> make_schedule(Algorithm algorithm, std::uint32_t n,
+[[nodiscard]] std::unique_ptr<Schedule> make_schedule(LargeAlgorithm algorithm, std::uint32_t n,
                                                       std::uint32_t root, std::uint32_t blocks);
 
 /// ceil(log2 n) for n >= 1 (0 for n == 1).
@@ -89,4 +89,4 @@ class Schedule {
   return l;
 }
 
-}  // namespace hmcast::rc_pipeline
+}  // namespace hmcast::large

@@ -8,7 +8,7 @@
 
 #include "core/wire.hpp"
 
-namespace hmcast::ud_mcast {
+namespace hmcast::small {
 
 class Reassembly {
  public:
@@ -47,4 +47,4 @@ class Reassembly {
   std::shared_ptr<std::vector<std::byte>> buffer_;
 };
 
-}  // namespace hmcast::ud_mcast
+}  // namespace hmcast::small

@@ -1,15 +1,15 @@
-#include "ud_mcast/engine.hpp"
+#include "small/engine.hpp"
 
 #include <algorithm>
 #include <bit>
 
 #include "ack_tree/tree.hpp"
-#include "ud_mcast/fragmenter.hpp"
+#include "small/fragmenter.hpp"
 
-namespace hmcast::ud_mcast {
+namespace hmcast::small {
 
 Engine::Engine(GroupId group, MemberId self, View initial, ProtocolConfig config, TimeNs now,
-               rc_pipeline::PipelineConfig large)
+               large::PipelineConfig large)
     : group_(group), self_(self), view_(std::move(initial)), cfg_(config), view_start_(now),
       window_(std::clamp<std::uint32_t>(cfg_.initial_window_messages, 1, std::max(cfg_.window_messages, 1U))),
       pipeline_(group, self, view_, large), pipeline_stall_ns_(large.stall_ns),
@@ -44,9 +44,9 @@ BroadcastResult Engine::broadcast(MessageBuffer message, TimeNs now, Outbox& out
   return {BroadcastError::none, seq};
 }
 
-rc_pipeline::LargeResult Engine::broadcast_large(std::uint64_t size, TimeNs now, Outbox& out,
+large::LargeResult Engine::broadcast_large(std::uint64_t size, TimeNs now, Outbox& out,
                                                  std::uint64_t block_size) {
-  if (removed_) return {rc_pipeline::LargeError::not_member, 0};
+  if (removed_) return {large::LargeError::not_member, 0};
   auto r = pipeline_.broadcast(size, out, block_size);
   pipeline_activity_ = now;
   arm_stall(now);
@@ -190,7 +190,7 @@ void Engine::handle(const wire::Packet& p, MemberId from, TimeNs now, Outbox& ou
           } else {
             ++stats_.invalid_dropped;  // only the manager takes suspicions
           }
-        } else if constexpr (std::is_same_v<T, wire::Probe>) {
+        } else if constexpr (std::is_same_v<T, wire::AckQuery>) {
           Stream* s = stream_for(body.sender);
           if (s != nullptr && s->parent && *s->parent == from) {
             s->ack_due = true;
@@ -561,8 +561,8 @@ void Engine::fire_child(Stream& s, std::uint32_t idx, TimeNs now, Outbox& out) {
   }
   ++c.attempts;
   if (lagging) {
-    ++stats_.probes_sent;
-    send_p2p(c.id, wire::Probe{s.sender}, out);
+    ++stats_.ack_queries_sent;
+    send_p2p(c.id, wire::AckQuery{s.sender}, out);
     c.deadline = now + c.timeout.timeout(c.attempts);
     c.timer_gen = ++timer_serial_;
     timers_.arm(c.deadline, c.timer_gen, TimerKey{TimerKind::child_repair, s.sender, idx});
@@ -831,4 +831,4 @@ void Engine::install_view(View next, TimeNs now, Outbox& out) {
   for (auto& [from, bytes] : pending) on_p2p(from, bytes, now, out);
 }
 
-}  // namespace hmcast::ud_mcast
+}  // namespace hmcast::small

@@ -44,16 +44,16 @@
 //
 // Every query is O(l): a few bit scans and popcounts, no state beyond four integers.
 
-#include "rc_pipeline/binomial_pipeline.hpp"
+#include "large/binomial_pipeline.hpp"
 
 #include <bit>
 #include <cstdint>
 
-namespace hmcast::rc_pipeline {
+namespace hmcast::large {
 
 BinomialPipelineSchedule::BinomialPipelineSchedule(std::uint32_t n, std::uint32_t root,
                                                    std::uint32_t blocks) noexcept
-    : Schedule(Algorithm::binomial_pipeline, n, root, blocks) {
+    : Schedule(LargeAlgorithm::binomial_pipeline, n, root, blocks) {
   if (n <= 1) return;  // nothing to send
   dim_ = static_cast<std::uint32_t>(std::bit_width(n)) - 1U;
   cube_ = 1U << dim_;
@@ -146,9 +146,9 @@ std::optional<std::uint32_t> BinomialPipelineSchedule::last_bit_step_block(std::
   return cube_block(v, *s);
 }
 
-std::vector<Transfer> BinomialPipelineSchedule::receives(std::uint32_t rank, std::uint32_t step) const {
+std::vector<Hop> BinomialPipelineSchedule::receives(std::uint32_t rank, std::uint32_t step) const {
   const std::uint32_t rel = relative(rank);
-  std::vector<Transfer> out;
+  std::vector<Hop> out;
   if (step >= steps_) return out;
   const Role me = role_of(rel);
   const std::uint32_t v = me.vertex;
@@ -173,9 +173,9 @@ std::vector<Transfer> BinomialPipelineSchedule::receives(std::uint32_t rank, std
   return out;
 }
 
-std::vector<Transfer> BinomialPipelineSchedule::sends(std::uint32_t rank, std::uint32_t step) const {
+std::vector<Hop> BinomialPipelineSchedule::sends(std::uint32_t rank, std::uint32_t step) const {
   const std::uint32_t rel = relative(rank);
-  std::vector<Transfer> out;
+  std::vector<Hop> out;
   if (step >= steps_) return out;
   const Role me = role_of(rel);
   const std::uint32_t v = me.vertex;
@@ -200,4 +200,4 @@ std::vector<Transfer> BinomialPipelineSchedule::sends(std::uint32_t rank, std::u
   return out;
 }
 
-}  // namespace hmcast::rc_pipeline
+}  // namespace hmcast::large
