@@ -23,7 +23,7 @@ using hmcast::Seq;
 using hmcast::View;
 using hmcast::LargeAlgorithm;
 using hmcast::large::Pipeline;
-using hmcast::large::PipelineConfig;
+using hmcast::ProtocolConfig;
 namespace action = hmcast::action;
 namespace wire = hmcast::wire;
 
@@ -45,10 +45,10 @@ class Router {
  public:
   /// Members 1 -> 2 -> 3 -> 4 in view 1, a chain of 1000-byte blocks, each a single segment.
   Router() {
-    PipelineConfig cfg;
+    ProtocolConfig cfg;
     cfg.block_size = 1000;
     cfg.segment_size = 1000;
-    cfg.algorithm = LargeAlgorithm::chain;
+    cfg.large_algorithm = LargeAlgorithm::chain;
     const View v1{1, {1, 2, 3, 4}};
     for (MemberId m : v1.members) {
       members_[m].pipeline = std::make_unique<Pipeline>(kGroup, m, v1, cfg);

@@ -32,7 +32,7 @@ using hmcast::Seq;
 using hmcast::View;
 using hmcast::LargeAlgorithm;
 using hmcast::large::Pipeline;
-using hmcast::large::PipelineConfig;
+using hmcast::ProtocolConfig;
 namespace action = hmcast::action;
 namespace wire = hmcast::wire;
 using Bytes = std::vector<std::byte>;
@@ -57,7 +57,7 @@ struct Buffer {
 
 class Group {
  public:
-  Group(std::uint32_t n, const PipelineConfig& cfg, std::uint64_t seed) : cfg_(cfg), rng_(seed) {
+  Group(std::uint32_t n, const ProtocolConfig& cfg, std::uint64_t seed) : cfg_(cfg), rng_(seed) {
     View v{1, {}};
     for (std::uint32_t i = 0; i < n; ++i) v.members.push_back(100 + 3 * i);
     view_ = v;
@@ -209,7 +209,7 @@ class Group {
     inbound_ = nullptr;
   }
 
-  PipelineConfig cfg_;
+  ProtocolConfig cfg_;
   hmcast::Rng rng_;
   View view_;
   std::map<MemberId, std::unique_ptr<Pipeline>> nodes_;
@@ -236,19 +236,19 @@ TEST_CASE("segments: every member ends with the sender's exact bytes, for odd si
         for (std::uint64_t size : {std::uint64_t{0}, std::uint64_t{1}, seg + 1, kBlock - 1, kBlock, kBlock + 1,
                                    3 * kBlock + 256 + 7}) {
           if (seg == 1 && size > kBlock + 1) continue;  // a byte per frame: enough at the smaller sizes
-          PipelineConfig cfg;
+          ProtocolConfig cfg;
           cfg.block_size = kBlock;
-          cfg.algorithm = algo;
+          cfg.large_algorithm = algo;
           cfg.segment_size = seg;
-          cfg.credit_lead_bytes = std::uint64_t{300} * (runs % 3);  // 0, 300, 600: none, some, most of a block
+          cfg.large_credit_lead_bytes = std::uint64_t{300} * (runs % 3);  // 0, 300, 600: none, some, most of a block
           Group g(n, cfg, 7 + runs);
           INFO(hmcast::large::to_string(algo) << " n " << n << " segment " << seg << " size " << size
-                                                     << " credit lead " << cfg.credit_lead_bytes);
+                                                     << " credit lead " << cfg.large_credit_lead_bytes);
           g.broadcast(100, size);
           if (n > 1) g.broadcast(100 + 3 * (n - 1), size / 2 + 1);  // a second sender at once
           g.run();
           g.check_all_delivered();
-          CHECK(g.most_arriving <= cfg.receive_window + 1);
+          CHECK(g.most_arriving <= cfg.large_receive_window + 1);
           cut_through += g.cut_through_sends;
           ++runs;
         }
@@ -260,9 +260,9 @@ TEST_CASE("segments: every member ends with the sender's exact bytes, for odd si
 }
 
 TEST_CASE("segments: a chain relay forwards while its block arrives", "[pipeline][segment]") {
-  PipelineConfig cfg;
+  ProtocolConfig cfg;
   cfg.block_size = 4096;
-  cfg.algorithm = LargeAlgorithm::chain;
+  cfg.large_algorithm = LargeAlgorithm::chain;
   cfg.segment_size = 512;
   Group g(4, cfg, 3);
   g.broadcast(100, 5 * 4096 + 100);

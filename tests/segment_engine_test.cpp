@@ -21,7 +21,7 @@ using hmcast::Outbox;
 using hmcast::View;
 using hmcast::LargeAlgorithm;
 using hmcast::large::Pipeline;
-using hmcast::large::PipelineConfig;
+using hmcast::ProtocolConfig;
 namespace action = hmcast::action;
 namespace wire = hmcast::wire;
 
@@ -38,12 +38,12 @@ constexpr std::uint64_t kSize = 10'000;  // blocks of 4000, 4000 and 2000 bytes
 
 const View kView{1, {kRoot, kRelay, kLast}};
 
-PipelineConfig config(std::uint64_t credit_lead) {
-  PipelineConfig c;
+ProtocolConfig config(std::uint64_t credit_lead) {
+  ProtocolConfig c;
   c.block_size = kBlock;
-  c.algorithm = LargeAlgorithm::chain;
+  c.large_algorithm = LargeAlgorithm::chain;
   c.segment_size = kSegment;
-  c.credit_lead_bytes = credit_lead;
+  c.large_credit_lead_bytes = credit_lead;
   return c;
 }
 

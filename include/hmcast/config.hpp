@@ -51,6 +51,12 @@ struct ProtocolConfig {
   std::uint64_t large_credit_lead_bytes = 256U << 10;
   /// Schedule of the large path's blocks.
   LargeAlgorithm large_algorithm = LargeAlgorithm::binomial_pipeline;
+  /// Own large messages waiting behind the one in flight; beyond it broadcast()
+  /// waits (SendMode::wait) or throws window_full (SendMode::fail).
+  std::uint32_t large_queue_limit = 16;
+  /// With large messages in flight and no frame of the large path for this long,
+  /// ping the members waited on: a dead one then shows as a broken link.
+  std::int64_t large_stall_ns = 10'000'000;
   /// A block moves in segments of this many bytes (at most block_size), and a member
   /// forwards each segment as soon as it holds it, instead of waiting for the whole
   /// block. Smaller segments cut the delay each relay adds; each one is a separate

@@ -21,6 +21,7 @@
 #include "core/wire.hpp"
 #include "hmcast/node.hpp"
 #include "membership/control_wire.hpp"
+#include "policy/defaults.hpp"
 #include "policy/policy.hpp"
 #include "transport/socket/manager_client.hpp"
 #include "transport/socket/manager_server.hpp"
@@ -36,36 +37,6 @@ namespace {
 TimeNs now_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
       .count();
-}
-
-/// The in-process transport's profile: thread hand-offs take tens of microseconds
-/// and are scheduled by the OS, so timers start cautious.
-ProtocolConfig inproc_profile() {
-  ProtocolConfig p;
-  p.initial_hop_rtt_ns = 200'000;
-  p.min_timeout_ns = 2'000'000;
-  p.ack_interval_ns = 20'000;
-  p.stable_announce_ns = 1'000'000;
-  return p;
-}
-
-/// Processes on shared cores can be descheduled for many milliseconds: time alone
-/// must not remove a live member. A dead one is found at once anyway, by its
-/// control connection to the manager and its broken links.
-ProtocolConfig socket_profile(const SocketOptions& o) {
-  ProtocolConfig p = inproc_profile();
-  p.mtu = o.mtu;
-  p.repair_budget = 40;
-  return p;
-}
-
-/// Verbs: the socket profile's patience (processes share cores, and Soft-RoCE runs
-/// in the kernel's softirqs), with datagrams of the UD MTU.
-ProtocolConfig verbs_profile(const VerbsOptions& o) {
-  ProtocolConfig p = inproc_profile();
-  p.mtu = o.mtu;
-  p.repair_budget = 40;
-  return p;
 }
 
 }  // namespace
@@ -396,8 +367,7 @@ std::map<MemberId, Seq> stream_floors(const membership::ViewPush& v) {
 
 /// Join over the socket transport: get an id and addresses from the manager, open
 /// the endpoint, wait for the first view, then follow the manager's views.
-void join_socket(NodeState& s, const std::string& name, const std::shared_ptr<GroupState>& g,
-                 const large::PipelineConfig& large) {
+void join_socket(NodeState& s, const std::string& name, const std::shared_ptr<GroupState>& g) {
   if (s.control)
     throw Error(ErrorCode::invalid_config,
                 "a Node on the socket or verbs transport joins one group: create another Node for '" + name + "'");
@@ -418,7 +388,7 @@ void join_socket(NodeState& s, const std::string& name, const std::shared_ptr<Gr
   for (const auto& m : first.members)
     if (m.id != welcome.member) s.link->add_peer(m.id, m.host, m.port);
   g->engine = std::make_unique<small::Engine>(welcome.group_id, welcome.member, membership::view_of(first),
-                                                 s.protocol, now_ns(), large);
+                                                 s.protocol, now_ns());
   g->engine->use_external_membership();
   g->engine->set_stream_floors(stream_floors(first));  // joining a running group: start where the flush left it
   g->multicast_emulated = first.multicast_emulated;
@@ -487,33 +457,17 @@ void join_socket(NodeState& s, const std::string& name, const std::shared_ptr<Gr
 
 }  // namespace detail
 
-ProtocolConfig default_protocol(const Config& config) {
-  const char* transport = "inproc";
-  ProtocolConfig base = detail::inproc_profile();
-  if (config.transport == TransportKind::socket) {
-    transport = "socket";
-    base = detail::socket_profile(config.socket);
-  } else if (config.transport == TransportKind::verbs) {
-    transport = "verbs";
-    base = detail::verbs_profile(config.verbs);
-  }
-  policy::Profile profile;
-  try {
-    profile = config.profile_file.empty() ? policy::builtin_profile(transport) : policy::load_profile(config.profile_file);
-  } catch (const policy::ProfileError& e) {
-    throw Error(ErrorCode::invalid_config, std::string(e.what()) + "; or leave Config::profile_file empty");
-  }
-  return policy::tuned(profile, config.group_size, base);
-}
+ProtocolConfig default_protocol(const Config& config) { return policy::protocol_for(config); }
 
 Node::Node(Config config) : state_(std::make_shared<detail::NodeState>()) {
   if (config.group_size == 0) throw Error(ErrorCode::invalid_config, "Config::group_size must be at least 1");
   config.faults = detail::faults_with_environment(config.faults);
   state_->cfg = config;
+  state_->protocol = config.protocol ? *config.protocol : default_protocol(config);
+  if (auto why = policy::check(state_->protocol)) throw Error(ErrorCode::invalid_config, *why);
   if (config.transport == TransportKind::socket || config.transport == TransportKind::verbs) {
     const bool verbs = config.transport == TransportKind::verbs;
     if (verbs) detail::check_verbs_device(config.verbs);  // no device: fail now, naming the fixes
-    state_->protocol = config.protocol ? *config.protocol : default_protocol(config);
     const std::uint32_t transport_mtu = verbs ? config.verbs.mtu : config.socket.mtu;
     if (state_->protocol.mtu > transport_mtu)
       throw Error(ErrorCode::invalid_config, "ProtocolConfig::mtu (" + std::to_string(state_->protocol.mtu) +
@@ -530,7 +484,6 @@ Node::Node(Config config) : state_(std::make_shared<detail::NodeState>()) {
     }
     return;  // the link and the progress thread come with join(): the manager assigns the id
   }
-  state_->protocol = config.protocol ? *config.protocol : default_protocol(config);
   state_->link = detail::make_inproc_link(config.fabric, config.faults);
   state_->progress = std::thread([s = state_.get()] { s->run(); });
 }
@@ -555,14 +508,8 @@ MemberId Node::id() const { return state_->link ? state_->link->id() : 0; }
 Group Node::join(const std::string& name) {
   auto g = std::make_shared<detail::GroupState>();
   g->node = state_.get();
-  large::PipelineConfig large;
-  large.block_size = state_->protocol.block_size;
-  large.segment_size = state_->protocol.segment_size;
-  large.algorithm = state_->protocol.large_algorithm;
-  large.receive_window = state_->protocol.large_receive_window;
-  large.credit_lead_bytes = state_->protocol.large_credit_lead_bytes;
   if (state_->cfg.transport == TransportKind::socket || state_->cfg.transport == TransportKind::verbs) {
-    detail::join_socket(*state_, name, g, large);
+    detail::join_socket(*state_, name, g);
     return Group(g);
   }
   const GroupId gid = name_hash(name);
@@ -576,7 +523,7 @@ Group Node::join(const std::string& name) {
   if (!view)
     throw Error(ErrorCode::join_timeout, "fewer than " + std::to_string(state_->cfg.group_size) + " members joined '" +
                                              name + "' in time: start the others, or lower Config::group_size");
-  g->engine = std::make_unique<small::Engine>(gid, id(), *view, state_->protocol, detail::now_ns(), large);
+  g->engine = std::make_unique<small::Engine>(gid, id(), *view, state_->protocol, detail::now_ns());
   {
     // ...and the engine exists before any frame is routed to it.
     std::lock_guard lock(state_->groups_mu);
@@ -697,7 +644,7 @@ Completion Group::broadcast_large(std::span<const std::byte> bytes, SendMode mod
   std::unique_lock lock(state_->mu);
   for (;;) {
     if (state_->closed || state_->engine->removed()) throw Error(state_->closed_code, state_->closed_why);
-    if (!state_->paused && state_->engine->pipeline().queued() < state_->engine->pipeline().config().queue_limit)
+    if (!state_->paused && state_->engine->pipeline().queued() < state_->engine->pipeline().config().large_queue_limit)
       break;
     if (mode == SendMode::fail)
       throw Error(ErrorCode::window_full, state_->paused ? "a member is joining the group: broadcasts resume once it "

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "ack_tree/tree.hpp"
+#include "core/assert.hpp"
 
 namespace hmcast::large {
 
@@ -11,10 +12,9 @@ namespace {
 constexpr std::size_t kEarlyLimit = 4096;
 }
 
-Pipeline::Pipeline(GroupId group, MemberId self, View view, PipelineConfig config)
+Pipeline::Pipeline(GroupId group, MemberId self, View view, const ProtocolConfig& config)
     : group_(group), self_(self), view_(std::move(view)), cfg_(config) {
-  if (cfg_.block_size == 0 || cfg_.block_size > wire::kMaxBlock)
-    throw std::invalid_argument("block size must be between 1 byte and 1 GiB");
+  HMCAST_ASSERT(cfg_.block_size > 0 && cfg_.block_size <= wire::kMaxBlock);
 }
 
 void Pipeline::send(MemberId to, const wire::Body& body, Outbox& out) {
@@ -27,7 +27,7 @@ wire::Announce Pipeline::announce_of(const Message& t) const {
 
 LargeResult Pipeline::broadcast(std::uint64_t size, Outbox& out, std::uint64_t block_size) {
   if (!view_.contains(self_)) return {LargeError::not_member, 0};
-  if (queue_.size() >= cfg_.queue_limit) return {LargeError::queue_full, 0};
+  if (queue_.size() >= cfg_.large_queue_limit) return {LargeError::queue_full, 0};
   if (block_size == 0 || block_size > wire::kMaxBlock) block_size = cfg_.block_size;
   const Seq seq = next_seq_++;
   queue_.push_back(Queued{seq, size, block_size});
@@ -40,7 +40,7 @@ void Pipeline::start_next(Outbox& out) {
   const auto [seq, size, block_size] = queue_.front();
   queue_.pop_front();
   own_active_ = seq;
-  Message& t = create(self_, seq, size, block_size, cfg_.algorithm);
+  Message& t = create(self_, seq, size, block_size, cfg_.large_algorithm);
   t.buffer = true;
   t.have.assign(t.blocks, true);
   t.have_count = t.blocks;
@@ -78,7 +78,7 @@ Pipeline::Message& Pipeline::create(MemberId sender, Seq seq, std::uint64_t size
       t.receive_order.push_back(view_.members[tr.from]);
     }
   }
-  const ack_tree::Tree tree(n, root, cfg_.ack_radix);
+  const ack_tree::Tree tree(n, root, cfg_.radix);
   if (auto p = tree.parent(me)) t.ack_parent = view_.members[*p];
   for (auto c : tree.children(me)) t.ack_children.insert(view_.members[c]);
   auto early = early_.find({sender, seq});
@@ -124,9 +124,9 @@ void Pipeline::grant(Message& t, Outbox& out) {
   // and one more once a receive in progress is nearly done (just in time, see the header).
   bool nearly_done = false;
   for (const auto& [block, held] : t.filled)
-    nearly_done = nearly_done || block_length(t, block) - held <= cfg_.credit_lead_bytes;
+    nearly_done = nearly_done || block_length(t, block) - held <= cfg_.large_credit_lead_bytes;
   const std::uint64_t limit = std::min<std::uint64_t>(
-      t.receive_order.size(), std::uint64_t{t.have_count} + cfg_.receive_window + (nearly_done ? 1 : 0));
+      t.receive_order.size(), std::uint64_t{t.have_count} + cfg_.large_receive_window + (nearly_done ? 1 : 0));
   std::set<MemberId> changed;
   while (t.credits_granted < limit) {
     const MemberId p = t.receive_order[t.credits_granted++];

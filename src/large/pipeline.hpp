@@ -64,35 +64,12 @@
 
 #include "core/actions.hpp"
 #include "core/wire.hpp"
+#include "hmcast/config.hpp"
 #include "hmcast/types.hpp"
 #include "large/schedule.hpp"
 
 namespace hmcast::large {
 
-struct PipelineConfig {
-  std::uint64_t block_size = 1U << 20;
-  LargeAlgorithm algorithm = LargeAlgorithm::binomial_pipeline;
-  std::uint32_t ack_radix = 2;
-  /// Own large messages waiting behind the one in flight; more are refused.
-  std::uint32_t queue_limit = 16;
-  /// Blocks a receiver lets come at once (credits ahead of the blocks it holds).
-  /// One, as in RDMC: with more, members that run ahead crowd a receiver's link.
-  std::uint32_t receive_window = 1;
-  /// With transfers in flight and no frame of the large path for this long, ping
-  /// the members we wait on: a dead one then shows as a broken link.
-  std::int64_t stall_ns = 10'000'000;
-  /// Bytes of a block sent as one transfer (clamped to [1, block size]). Smaller
-  /// segments let a relay forward sooner; each costs one posted transfer and frame.
-  std::uint64_t segment_size = 64U << 10;
-  /// The next credit goes out when a receive in progress has at most this many bytes
-  /// still to come (0: only once it is complete). It must cover a credit's trip to
-  /// the sender plus its first bytes' trip back, 2 x latency x bandwidth (2 x 2 us at
-  /// 100 Gb/s is 50 KB), and be at least one of the sender's segments, as progress is
-  /// seen a segment at a time. 256 KiB covers 2 x 10 us at 100 Gb/s or 2 x 2.5 us at
-  /// 400 Gb/s; in the simulator a larger lead gains nothing and a whole block (credit
-  /// at the first segment) lets senders crowd receivers (n = 100: 1.0256 against 1.0236).
-  std::uint64_t credit_lead_bytes = 256U << 10;
-};
 
 struct PipelineStats {
   std::uint64_t blocks_sent = 0;      // scheduled sends whose every segment went out
@@ -118,7 +95,9 @@ struct LargeResult {
 
 class Pipeline {
  public:
-  Pipeline(GroupId group, MemberId self, View view, PipelineConfig config);
+  /// `config` is the group's one ProtocolConfig (its large_* fields, block_size,
+  /// segment_size, radix), already checked (policy::check).
+  Pipeline(GroupId group, MemberId self, View view, const ProtocolConfig& config);
 
   /// Queues an own message of `size` bytes, cut into blocks of `block_size` (0: the
   /// configured block size; the policy picks one per message). Throws nothing:
@@ -144,7 +123,7 @@ class Pipeline {
   /// Members whose credit, block or ACK an active transfer is waiting for.
   [[nodiscard]] std::set<MemberId> waiting_on() const;
   [[nodiscard]] std::size_t queued() const { return queue_.size(); }
-  [[nodiscard]] const PipelineConfig& config() const { return cfg_; }
+  [[nodiscard]] const ProtocolConfig& config() const { return cfg_; }
   /// The seq the next broadcast() will get.
   [[nodiscard]] Seq next_seq() const { return next_seq_; }
   /// Own large messages in flight or queued.
@@ -202,7 +181,7 @@ class Pipeline {
   GroupId group_;
   MemberId self_;
   View view_;
-  PipelineConfig cfg_;
+  ProtocolConfig cfg_;
   std::map<Key, Message> transfers_;
   struct Early {
     std::map<MemberId, std::uint32_t> credit;

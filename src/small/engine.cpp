@@ -8,11 +8,10 @@
 
 namespace hmcast::small {
 
-Engine::Engine(GroupId group, MemberId self, View initial, ProtocolConfig config, TimeNs now,
-               large::PipelineConfig large)
+Engine::Engine(GroupId group, MemberId self, View initial, ProtocolConfig config, TimeNs now)
     : group_(group), self_(self), view_(std::move(initial)), cfg_(config), view_start_(now),
       window_(std::clamp<std::uint32_t>(cfg_.initial_window_messages, 1, std::max(cfg_.window_messages, 1U))),
-      pipeline_(group, self, view_, large), pipeline_stall_ns_(large.stall_ns),
+      pipeline_(group, self, view_, cfg_), pipeline_stall_ns_(cfg_.large_stall_ns),
       probe_(ProbeConfig{cfg_.multicast_probe_resend_ns, cfg_.multicast_probe_deadline_ns}) {
   (void)fragment_payload(cfg_.mtu);  // validates the MTU up front
   if (!view_.contains(self_)) removed_ = true;

@@ -73,8 +73,7 @@ struct BroadcastResult {
 
 class Engine {
  public:
-  Engine(GroupId group, MemberId self, View initial, ProtocolConfig config, TimeNs now,
-         large::PipelineConfig large = {});
+  Engine(GroupId group, MemberId self, View initial, ProtocolConfig config, TimeNs now);
 
   /// Send a large message of `size` bytes (large path, large/pipeline.hpp). The
   /// runtime supplies the bytes when SendBlock actions name them.

@@ -8,7 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "transport/sim/sim_profile.hpp"
+#include "policy/defaults.hpp"
 #include "small/engine.hpp"
 
 namespace hmcast::sim {
@@ -24,16 +24,15 @@ class LargeRun final : public Host {
         removed_(sc.nodes, false), delivered_(sc.nodes) {
     View v{1, {}};
     for (std::uint32_t i = 0; i < sc.nodes; ++i) v.members.push_back(i);
-    const ProtocolConfig protocol = protocol_profile(sc.latency_ns);
-    large::PipelineConfig large;
-    large.block_size = sc.block;
-    large.algorithm = sc.algorithm;
-    large.queue_limit = sc.messages + 4;
-    large.receive_window = sc.receive_window;
-    large.segment_size = sc.segment;
-    large.credit_lead_bytes = sc.credit_lead;
+    ProtocolConfig protocol = policy::sim_defaults(sc.latency_ns);
+    protocol.block_size = sc.block;
+    protocol.large_algorithm = sc.algorithm;
+    protocol.large_queue_limit = sc.messages + 4;
+    protocol.large_receive_window = sc.receive_window;
+    protocol.segment_size = sc.segment;
+    protocol.large_credit_lead_bytes = sc.credit_lead;
     for (std::uint32_t i = 0; i < sc.nodes; ++i)
-      engines_.push_back(std::make_unique<small::Engine>(kGroup, i, v, protocol, 0, large));
+      engines_.push_back(std::make_unique<small::Engine>(kGroup, i, v, protocol, 0));
     const std::uint32_t senders = std::clamp<std::uint32_t>(sc.senders, 1, sc.nodes);
     for (std::uint32_t k = 0; k < senders; ++k) senders_.insert(static_cast<std::uint32_t>(std::uint64_t{k} * sc.nodes / senders));
     const auto blocks = static_cast<std::uint32_t>(std::max<std::uint64_t>(1, (sc.size + sc.block - 1) / sc.block));

@@ -20,8 +20,8 @@ struct LargeScenario {
   std::uint32_t messages = 1;  // per sender
   std::uint64_t size = 64U << 20;
   std::uint64_t block = 1U << 20;
-  std::uint64_t segment = large::PipelineConfig{}.segment_size;  // bytes per transfer (cut-through)
-  std::uint64_t credit_lead = large::PipelineConfig{}.credit_lead_bytes;  // see large/pipeline.hpp
+  std::uint64_t segment = ProtocolConfig{}.segment_size;  // bytes per transfer (cut-through)
+  std::uint64_t credit_lead = ProtocolConfig{}.large_credit_lead_bytes;  // see large/pipeline.hpp
   LargeAlgorithm algorithm = LargeAlgorithm::binomial_pipeline;
   double link_gbps = 100.0;
   TimeNs latency_ns = 2'000;

@@ -11,18 +11,18 @@
 
 #include "hmcast/config.hpp"
 #include "transport/sim/sim_fabric.hpp"
-#include "transport/sim/sim_profile.hpp"
+#include "policy/defaults.hpp"
 
 namespace hmcast::sim {
 
 struct SmallScenario {
   SmallScenario() { set_latency(network.latency_ns); }
   /// Sets the hop latency, the reordering spread, and what the protocol assumes of
-  /// the network (sim_profile.hpp).
+  /// the network (policy/defaults.hpp).
   void set_latency(TimeNs ns) {
     network.latency_ns = ns;
     network.reorder_delay_ns = std::max<TimeNs>(3 * ns, 1000);
-    protocol = protocol_profile(ns, protocol);
+    protocol = policy::sim_defaults(ns, protocol);
   }
 
   std::uint32_t nodes = 8;

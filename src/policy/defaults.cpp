@@ -1,0 +1,82 @@
+#include "policy/defaults.hpp"
+
+#include <algorithm>
+
+#include "core/wire.hpp"
+#include "hmcast/error.hpp"
+#include "policy/policy.hpp"
+#include "policy/profile.hpp"
+
+namespace hmcast::policy {
+
+ProtocolConfig transport_defaults(std::string_view transport, std::uint32_t mtu) {
+  ProtocolConfig p;
+  p.mtu = mtu;
+  if (transport == "sim") return p;
+  if (transport != "inproc" && transport != "socket" && transport != "verbs")
+    throw ProfileError("no protocol defaults for transport '" + std::string(transport) +
+                       "' (inproc, socket, verbs or sim)");
+  // Threads and processes are scheduled by the OS: a hand-off takes tens of
+  // microseconds, so timers start cautious.
+  p.initial_hop_rtt_ns = 200'000;
+  p.min_timeout_ns = 2'000'000;
+  p.ack_interval_ns = 20'000;
+  p.stable_announce_ns = 1'000'000;
+  if (transport != "inproc") {
+    // Processes on shared cores can be descheduled for many milliseconds (and
+    // Soft-RoCE runs in the kernel's softirqs): time alone must not remove a live
+    // member. A dead one is found at once anyway, by its control connection to
+    // the manager and its broken links.
+    p.repair_budget = 40;
+  }
+  return p;
+}
+
+ProtocolConfig sim_defaults(TimeNs latency_ns, ProtocolConfig base) {
+  base.initial_hop_rtt_ns = std::max<TimeNs>(2 * latency_ns, 1000);
+  base.min_timeout_ns = 5 * base.initial_hop_rtt_ns;
+  return base;
+}
+
+ProtocolConfig protocol_for(const Config& config) {
+  const char* transport = "inproc";
+  std::uint32_t mtu = ProtocolConfig{}.mtu;
+  if (config.transport == TransportKind::socket) {
+    transport = "socket";
+    mtu = config.socket.mtu;
+  } else if (config.transport == TransportKind::verbs) {
+    transport = "verbs";
+    mtu = config.verbs.mtu;
+  }
+  Profile profile;
+  try {
+    profile = config.profile_file.empty() ? builtin_profile(transport) : load_profile(config.profile_file);
+  } catch (const ProfileError& e) {
+    throw Error(ErrorCode::invalid_config, std::string(e.what()) + "; or leave Config::profile_file empty");
+  }
+  return tuned(profile, config.group_size, transport_defaults(transport, mtu));
+}
+
+std::optional<std::string> check(const ProtocolConfig& c) {
+  auto bad = [](const std::string& what) { return std::optional<std::string>("ProtocolConfig::" + what); };
+  if (c.radix < 2) return bad("radix must be at least 2");
+  if (c.mtu < wire::kDataOverhead + 64 || c.mtu > 65'507)
+    return bad("mtu must be in [" + std::to_string(wire::kDataOverhead + 64) + ", 65507] (a UDP datagram)");
+  if (c.window_messages == 0 || c.initial_window_messages == 0) return bad("window_messages and initial_window_messages must be at least 1");
+  if (c.window_bytes == 0) return bad("window_bytes must be at least 1");
+  if (c.max_small_message > wire::kMaxPacket / 2) return bad("max_small_message must be at most 32 MiB");
+  if (c.block_size == 0 || c.block_size > wire::kMaxBlock) return bad("block_size must be in [1, 1 GiB]");
+  if (c.min_block_size == 0) return bad("min_block_size must be at least 1");
+  if (c.segment_size == 0) return bad("segment_size must be at least 1");
+  if (c.large_receive_window == 0) return bad("large_receive_window must be at least 1");
+  if (c.large_queue_limit == 0) return bad("large_queue_limit must be at least 1");
+  if (c.max_large_message == 0) return bad("max_large_message must be at least 1");
+  if (c.min_timeout_ns <= 0 || c.max_timeout_ns < c.min_timeout_ns)
+    return bad("min_timeout_ns must be positive and at most max_timeout_ns");
+  if (c.initial_hop_rtt_ns <= 0 || c.ack_interval_ns < 0 || c.stable_announce_ns <= 0 || c.large_stall_ns <= 0)
+    return bad("initial_hop_rtt_ns, stable_announce_ns and large_stall_ns must be positive, ack_interval_ns not negative");
+  if (c.repair_budget == 0 || c.repair_batch == 0) return bad("repair_budget and repair_batch must be at least 1");
+  return std::nullopt;
+}
+
+}  // namespace hmcast::policy
