@@ -1,10 +1,10 @@
 // Micro-benchmarks of the protocol's hot paths beyond the wire format:
-//   - ACK aggregation: Engine::on_p2p with cumulative ACKs from tree children (64 members),
+//   - ACK aggregation: GroupEngine::on_frame with cumulative ACKs from tree children (64 members),
 //     at the root (ACKs complete messages) and at an interior node (ACKs go up the tree);
 //   - fragmenting and reassembling a 64 KiB message at MTU 4096;
 //   - RC pipeline schedule queries (binomial pipeline, n = 512, B = 256);
 //   - ACK-tree children() for n = 1024;
-//   - a progress loop: one broadcast through 4 engines wired in-process until the
+//   - a progress loop: one broadcast through 4 runtimes on the in-memory network until the
 //     sender sees Completed (per-message cost of the whole protocol, no I/O).
 #include <benchmark/benchmark.h>
 
@@ -26,7 +26,8 @@
 #include "hmcast/config.hpp"
 #include "hmcast/types.hpp"
 #include "large/schedule.hpp"
-#include "small/engine.hpp"
+#include "group/group_engine.hpp"
+#include "mem_net.hpp"
 #include "small/fragmenter.hpp"
 #include "small/reassembly.hpp"
 
@@ -40,7 +41,7 @@ using hmcast::ProtocolConfig;
 using hmcast::Seq;
 using hmcast::TimeNs;
 using hmcast::View;
-using hmcast::small::Engine;
+using hmcast::group::GroupEngine;
 namespace action = hmcast::action;
 namespace wire = hmcast::wire;
 using Bytes = std::vector<std::byte>;
@@ -99,10 +100,12 @@ void BM_AckAggregation(benchmark::State& state) {
     datagrams.push_back(wire::encode(wire::Header{wire::Type::data, kGroup, view.id, sender}, d));
   }
 
-  std::optional<Engine> e;
+  std::optional<GroupEngine> e;
   Outbox out;
   auto setup = [&] {
-    e.emplace(kGroup, self, view, cfg, 0);
+    hmcast::group::ViewChange first;
+    first.view = view;
+    e.emplace(kGroup, self, first, cfg, 0);
     out.clear();
     for (Seq k = 1; k <= kK; ++k) {
       if (at_root) (void)e->broadcast(msg, 0, out);
@@ -120,13 +123,13 @@ void BM_AckAggregation(benchmark::State& state) {
     TimeNs now = 1'000;
     for (const auto& [from, bytes] : acks) {
       now += 50;
-      e->on_p2p(from, bytes, now, out);
+      e->on_frame(from, bytes, now, out);
       out.clear();
     }
     frames += acks.size();
   }
   // Sanity: the ACKs did what they should (complete everything / travel up).
-  if (at_root ? e->stats().completed != kK : e->stats().acks_sent == 0)
+  if (at_root ? e->small_path().stats().completed != kK : e->small_path().stats().acks_sent == 0)
     state.SkipWithError("ACKs had no effect: the benchmark is not measuring aggregation");
   state.SetItemsProcessed(static_cast<std::int64_t>(frames));
   state.counters["children"] = static_cast<double>(children.size());
@@ -242,90 +245,33 @@ BENCHMARK(BM_TreeChildren)->ArgName("radix")->Arg(2)->Arg(4);
 // ---------------------------------------------------------------------------
 // Progress loop: 4 engines in one process, one broadcast at a time
 
-class Group {
- public:
-  Group(std::uint32_t n, const ProtocolConfig& cfg) : view_(numbered_view(n)) {
-    for (MemberId m : view_.members) engines_.push_back(std::make_unique<Engine>(kGroup, m, view_, cfg, 0));
+/// Member 1 broadcasts on the shared in-memory network (whole runtimes), then time
+/// moves until member 1 sees the message completed. False if that never happens.
+bool one_message(hmcast::testing::MemNet& net, const MessageBuffer& msg, std::uint64_t& packets,
+                 std::uint64_t& deliveries) {
+  const auto r = net.broadcast(1, msg);
+  if (r.error != hmcast::small::BroadcastError::none) return false;
+  for (int rounds = 0; net.completed[1].empty() || net.completed[1].back() != r.seq; ++rounds) {
+    if (rounds > 100'000) return false;
+    net.advance(200);
   }
-
-  // Broadcast from member 1 and move packets (and fire timers when nothing is in
-  // flight) until member 1 sees the message completed. False if that never happens.
-  bool one_message(const MessageBuffer& msg) {
-    Outbox out;
-    const auto r = engines_[0]->broadcast(msg, now_, out);
-    if (r.error != hmcast::small::BroadcastError::none) return false;
-    target_ = r.seq;
-    done_ = false;
-    take(0, out);
-    for (int rounds = 0; !done_; ++rounds) {
-      if (rounds > 100'000) return false;
-      if (queue_.empty()) {
-        TimeNs next = hmcast::kNever;
-        for (const auto& e : engines_) next = std::min(next, e->next_wakeup());
-        if (next == hmcast::kNever) return false;  // nothing left that could complete it
-        now_ = std::max(now_, next);
-        for (std::size_t i = 0; i < engines_.size(); ++i) {
-          if (engines_[i]->next_wakeup() > now_) continue;
-          out.clear();
-          engines_[i]->on_timer(now_, out);
-          take(i, out);
-        }
-        continue;
-      }
-      Packet p = std::move(queue_.front());
-      queue_.pop_front();
-      now_ += 200;  // one hop
-      out.clear();
-      if (p.datagram) engines_[p.to]->on_datagram(p.bytes, now_, out);
-      else engines_[p.to]->on_p2p(view_.members[p.from], p.bytes, now_, out);
-      take(p.to, out);
-    }
-    return true;
-  }
-  [[nodiscard]] std::uint64_t packets() const { return packets_; }
-  [[nodiscard]] std::uint64_t deliveries() const { return deliveries_; }
-
- private:
-  struct Packet {
-    bool datagram = false;
-    std::size_t from = 0;
-    std::size_t to = 0;
-    Bytes bytes;
-  };
-
-  void take(std::size_t from, Outbox& out) {
-    for (auto& a : out) {
-      if (auto* d = std::get_if<action::SendDatagram>(&a)) {
-        for (std::size_t i = 0; i < engines_.size(); ++i)
-          if (i != from) queue_.push_back(Packet{true, from, i, d->bytes});
-        ++packets_;
-      } else if (auto* p = std::get_if<action::SendP2P>(&a)) {
-        queue_.push_back(Packet{false, from, *view_.rank_of(p->to), std::move(p->bytes)});
-        ++packets_;
-      } else if (std::holds_alternative<action::Deliver>(a)) {
-        ++deliveries_;
-      } else if (const auto* c = std::get_if<action::Completed>(&a)) {
-        if (from == 0 && c->seq == target_) done_ = true;
-      }
-    }
-  }
-
-  View view_;
-  std::vector<std::unique_ptr<Engine>> engines_;
-  std::deque<Packet> queue_;
-  TimeNs now_ = 0;
-  Seq target_ = 0;
-  bool done_ = false;
-  std::uint64_t packets_ = 0;
-  std::uint64_t deliveries_ = 0;
-};
+  packets += net.sent.size();
+  for (auto& [m, d] : net.delivered) deliveries += d.size();
+  net.sent.clear();  // the logs would grow with every iteration
+  net.delivered.clear();
+  return true;
+}
 
 void BM_ProgressLoop(benchmark::State& state) {
   constexpr std::uint32_t kN = 4;
   const auto msg = filled(static_cast<std::size_t>(state.range(0)));
-  Group g(kN, ProtocolConfig{});
+  hmcast::testing::MemNet net(hmcast::testing::MemNet::Options{});
+  const View view = numbered_view(kN);
+  for (MemberId m : view.members) net.add(m, view);
+  std::uint64_t packets = 0;
+  std::uint64_t deliveries = 0;
   for (auto _ : state) {
-    if (!g.one_message(msg)) {
+    if (!one_message(net, msg, packets, deliveries)) {
       state.SkipWithError("a broadcast did not complete");
       break;
     }
@@ -333,8 +279,8 @@ void BM_ProgressLoop(benchmark::State& state) {
   const auto n = static_cast<double>(state.iterations());
   state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations()));
   state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations()) * state.range(0));
-  state.counters["pkts/msg"] = static_cast<double>(g.packets()) / n;
-  state.counters["deliv/msg"] = static_cast<double>(g.deliveries()) / n;
+  state.counters["pkts/msg"] = static_cast<double>(packets) / n;
+  state.counters["deliv/msg"] = static_cast<double>(deliveries) / n;
 }
 BENCHMARK(BM_ProgressLoop)->ArgName("bytes")->Arg(64)->Arg(1024)->Arg(8192);
 

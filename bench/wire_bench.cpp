@@ -60,16 +60,7 @@ void BM_DecodeAck(benchmark::State& state) {
   for (auto _ : state) benchmark::DoNotOptimize(hmcast::wire::decode(bytes));
   state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations()) * state.range(0));
 }
-BENCHMARK(BM_DecodeAck)->ArgName("entries")->Arg(1)->Arg(16)->Arg(64);
-
-void BM_DecodeNewView(benchmark::State& state) {
-  hmcast::wire::NewView v;
-  for (std::int64_t i = 0; i < state.range(0); ++i) v.members.push_back(static_cast<std::uint32_t>(2 * i + 1));
-  const auto bytes = hmcast::wire::encode(hmcast::wire::Header{hmcast::wire::Type::new_view, 1, 2, 1}, v);
-  for (auto _ : state) benchmark::DoNotOptimize(hmcast::wire::decode(bytes));
-  state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations()) * state.range(0));
-}
-BENCHMARK(BM_DecodeNewView)->ArgName("members")->Arg(64)->Arg(1024);
+BENCHMARK(BM_DecodeAck)->ArgName("entries")->Arg(1)->Arg(16)->Arg(64)->Arg(1024);
 
 // Refusing bad input must be cheap: a Data packet cut inside its fixed fields, and one
 // whose ACK count claims far more entries than the packet holds.

@@ -1,20 +1,26 @@
-// libFuzzer target: one small::Engine in a fixed 4-member view {1,2,3,4} fed a
-// sequence of events decoded from the input. It must never crash, hang or trip a
-// sanitizer, and what it emits must make sense:
+// libFuzzer target: one group engine (group/group_engine.hpp: admission, the small
+// and large paths, the multicast probe) in a fixed 4-member view {1,2,3,4} fed a
+// sequence of events decoded from the input. It must never crash, hang, trip an
+// assertion or a sanitizer, and what it emits must make sense:
 //   - every datagram/p2p frame it sends decodes, names this group and this member,
 //     datagrams fit the MTU, and no frame is addressed to itself;
 //   - each sender's messages are delivered in order, each exactly once;
 //   - its own completions come in order.
 //   - it never delivers or completes an own message it did not send (a forged Repair of
-//     our own stream once made it do so: "[engine][regression]" in tests/engine_input_test.cpp).
+//     our own stream once made it do so: "[engine][regression]" in tests/engine_input_test.cpp);
+//   - a large message it asks a buffer for is within max_large_message.
 //
 // Input: byte 0 picks which member this engine is. Then events, each a control byte
 // c (op = c & 7, who = (c >> 3) & 7 picks members 1..4 or non-members 0, 5, 9, ~0):
 //   0 raw datagram    (u16 length + bytes)
 //   1 raw p2p from who (u16 length + bytes)
-//   2 datagram with a well-formed header from `who` (type byte + u8 length + body)
-//   3 p2p with a well-formed header from `who`      (type byte + u8 length + body)
-//     (for 2/3, bits 6-7 of c: 0 our view, 1 previous view, 2 next view, 3 other group)
+//   2 datagram with a well-formed header from `who`
+//   3 p2p with a well-formed header from `who`
+//     (for 2/3, bits 6-7 of c: 0 our view, 1 previous view, 2 next view, 3 other group;
+//     then a kind byte: bit 7 set, a raw body of that type (u8 length + bytes); clear,
+//     a well-formed message of wire::Body alternative (kind % alternatives), every
+//     field drawn from the input, so every message type, extreme counts and sizes
+//     included (an Announce of 2^32-1 blocks), reaches the engine)
 //   4 time passes (u8 amount, scaled) and timers fire
 //   5 broadcast a message (u8 size * 17 bytes; more than max_small_message refuses)
 //   6 the transport reports the link to `who` failed
@@ -35,7 +41,8 @@
 #include "core/wire.hpp"
 #include "hmcast/config.hpp"
 #include "hmcast/types.hpp"
-#include "small/engine.hpp"
+#include "group/group_engine.hpp"
+#include "large/pipeline.hpp"
 
 namespace {
 
@@ -107,6 +114,8 @@ struct Checker {
         view = v->view.id;
       } else if (std::holds_alternative<action::Removed>(a)) {
         removed = true;
+      } else if (const auto* nb = std::get_if<action::NeedBuffer>(&a)) {
+        if (nb->size > cfg.max_large_message) fail("asked for a large buffer over max_large_message");
       }
     }
   }
@@ -136,6 +145,85 @@ std::vector<std::byte> framed(std::uint8_t type, GroupId group, ViewId view, Mem
   return b;
 }
 
+/// A well-formed message of every wire::Body alternative, its fields from the input.
+/// Values are biased to the edges (0, 1, small, near the type's maximum), where the
+/// limits are.
+class Messages {
+ public:
+  explicit Messages(Input& in) : in_(in) {}
+
+  std::uint64_t value(std::uint64_t small_range) {
+    const std::uint8_t k = in_.u8();
+    switch (k & 7U) {
+      case 0: return 0;
+      case 1: return 1;
+      case 2: return ~std::uint64_t{0} >> (k >> 3);  // near 2^64, 2^32 and below
+      case 3: return (std::uint64_t{1} << (k >> 3)) - 1;
+      default: return small_range == 0 ? 0 : (k >> 3) % (small_range + 1);
+    }
+  }
+  MemberId member() { return static_cast<MemberId>(value(5)); }
+  std::uint32_t u32(std::uint64_t small_range) { return static_cast<std::uint32_t>(value(small_range)); }
+
+  w::Body make(std::size_t kind) {
+    static_assert(std::variant_size_v<w::Body> == 13, "a new wire::Body type: make() must build it");
+    switch (kind % std::variant_size_v<w::Body>) {
+      case 0: {
+        w::Data d;
+        d.sender = member();
+        d.seq = value(20);
+        d.stable = value(20);
+        d.frag_count = static_cast<std::uint16_t>(1 + value(8) % 8);
+        d.frag_index = static_cast<std::uint16_t>(value(8) % d.frag_count);
+        d.payload = in_.bytes(in_.u8());
+        d.msg_len = static_cast<std::uint32_t>(d.payload.size() * d.frag_count);
+        d.offset = static_cast<std::uint32_t>(d.payload.size() * d.frag_index);
+        return d;
+      }
+      case 1: return w::Repair{member(), value(20), value(20), in_.bytes(in_.u8())};
+      case 2: {
+        w::Ack a;
+        const auto n = value(4) % 8;
+        for (std::uint64_t i = 0; i < n; ++i) a.entries.push_back(w::AckEntry{member(), value(20), value(20), value(64)});
+        return a;
+      }
+      case 3: return w::Pull{member(), value(20), value(20)};
+      case 4: return w::Stable{member(), value(20), value(20)};
+      case 5: return w::AckQuery{member()};
+      case 6: return w::Announce{member(), value(4), value(1 << 20), value(1 << 16), static_cast<std::uint8_t>(value(3) % 4)};
+      case 7: return w::Ready{member(), value(4), u32(8)};
+      case 8: {
+        w::Block b{member(), value(4), u32(8), value(1 << 20), 0, {}};
+        b.payload = in_.bytes(in_.u8());
+        b.length = static_cast<std::uint32_t>(b.payload.size());
+        return b;
+      }
+      case 9: return w::LargeAck{member(), value(4)};
+      case 10: return w::Ping{};
+      case 11: return w::McastProbe{value(4)};
+      default: return w::McastConfirm{value(4)};
+    }
+  }
+
+ private:
+  Input& in_;
+};
+
+/// The runtime answers a NeedBuffer at once (runtime/runtime.cpp); what that
+/// causes joins `out`.
+void answer_buffers(group::GroupEngine& engine, Outbox& out, TimeNs now) {
+  (void)now;
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    if (const auto* nb = std::get_if<action::NeedBuffer>(&out[i])) {
+      const auto sender = nb->sender;
+      const auto seq = nb->seq;
+      Outbox more;
+      engine.buffer_ready(sender, seq, more);
+      for (auto& a : more) out.push_back(std::move(a));
+    }
+  }
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
@@ -150,7 +238,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const View initial{10, {kMembers[0], kMembers[1], kMembers[2], kMembers[3]}};
   const MemberId self = kMembers[in.u8() & 3U];
 
-  small::Engine engine(kGroup, self, initial, cfg, 0);
+  cfg.max_large_message = 64U << 20;
+  group::ViewChange first;
+  first.view = initial;
+  group::GroupEngine engine(kGroup, self, first, cfg, 0);
+  Messages messages(in);
   Checker check;
   check.self = self;
   check.cfg = cfg;
@@ -167,13 +259,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       case 0: engine.on_datagram(in.bytes(in.u16()), now, out); break;
       case 1: {
         const auto bytes = in.bytes(in.u16());
-        engine.on_p2p(who, bytes, now, out);
+        engine.on_frame(who, bytes, now, out);
         break;
       }
       case 2:
       case 3: {
-        const std::uint8_t type = in.u8();
-        const auto body = in.bytes(in.u8());
         const ViewId v = engine.view().id;
         GroupId group = kGroup;
         ViewId view = v;
@@ -183,9 +273,15 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
           case 3: group = kGroup + 1; break;
           default: break;
         }
-        const auto bytes = framed(type, group, view, who, body);
+        const std::uint8_t kind = in.u8();
+        std::vector<std::byte> bytes;
+        if ((kind & 0x80U) != 0) {
+          bytes = framed(kind & 0x7fU, group, view, who, in.bytes(in.u8()));
+        } else {
+          bytes = w::encode(w::Header{{}, group, view, who}, messages.make(kind));
+        }
         if ((c & 7U) == 2) engine.on_datagram(bytes, now, out);
-        else engine.on_p2p(who, bytes, now, out);
+        else engine.on_frame(who, bytes, now, out);
         break;
       }
       case 4:
@@ -212,9 +308,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         break;
       }
     }
+    answer_buffers(engine, out, now);
     check.check(out);
     if (engine.removed() != check.removed) fail("removed() disagrees with the Removed action");
-    if (engine.in_flight() > cfg.window_messages) fail("more own messages in flight than the window");
+    if (engine.small_path().in_flight() > cfg.window_messages) fail("more own messages in flight than the window");
   }
   // Let every pending timer run out (bounded: the repair budget ends each chain).
   for (int i = 0; i < 64 && !check.removed; ++i) {
@@ -223,6 +320,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     now = std::max(now, next);
     out.clear();
     engine.on_timer(now, out);
+    answer_buffers(engine, out, now);
     check.check(out);
   }
   return 0;

@@ -1,5 +1,5 @@
-// The small-message engine (src/small/engine.*) driven directly, without the
-// simulator: what it does with valid, duplicate, reordered, fragmented and bad input,
+// The group engine (src/group/group_engine.*) with its small path, driven directly,
+// without the simulator: what it does with valid, duplicate, reordered, fragmented and bad input,
 // and how broadcast() refuses. Every action is inspected in the Outbox.
 #include <algorithm>
 #include <cstddef>
@@ -17,7 +17,7 @@
 #include "core/wire.hpp"
 #include "hmcast/config.hpp"
 #include "hmcast/types.hpp"
-#include "small/engine.hpp"
+#include "group/group_engine.hpp"
 
 using hmcast::GroupId;
 using hmcast::MemberId;
@@ -28,9 +28,8 @@ using hmcast::Seq;
 using hmcast::TimeNs;
 using hmcast::View;
 using hmcast::ViewId;
+using hmcast::group::GroupEngine;
 using hmcast::small::BroadcastError;
-using hmcast::small::Engine;
-using hmcast::small::EngineStats;
 namespace action = hmcast::action;
 namespace wire = hmcast::wire;
 using Bytes = std::vector<std::byte>;
@@ -38,6 +37,30 @@ using Bytes = std::vector<std::byte>;
 namespace {
 
 constexpr GroupId kGroup = 0x6863617374ULL;
+
+hmcast::group::ViewChange first(View v) {
+  hmcast::group::ViewChange c;
+  c.view = std::move(v);
+  return c;
+}
+
+/// The engine's counters in one place: what admission refused, and what the small path did.
+struct Counts {
+  std::uint64_t decode_errors = 0, wrong_group_dropped = 0, stale_view_dropped = 0, future_view_dropped = 0,
+                non_member_dropped = 0, invalid_dropped = 0, delivered = 0, completed = 0, duplicates_dropped = 0;
+  [[nodiscard]] std::uint64_t bad_packets() const {
+    return decode_errors + wrong_group_dropped + stale_view_dropped + future_view_dropped + non_member_dropped +
+           invalid_dropped;
+  }
+};
+
+Counts counts(const GroupEngine& e) {
+  const auto& a = e.admission();
+  const auto& s = e.small_path().stats();
+  return Counts{a.decode_errors,      a.wrong_group_dropped, a.stale_view_dropped,
+                a.future_view_dropped, a.non_member_dropped, a.misrouted_dropped + s.invalid_dropped,
+                s.delivered,          s.completed,           s.duplicates_dropped};
+}
 constexpr ViewId kView = 5;
 
 View view3() { return View{kView, {1, 2, 3}}; }
@@ -74,7 +97,7 @@ Bytes data_datagram(MemberId src, Seq seq, const MessageBuffer& msg, GroupId gro
 }
 
 Bytes repair_frame(MemberId src, MemberId sender, Seq seq, const MessageBuffer& msg) {
-  return wire::encode(header(wire::Type::repair, src), wire::Repair{sender, seq, *msg});
+  return wire::encode(header(wire::Type::repair, src), wire::Repair{sender, seq, 0, *msg});
 }
 
 template <class A>
@@ -98,7 +121,7 @@ std::vector<MemberId> children_of(const View& v, MemberId sender, MemberId self,
 }  // namespace
 
 TEST_CASE("engine: a valid Data datagram is delivered exactly once", "[engine]") {
-  Engine e(kGroup, 1, view3(), ProtocolConfig{}, 0);
+  GroupEngine e(kGroup, 1, first(view3()), ProtocolConfig{}, 0);
   const auto msg = message(100, 1);
   const Bytes dgram = data_datagram(2, 1, msg);
   Outbox out;
@@ -109,8 +132,8 @@ TEST_CASE("engine: a valid Data datagram is delivered exactly once", "[engine]")
   CHECK(got[0].sender == 2);
   CHECK(got[0].seq == 1);
   CHECK(diff(*got[0].message, *msg) == "");
-  CHECK(e.stats().delivered == 1);
-  CHECK(e.stats().bad_packets() == 0);
+  CHECK(counts(e).delivered == 1);
+  CHECK(counts(e).bad_packets() == 0);
   // Member 1 is a leaf of sender 2's tree over {1,2,3}: it ACKs [1,1] to 2 at once.
   const auto acks = actions<action::SendP2P>(out);
   REQUIRE(acks.size() == 1);
@@ -126,16 +149,16 @@ TEST_CASE("engine: a valid Data datagram is delivered exactly once", "[engine]")
   out.clear();
   e.on_datagram(dgram, 20, out);
   CHECK(delivers(out).empty());
-  CHECK(e.stats().duplicates_dropped == 1);
-  e.on_p2p(3, repair_frame(3, 2, 1, msg), 30, out);
+  CHECK(counts(e).duplicates_dropped == 1);
+  e.on_frame(3, repair_frame(3, 2, 1, msg), 30, out);
   CHECK(delivers(out).empty());
-  CHECK(e.stats().duplicates_dropped == 2);
-  CHECK(e.stats().delivered == 1);
-  CHECK(e.stats().bad_packets() == 0);
+  CHECK(counts(e).duplicates_dropped == 2);
+  CHECK(counts(e).delivered == 1);
+  CHECK(counts(e).bad_packets() == 0);
 }
 
 TEST_CASE("engine: bad datagrams are counted and produce no action", "[engine]") {
-  Engine e(kGroup, 1, view3(), ProtocolConfig{}, 0);
+  GroupEngine e(kGroup, 1, first(view3()), ProtocolConfig{}, 0);
   const auto msg = message(64, 2);
   const Bytes valid = data_datagram(2, 1, msg);
   TimeNs now = 0;
@@ -143,28 +166,28 @@ TEST_CASE("engine: bad datagrams are counted and produce no action", "[engine]")
   struct Case {
     std::string name;
     Bytes bytes;
-    std::uint64_t EngineStats::*counter;
+    std::uint64_t Counts::*counter;
   };
   std::vector<Case> cases = {
-      {"another group", data_datagram(2, 1, msg, kGroup + 1), &EngineStats::wrong_group_dropped},
-      {"stale view id", data_datagram(2, 1, msg, kGroup, kView - 1), &EngineStats::stale_view_dropped},
-      {"view id 0", data_datagram(2, 1, msg, kGroup, 0), &EngineStats::stale_view_dropped},
-      {"future view id", data_datagram(2, 1, msg, kGroup, kView + 1), &EngineStats::future_view_dropped},
-      {"non-member src 9", data_datagram(9, 1, msg), &EngineStats::non_member_dropped},
+      {"another group", data_datagram(2, 1, msg, kGroup + 1), &Counts::wrong_group_dropped},
+      {"stale view id", data_datagram(2, 1, msg, kGroup, kView - 1), &Counts::stale_view_dropped},
+      {"view id 0", data_datagram(2, 1, msg, kGroup, 0), &Counts::stale_view_dropped},
+      {"future view id", data_datagram(2, 1, msg, kGroup, kView + 1), &Counts::future_view_dropped},
+      {"non-member src 9", data_datagram(9, 1, msg), &Counts::non_member_dropped},
       {"Data whose sender is not header.src", data_datagram(2, 1, msg, kGroup, kView, 3),
-       &EngineStats::invalid_dropped},
+       &Counts::invalid_dropped},
       {"Data of a non-member sender relayed by a member", data_datagram(2, 1, msg, kGroup, kView, 9),
-       &EngineStats::invalid_dropped},
+       &Counts::invalid_dropped},
       {"control traffic (Ack) by datagram",
        wire::encode(header(wire::Type::ack, 2), wire::Ack{{wire::AckEntry{2, 1, 1, 0}}}),
-       &EngineStats::invalid_dropped},
-      {"garbage", Bytes(100, std::byte{0x5a}), &EngineStats::decode_errors},
-      {"empty", Bytes{}, &EngineStats::decode_errors},
+       &Counts::invalid_dropped},
+      {"garbage", Bytes(100, std::byte{0x5a}), &Counts::decode_errors},
+      {"empty", Bytes{}, &Counts::decode_errors},
   };
   // Every truncation of the valid datagram (a single fragment: msg_len pins the payload).
   for (std::size_t len = 0; len < valid.size(); ++len)
     cases.push_back({"truncated to " + std::to_string(len), Bytes(valid.begin(), valid.begin() + static_cast<std::ptrdiff_t>(len)),
-                     &EngineStats::decode_errors});
+                     &Counts::decode_errors});
   // Random garbage from a fixed seed, some of it behind a valid magic and version.
   std::mt19937_64 rng(42);
   for (int i = 0; i < 500; ++i) {
@@ -176,27 +199,27 @@ TEST_CASE("engine: bad datagrams are counted and produce no action", "[engine]")
       b[2] = std::byte{wire::kVersion};
     }
     if (wire::decode(b).ok()) continue;  // astronomically unlikely; keep the expectation exact
-    cases.push_back({"random garbage " + std::to_string(i), std::move(b), &EngineStats::decode_errors});
+    cases.push_back({"random garbage " + std::to_string(i), std::move(b), &Counts::decode_errors});
   }
 
   for (const auto& c : cases) {
     INFO(c.name);
-    const EngineStats before = e.stats();
+    const Counts before = counts(e);
     Outbox out;
     e.on_datagram(c.bytes, now += 100, out);
     CHECK(out.empty());  // in particular no Deliver, and no ACK or repair either
-    CHECK(e.stats().*c.counter == before.*c.counter + 1);
-    CHECK(e.stats().bad_packets() == before.bad_packets() + 1);
-    CHECK(e.held_messages() == 0);
-    CHECK(e.stats().delivered == 0);
+    CHECK(counts(e).*c.counter == before.*c.counter + 1);
+    CHECK(counts(e).bad_packets() == before.bad_packets() + 1);
+    CHECK(e.small_path().held_messages() == 0);
+    CHECK(counts(e).delivered == 0);
   }
   // Our own multicast looping back is ignored silently (not an error, not a delivery).
   {
-    Engine self2(kGroup, 2, view3(), ProtocolConfig{}, 0);
+    GroupEngine self2(kGroup, 2, first(view3()), ProtocolConfig{}, 0);
     Outbox out;
     self2.on_datagram(valid, 1, out);
     CHECK(out.empty());
-    CHECK(self2.stats().bad_packets() == 0);
+    CHECK(counts(self2).bad_packets() == 0);
   }
   // None of it disturbed the engine: the valid datagram still goes through, once.
   Outbox out;
@@ -206,44 +229,56 @@ TEST_CASE("engine: bad datagrams are counted and produce no action", "[engine]")
 }
 
 TEST_CASE("engine: a p2p frame must come from the member its header names", "[engine]") {
-  Engine e(kGroup, 1, view3(), ProtocolConfig{}, 0);
+  GroupEngine e(kGroup, 1, first(view3()), ProtocolConfig{}, 0);
   const auto msg = message(40, 3);
   Outbox out;
   // header.src 3, but the transport says it came from 2 (and the other way round).
-  e.on_p2p(2, repair_frame(3, 2, 1, msg), 10, out);
-  e.on_p2p(3, repair_frame(2, 2, 1, msg), 20, out);
+  e.on_frame(2, repair_frame(3, 2, 1, msg), 10, out);
+  e.on_frame(3, repair_frame(2, 2, 1, msg), 20, out);
   CHECK(out.empty());
-  CHECK(e.stats().invalid_dropped == 2);
-  // Data never travels point-to-point, even from the right member.
-  e.on_p2p(2, data_datagram(2, 1, msg), 30, out);
+  CHECK(counts(e).invalid_dropped == 2);
+  // Data over a link is emulated multicast (the group's multicast failed its probe):
+  // a member may send only its own that way, named as the link's peer.
+  e.on_frame(3, data_datagram(2, 1, msg), 30, out);
   CHECK(out.empty());
-  CHECK(e.stats().invalid_dropped == 3);
+  CHECK(counts(e).invalid_dropped == 3);
   // A non-member that names itself honestly is still not a member.
-  e.on_p2p(9, repair_frame(9, 2, 1, msg), 40, out);
+  e.on_frame(9, repair_frame(9, 2, 1, msg), 40, out);
   CHECK(out.empty());
-  CHECK(e.stats().non_member_dropped == 1);
+  CHECK(counts(e).non_member_dropped == 1);
   // Garbage and truncations by p2p are decode errors.
   const Bytes good = repair_frame(3, 2, 1, msg);
   for (std::size_t len = 0; len < good.size(); ++len)
-    e.on_p2p(3, std::span<const std::byte>(good).first(len), 50, out);
+    e.on_frame(3, std::span<const std::byte>(good).first(len), 50, out);
   CHECK(out.empty());
-  CHECK(e.stats().decode_errors == good.size());
-  CHECK(e.held_messages() == 0);
+  CHECK(counts(e).decode_errors == good.size());
+  CHECK(e.small_path().held_messages() == 0);
   // The same frame from the member it names is accepted.
-  e.on_p2p(3, good, 60, out);
+  e.on_frame(3, good, 60, out);
   REQUIRE(delivers(out).size() == 1);
   CHECK(delivers(out)[0].sender == 2);
   CHECK(diff(*delivers(out)[0].message, *msg) == "");
 }
 
+TEST_CASE("engine: a datagram over its sender's own link is emulated multicast, and accepted", "[engine]") {
+  GroupEngine e(kGroup, 1, first(view3()), ProtocolConfig{}, 0);
+  const auto msg = message(40, 5);
+  Outbox out;
+  e.on_frame(2, data_datagram(2, 1, msg), 10, out);
+  REQUIRE(delivers(out).size() == 1);
+  CHECK(delivers(out)[0].sender == 2);
+  CHECK(diff(*delivers(out)[0].message, *msg) == "");
+  CHECK(counts(e).bad_packets() == 0);
+}
+
 TEST_CASE("engine: out-of-order messages are delivered in sequence order", "[engine]") {
-  Engine e(kGroup, 1, view3(), ProtocolConfig{}, 0);
+  GroupEngine e(kGroup, 1, first(view3()), ProtocolConfig{}, 0);
   const auto m1 = message(10, 11);
   const auto m2 = message(20, 12);
   Outbox out;
   e.on_datagram(data_datagram(2, 2, m2), 10, out);
   CHECK(delivers(out).empty());
-  CHECK(e.held_messages() == 1);
+  CHECK(e.small_path().held_messages() == 1);
   out.clear();
   e.on_datagram(data_datagram(2, 1, m1), 20, out);
   const auto got = delivers(out);
@@ -252,15 +287,15 @@ TEST_CASE("engine: out-of-order messages are delivered in sequence order", "[eng
   CHECK(diff(*got[0].message, *m1) == "");
   CHECK(got[1].seq == 2);
   CHECK(diff(*got[1].message, *m2) == "");
-  CHECK(e.stats().delivered == 2);
-  CHECK(e.stats().duplicates_dropped == 0);
+  CHECK(counts(e).delivered == 2);
+  CHECK(counts(e).duplicates_dropped == 0);
 }
 
 TEST_CASE("engine: a multi-fragment message fed in reverse order is delivered intact once", "[engine]") {
   ProtocolConfig cfg;
   cfg.mtu = 300;
-  Engine sender(kGroup, 2, view3(), cfg, 0);
-  Engine receiver(kGroup, 1, view3(), cfg, 0);
+  GroupEngine sender(kGroup, 2, first(view3()), cfg, 0);
+  GroupEngine receiver(kGroup, 1, first(view3()), cfg, 0);
   const auto msg = message(2000, 4);
   Outbox out;
   const auto res = sender.broadcast(msg, 0, out);
@@ -279,7 +314,7 @@ TEST_CASE("engine: a multi-fragment message fed in reverse order is delivered in
     const auto got = delivers(rx);
     if (i + 1 < frags.size()) {
       CHECK(got.empty());
-      CHECK(receiver.held_messages() == 1);  // one partial message
+      CHECK(receiver.small_path().held_messages() == 1);  // one partial message
     } else {
       REQUIRE(got.size() == 1);
       CHECK(got[0].sender == 2);
@@ -293,36 +328,36 @@ TEST_CASE("engine: a multi-fragment message fed in reverse order is delivered in
     receiver.on_datagram(f.bytes, now += 10, rx);
     CHECK(delivers(rx).empty());
   }
-  CHECK(receiver.stats().delivered == 1);
-  CHECK(receiver.stats().duplicates_dropped == frags.size());
-  CHECK(receiver.stats().bad_packets() == 0);
+  CHECK(counts(receiver).delivered == 1);
+  CHECK(counts(receiver).duplicates_dropped == frags.size());
+  CHECK(counts(receiver).bad_packets() == 0);
 }
 
 TEST_CASE("engine: broadcast refuses a full window and an oversized message", "[engine]") {
   ProtocolConfig cfg;
   cfg.initial_window_messages = 4;
   cfg.max_small_message = 1000;
-  Engine e(kGroup, 1, view3(), cfg, 0);
+  GroupEngine e(kGroup, 1, first(view3()), cfg, 0);
   Outbox out;
 
   auto too_big = e.broadcast(message(1001, 0), 0, out);
   CHECK(too_big.error == BroadcastError::too_large);
   CHECK(too_big.seq == 0);
   CHECK(out.empty());
-  CHECK(e.in_flight() == 0);
+  CHECK(e.small_path().in_flight() == 0);
 
   for (Seq s = 1; s <= 4; ++s) {
     const auto r = e.broadcast(message(s == 1 ? 1000 : 10, static_cast<std::uint32_t>(s)), 0, out);
     CHECK(r.error == BroadcastError::none);
     CHECK(r.seq == s);
   }
-  CHECK(e.in_flight() == 4);
+  CHECK(e.small_path().in_flight() == 4);
   const auto before = out.size();
   const auto full = e.broadcast(message(10, 5), 0, out);
   CHECK(full.error == BroadcastError::window_full);
   CHECK(full.seq == 0);
   CHECK(out.size() == before);  // no side effects
-  CHECK(e.in_flight() == 4);
+  CHECK(e.small_path().in_flight() == 4);
   CHECK(e.broadcast(message(1001, 0), 0, out).error == BroadcastError::too_large);
 
   // Both children ACK everything: 1..4 complete in order and the window opens again.
@@ -332,20 +367,20 @@ TEST_CASE("engine: broadcast refuses a full window and an oversized message", "[
   TimeNs now = 1000;
   for (MemberId c : kids) {
     CHECK(actions<action::Completed>(out).empty());  // not before the last child
-    e.on_p2p(c, wire::encode(header(wire::Type::ack, c), wire::Ack{{wire::AckEntry{1, 4, 4, 0}}}), now += 100,
+    e.on_frame(c, wire::encode(header(wire::Type::ack, c), wire::Ack{{wire::AckEntry{1, 4, 4, 0}}}), now += 100,
              out);
   }
   const auto done = actions<action::Completed>(out);
   REQUIRE(done.size() == 4);
   for (std::size_t i = 0; i < done.size(); ++i) CHECK(done[i].seq == i + 1);
-  CHECK(e.in_flight() == 0);
+  CHECK(e.small_path().in_flight() == 0);
   const auto again = e.broadcast(message(10, 6), now, out);
   CHECK(again.error == BroadcastError::none);
   CHECK(again.seq == 5);
 }
 
 TEST_CASE("engine: a member alone in its view completes its broadcasts at once", "[engine]") {
-  Engine e(kGroup, 1, View{1, {1}}, ProtocolConfig{}, 0);
+  GroupEngine e(kGroup, 1, first(View{1, {1}}), ProtocolConfig{}, 0);
   // Far more than the initial window: each completes before the next is sent.
   for (Seq s = 1; s <= 100; ++s) {
     Outbox out;
@@ -361,9 +396,9 @@ TEST_CASE("engine: a member alone in its view completes its broadcasts at once",
     CHECK(got[0].sender == 1);
     CHECK(got[0].seq == s);
     CHECK(diff(*got[0].message, *msg) == "");
-    CHECK(e.in_flight() == 0);
+    CHECK(e.small_path().in_flight() == 0);
   }
-  CHECK(e.stats().completed == 100);
+  CHECK(counts(e).completed == 100);
 }
 
 // ---------------------------------------------------------------------------
@@ -373,10 +408,10 @@ TEST_CASE("engine: a member alone in its view completes its broadcasts at once",
 TEST_CASE("engine: a Repair naming our own stream is not our message", "[engine][regression]") {
   // Member 2 (or anything that can send p2p as 2) sends member 1 a "repair" of member 1's
   // own message 1 before member 1 has broadcast anything.
-  Engine e(kGroup, 1, view3(), ProtocolConfig{}, 0);
+  GroupEngine e(kGroup, 1, first(view3()), ProtocolConfig{}, 0);
   const auto forged = message(8, 99);
   Outbox out;
-  e.on_p2p(2, repair_frame(2, 1, 1, forged), 10, out);
+  e.on_frame(2, repair_frame(2, 1, 1, forged), 10, out);
   CHECK(delivers(out).empty());
 
   // Member 1 now broadcasts its real message 1...
@@ -402,8 +437,8 @@ TEST_CASE("engine: a Repair naming our own stream is not our message", "[engine]
 TEST_CASE("engine: a cut or padded fragment is not reassembled into a corrupt message", "[engine][regression]") {
   ProtocolConfig cfg;
   cfg.mtu = 300;
-  Engine sender(kGroup, 2, view3(), cfg, 0);
-  Engine receiver(kGroup, 1, view3(), cfg, 0);
+  GroupEngine sender(kGroup, 2, first(view3()), cfg, 0);
+  GroupEngine receiver(kGroup, 1, first(view3()), cfg, 0);
   const auto msg = message(2000, 4);
   Outbox out;
   REQUIRE(sender.broadcast(msg, 0, out).error == BroadcastError::none);

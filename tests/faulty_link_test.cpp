@@ -12,12 +12,12 @@
 
 #include <catch2/catch.hpp>
 
-#include "api/fault_config.hpp"
-#include "api/faulty_link.hpp"
+#include "transport/faulty/fault_config.hpp"
+#include "transport/faulty/faulty_link.hpp"
 #include "hmcast/error.hpp"
 #include "hmcast/node.hpp"
 
-namespace d = hmcast::detail;
+namespace d = hmcast::transport;
 using TimePoint = d::FaultyLink::TimePoint;
 using namespace std::chrono_literals;
 
@@ -33,7 +33,7 @@ class ScriptedLink final : public d::Link {
  public:
   explicit ScriptedLink(FakeTime& t, hmcast::MemberId id = 7) : t_(t), id_(id) {}
   [[nodiscard]] hmcast::MemberId id() const override { return id_; }
-  void multicast(const std::vector<std::byte>& bytes) override { sent.push_back(bytes); }
+  void multicast(std::span<const std::byte> bytes) override { sent.emplace_back(bytes.begin(), bytes.end()); }
   bool unicast(hmcast::MemberId, std::vector<std::byte> bytes) override {
     sent.push_back(std::move(bytes));
     return true;
@@ -74,7 +74,7 @@ class ScriptedLink final : public d::Link {
 d::Inbound item(bool datagram, hmcast::MemberId from, std::uint32_t n) {
   std::vector<std::byte> b(8);
   for (int i = 0; i < 4; ++i) b[static_cast<std::size_t>(i)] = static_cast<std::byte>((n >> (8 * i)) & 0xffU);
-  return d::Inbound{datagram, from, std::move(b)};
+  return d::Inbound{datagram, from, std::move(b), false};
 }
 
 std::uint32_t number(const d::Inbound& in) {

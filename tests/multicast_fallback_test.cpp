@@ -1,5 +1,5 @@
 // Does multicast reach every member? The probe after each view that brings members
-// in (small/multicast_probe.hpp), and the group-wide switch to multicast emulated
+// in (group/multicast_probe.hpp), and the group-wide switch to multicast emulated
 // over reliable links when it does not (membership/coordinator.hpp, api/node.cpp).
 #include <catch2/catch.hpp>
 
@@ -13,13 +13,13 @@
 #include "eventually.hpp"
 #include "hmcast/hmcast.hpp"
 #include "transport/socket/manager_server.hpp"
-#include "small/multicast_probe.hpp"
+#include "group/multicast_probe.hpp"
 
 using hmcast::MemberId;
 using hmcast::View;
-using hmcast::small::MulticastProbe;
-using hmcast::small::ProbeConfig;
-using hmcast::small::ProbeState;
+using hmcast::group::MulticastProbe;
+using hmcast::group::ProbeConfig;
+using hmcast::group::ProbeState;
 
 namespace {
 

@@ -5,7 +5,7 @@
 #include <cstdlib>
 #include <iostream>
 
-#include "transport/sim/large_scenario.hpp"
+#include "sim/large_scenario.hpp"
 #include "core/rng.hpp"
 
 using hmcast::LargeAlgorithm;

@@ -79,8 +79,14 @@ bool has(const Outbox& out) {
 }
 
 /// Member 11 with a buffer for message (10, 1) and member 12's credit for one block.
-Pipeline relay(std::uint64_t credit_lead = kSegment) {
-  Pipeline p(kGroup, kRelay, kView, config(credit_lead));
+/// A pipeline with the emitter its frames go out through (as the group engine lends it).
+struct Member {
+  Member(MemberId self, const ProtocolConfig& cfg) : emit(kGroup, self, kView), p(self, kView, cfg, emit) {}
+  hmcast::Emitter emit;
+  Pipeline p;
+};
+
+void prime_relay(Pipeline& p) {
   Outbox out;
   p.on_announce(kRoot, wire::Announce{kRoot, 1, kSize, kBlock, static_cast<std::uint8_t>(LargeAlgorithm::chain)}, out);
   REQUIRE(has<action::NeedBuffer>(out));
@@ -90,13 +96,14 @@ Pipeline relay(std::uint64_t credit_lead = kSegment) {
   out.clear();
   p.on_ready(kLast, wire::Ready{kRoot, 1, 1}, out);
   REQUIRE(out.empty());  // a credit, but nothing held to send yet
-  return p;
 }
 
 }  // namespace
 
 TEST_CASE("segments: a relay forwards a segment before the whole block arrived", "[pipeline][segment]") {
-  Pipeline p = relay();
+  Member m(kRelay, config(kSegment));
+  Pipeline& p = m.p;
+  prime_relay(p);
   Outbox out;
   p.on_block(kRoot, segment(0, 0, kSegment), out);
   // Its bytes are placed, then forwarded at once: a quarter of block 0, not the block.
@@ -135,7 +142,9 @@ TEST_CASE("segments: a relay forwards a segment before the whole block arrived",
 }
 
 TEST_CASE("segments: block 1 is not forwarded without its own credit", "[pipeline][segment]") {
-  Pipeline p = relay(0);
+  Member m(kRelay, config(0));
+  Pipeline& p = m.p;
+  prime_relay(p);
   Outbox out;
   for (std::uint64_t k = 0; k < 4; ++k) p.on_block(kRoot, segment(0, k * kSegment, kSegment), out);
   CHECK(sends(out).size() == 4);
@@ -152,7 +161,8 @@ TEST_CASE("segments: block 1 is not forwarded without its own credit", "[pipelin
 }
 
 TEST_CASE("segments: a sender posts every segment of one scheduled send before the next", "[pipeline][segment]") {
-  Pipeline p(kGroup, kRoot, kView, config(kSegment));
+  Member m(kRoot, config(kSegment));
+  Pipeline& p = m.p;
   Outbox out;
   REQUIRE(p.broadcast(kSize, out).error == hmcast::large::LargeError::none);
   CHECK(sends(out).empty());  // no credit yet
@@ -178,7 +188,9 @@ TEST_CASE("segments: a sender posts every segment of one scheduled send before t
 
 TEST_CASE("segments: the next credit goes out while the current block is still arriving", "[pipeline][segment]") {
   SECTION("lead of one segment: at the third of four segments") {
-    Pipeline p = relay(kSegment);
+    Member m(kRelay, config(kSegment));
+  Pipeline& p = m.p;
+  prime_relay(p);
     Outbox out;
     p.on_block(kRoot, segment(0, 0, kSegment), out);
     p.on_block(kRoot, segment(0, kSegment, kSegment), out);
@@ -195,7 +207,9 @@ TEST_CASE("segments: the next credit goes out while the current block is still a
     CHECK(credit_to(out, kRoot) == 3U);
   }
   SECTION("lead of 0: only once the block is complete (store-and-forward credits)") {
-    Pipeline p = relay(0);
+    Member m(kRelay, config(0));
+  Pipeline& p = m.p;
+  prime_relay(p);
     Outbox out;
     for (std::uint64_t k = 0; k < 3; ++k) p.on_block(kRoot, segment(0, k * kSegment, kSegment), out);
     CHECK_FALSE(credit_to(out, kRoot).has_value());
@@ -205,7 +219,9 @@ TEST_CASE("segments: the next credit goes out while the current block is still a
 }
 
 TEST_CASE("segments: a duplicate segment is counted and dropped", "[pipeline][segment]") {
-  Pipeline p = relay();
+  Member m(kRelay, config(kSegment));
+  Pipeline& p = m.p;
+  prime_relay(p);
   Outbox out;
   p.on_block(kRoot, segment(0, 0, kSegment), out);
   p.on_block(kRoot, segment(0, kSegment, kSegment), out);
@@ -225,7 +241,9 @@ TEST_CASE("segments: a duplicate segment is counted and dropped", "[pipeline][se
 }
 
 TEST_CASE("segments: a segment outside its block, the message or the order is refused", "[pipeline][segment]") {
-  Pipeline p = relay();
+  Member m(kRelay, config(kSegment));
+  Pipeline& p = m.p;
+  prime_relay(p);
   Outbox out;
   p.on_block(kRoot, segment(0, 0, kSegment), out);
   out.clear();
@@ -251,7 +269,8 @@ TEST_CASE("segments: a segment outside its block, the message or the order is re
 }
 
 TEST_CASE("segments: an empty message moves as one empty segment", "[pipeline][segment]") {
-  Pipeline p(kGroup, kRelay, kView, config(kSegment));
+  Member m(kRelay, config(kSegment));
+  Pipeline& p = m.p;
   Outbox out;
   p.on_announce(kRoot, wire::Announce{kRoot, 1, 0, kBlock, static_cast<std::uint8_t>(LargeAlgorithm::chain)}, out);
   p.buffer_ready(kRoot, 1, out);

@@ -1,14 +1,18 @@
-// Randomized simulation: many seeds over group sizes, radices, loss, duplication,
-// reordering and crashes, each checked for the promise (exactly once, in sender
-// order, intact, every message of a surviving sender completes) and for bounded
-// memory. A failing seed prints the command line that replays it.
+// Randomized simulation of whole nodes and the coordinator: many seeds over group
+// sizes, radices, loss, duplication, reordering, crashes (seen by the coordinator
+// at once, or found only by suspicion), members joining mid-run with the
+// coordinator's flush, and a member multicast does not reach (the probe and the
+// group-wide fallback), each checked for the promise (exactly once, in sender
+// order, intact, every message of a surviving sender completes, joiners deliver
+// from their start, every live member emulates multicast after a fallback) and
+// for bounded memory. A failing seed prints the command line that replays it.
 #include <catch2/catch.hpp>
 
 #include <cstdlib>
 #include <iostream>
 #include <string>
 
-#include "transport/sim/small_scenario.hpp"
+#include "sim/small_scenario.hpp"
 
 namespace {
 
@@ -33,6 +37,10 @@ hmcast::sim::SmallScenario draw(std::uint64_t seed) {
   sc.network.reorder = r.chance(0.5) ? 0.0 : 0.2 * r.uniform();
   sc.crash = sc.nodes > 4 && r.chance(0.3) ? static_cast<std::uint32_t>(1 + r.below(3)) : 0;
   sc.time_limit_ns = 30'000'000'000;  // virtual: far beyond what any run needs
+  // Drawn last, so each seed keeps the network it had before these existed.
+  sc.crash_detected = r.uniform();
+  sc.joins = r.chance(0.25) ? static_cast<std::uint32_t>(1 + r.below(2)) : 0;
+  sc.block_multicast = r.chance(0.15);
   return sc;
 }
 
@@ -41,9 +49,13 @@ hmcast::sim::SmallScenario draw(std::uint64_t seed) {
 TEST_CASE("randomized simulation keeps every promise", "[sim][random]") {
   const auto seeds = static_cast<std::uint64_t>(std::max(20.0, 1000.0 * test_scale()));
   std::uint64_t failures = 0;
+  std::uint64_t with_joins = 0, with_fallback = 0, with_crashes = 0;  // runs where each happened
   for (std::uint64_t seed = 1; seed <= seeds; ++seed) {
     const auto sc = draw(seed);
     const auto r = hmcast::sim::run_small(sc);
+    with_joins += r.joined > 0 ? 1 : 0;
+    with_fallback += r.members_emulating > 0 ? 1 : 0;
+    with_crashes += r.crashed > 0 ? 1 : 0;
     const bool liveness = r.completed == r.messages_sent && !r.timed_out;
     if (!r.delivered_ok || !liveness || r.max_held_messages > r.held_bound) {
       ++failures;
@@ -53,6 +65,13 @@ TEST_CASE("randomized simulation keeps every promise", "[sim][random]") {
   }
   INFO(seeds << " seeds run");
   REQUIRE(failures == 0);
+  // The runs covered every kind of event they are meant to (joins with their flush,
+  // the multicast fallback, crashes), not only quiet ones.
+  std::cout << seeds << " seeds: " << with_joins << " with joins, " << with_fallback << " with the multicast fallback, "
+            << with_crashes << " with crashes\n";
+  CHECK(with_joins > 0);
+  CHECK(with_fallback > 0);
+  CHECK(with_crashes > 0);
 }
 
 TEST_CASE("the same seed gives the same run, bit for bit", "[sim][determinism]") {

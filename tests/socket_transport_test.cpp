@@ -22,8 +22,8 @@
 #include <sys/time.h>
 #include <unistd.h>
 
-#include "api/faulty_link.hpp"
-#include "api/link.hpp"
+#include "transport/faulty/faulty_link.hpp"
+#include "transport/links.hpp"
 #include "core/wire.hpp"
 #include "hmcast/error.hpp"
 #include "transport/socket/framing.hpp"
@@ -419,8 +419,8 @@ TEST_CASE("socket: a socket link carries the fault layer: it drops or duplicates
   hmcast::SocketOptions options;
   const std::uint32_t address = 0xEFFF4D4DU;  // 239.255.77.77, config()'s group
   sk::Endpoint s(1, config());
-  auto l = hmcast::detail::make_socket_link(2, address, test_port(), options, lossy);
-  auto d = hmcast::detail::make_socket_link(3, address, test_port(), options, dupy);
+  auto l = hmcast::transport::make_socket_link(2, address, test_port(), options, lossy);
+  auto d = hmcast::transport::make_socket_link(3, address, test_port(), options, dupy);
   constexpr hmcast::Seq kCount = 20;
   for (hmcast::Seq q = 1; q <= kCount; ++q) s.multicast(datagram(group, 1, q));
   std::vector<sk::Inbound> got_l, got_d;
@@ -433,9 +433,9 @@ TEST_CASE("socket: a socket link carries the fault layer: it drops or duplicates
   while (Clock::now() < settle)
     while (auto in = l->wait(Clock::now() + 1ms)) got_l.push_back(std::move(*in));
   CHECK(seqs(got_l, group).empty());
-  CHECK(hmcast::detail::fault_stats(*l).dropped >= kCount);
-  CHECK(hmcast::detail::fault_stats(*d).duplicated >= kCount);
-  CHECK(hmcast::detail::listening_port(*l) != 0);  // still reachable through the layer
+  CHECK(hmcast::transport::fault_stats(*l).dropped >= kCount);
+  CHECK(hmcast::transport::fault_stats(*d).duplicated >= kCount);
+  CHECK(hmcast::transport::listening_port(*l) != 0);  // still reachable through the layer
   auto dup = seqs(got_d, group);
   CHECK(dup.size() == 2 * kCount);
   std::sort(dup.begin(), dup.end());

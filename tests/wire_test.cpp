@@ -73,17 +73,13 @@ bool same_body(const w::Body& a, const w::Body& b) {
                  x.offset == y.offset && x.frag_index == y.frag_index && x.frag_count == y.frag_count &&
                  same_bytes(x.payload, y.payload);
         } else if constexpr (std::is_same_v<T, w::Repair>) {
-          return x.sender == y.sender && x.seq == y.seq && same_bytes(x.payload, y.payload);
+          return x.sender == y.sender && x.seq == y.seq && x.stable == y.stable && same_bytes(x.payload, y.payload);
         } else if constexpr (std::is_same_v<T, w::Ack>) {
           return x.entries == y.entries;
         } else if constexpr (std::is_same_v<T, w::Pull>) {
           return x.sender == y.sender && x.from == y.from && x.to == y.to;
         } else if constexpr (std::is_same_v<T, w::Stable>) {
           return x.sender == y.sender && x.stable == y.stable && x.highest == y.highest;
-        } else if constexpr (std::is_same_v<T, w::Suspect>) {
-          return x.suspect == y.suspect;
-        } else if constexpr (std::is_same_v<T, w::NewView>) {
-          return x.members == y.members;
         } else if constexpr (std::is_same_v<T, w::AckQuery>) {
           return x.sender == y.sender;
         } else if constexpr (std::is_same_v<T, w::Announce>) {
@@ -98,9 +94,10 @@ bool same_body(const w::Body& a, const w::Body& b) {
           return x.sender == y.sender && x.seq == y.seq;
         } else if constexpr (std::is_same_v<T, w::McastProbe> || std::is_same_v<T, w::McastConfirm>) {
           return x.nonce == y.nonce;
+        } else if constexpr (std::is_same_v<T, w::Ping>) {
+          return true;
         } else {
-          // A type this test does not know yet: compare the encodings.
-          return w::encode(w::Header{}, a) == w::encode(w::Header{}, b);
+          static_assert(!std::is_same_v<T, T>, "a new wire::Body type: say what makes two of it equal");
         }
       },
       a);
@@ -123,10 +120,6 @@ std::string describe(const w::Body& body) {
           os << "Pull{sender " << x.sender << " [" << x.from << ", " << x.to << "]}";
         } else if constexpr (std::is_same_v<T, w::Stable>) {
           os << "Stable{sender " << x.sender << " stable " << x.stable << " highest " << x.highest << "}";
-        } else if constexpr (std::is_same_v<T, w::Suspect>) {
-          os << "Suspect{" << x.suspect << "}";
-        } else if constexpr (std::is_same_v<T, w::NewView>) {
-          os << "NewView{" << x.members.size() << " members}";
         } else if constexpr (std::is_same_v<T, w::AckQuery>) {
           os << "AckQuery{sender " << x.sender << "}";
         } else if constexpr (std::is_same_v<T, w::Announce>) {
@@ -226,9 +219,9 @@ std::vector<Sample> samples() {
   s.push_back(sample("data last of 65535 fragments at offset near 4 GiB",
                      data(4, 2, 1, 65534U * 65537U + 10U, 65534U * 65537U, 65534, 65535, pool(0, 10))));
   // Repair
-  s.push_back(sample("repair 1000 bytes", w::Repair{2, 3, pool(100, 1000)}));
-  s.push_back(sample("repair empty payload", w::Repair{3, 1, {}}));
-  s.push_back(sample("repair extreme values", w::Repair{kU32Max, kU64Max, pool(5, 3)}, 0, 0, 0));
+  s.push_back(sample("repair 1000 bytes", w::Repair{2, 3, 1, pool(100, 1000)}));
+  s.push_back(sample("repair empty payload", w::Repair{3, 1, 0, {}}));
+  s.push_back(sample("repair extreme values", w::Repair{kU32Max, kU64Max, kU64Max - 1, pool(5, 3)}, 0, 0, 0));
   // Ack
   s.push_back(sample("ack no entries", w::Ack{}));
   s.push_back(sample("ack one entry", w::Ack{{w::AckEntry{3, 5, 9, 0b1010}}}));
@@ -249,18 +242,10 @@ std::vector<Sample> samples() {
   s.push_back(sample("stable all", w::Stable{2, 5, 5}));
   s.push_back(sample("stable prefix", w::Stable{2, 3, 9}));
   s.push_back(sample("stable extreme values", w::Stable{kU32Max, kU64Max, kU64Max}));
-  // Suspect
-  s.push_back(sample("suspect 0", w::Suspect{0}));
-  s.push_back(sample("suspect 3", w::Suspect{3}));
-  s.push_back(sample("suspect max", w::Suspect{kU32Max}));
-  // NewView
-  s.push_back(sample("new view one member", w::NewView{{1}}, 1, 8, 1));
-  s.push_back(sample("new view three members", w::NewView{{1, 2, 3}}, 1, 8, 1));
-  s.push_back(sample("new view extreme ids", w::NewView{{0, 5, kU32Max}}, 1, kU64Max, 0));
   {
-    w::NewView big;
-    for (std::uint32_t i = 0; i < 1000; ++i) big.members.push_back(2 * i + 1);
-    s.push_back(sample("new view 1000 members", big));
+    w::Ack big;  // a long list
+    for (std::uint32_t i = 0; i < 1000; ++i) big.entries.push_back(w::AckEntry{2 * i + 1, i, i + 1, 0});
+    s.push_back(sample("ack 1000 entries", big));
   }
   // AckQuery
   s.push_back(sample("ack_query", w::AckQuery{3}));
@@ -309,12 +294,10 @@ std::size_t expected_size(const w::Body& body) {
       [](const auto& x) -> std::size_t {
         using T = std::decay_t<decltype(x)>;
         if constexpr (std::is_same_v<T, w::Data>) return w::kDataOverhead + x.payload.size();
-        else if constexpr (std::is_same_v<T, w::Repair>) return w::kHeaderSize + 16 + x.payload.size();
+        else if constexpr (std::is_same_v<T, w::Repair>) return w::kHeaderSize + 24 + x.payload.size();
         else if constexpr (std::is_same_v<T, w::Ack>) return w::kHeaderSize + 4 + 28 * x.entries.size();
         else if constexpr (std::is_same_v<T, w::Pull>) return w::kHeaderSize + 20;
         else if constexpr (std::is_same_v<T, w::Stable>) return w::kHeaderSize + 20;
-        else if constexpr (std::is_same_v<T, w::Suspect>) return w::kHeaderSize + 4;
-        else if constexpr (std::is_same_v<T, w::NewView>) return w::kHeaderSize + 4 + 4 * x.members.size();
         else if constexpr (std::is_same_v<T, w::AckQuery>) return w::kHeaderSize + 4;
         else if constexpr (std::is_same_v<T, w::Announce>) return w::kHeaderSize + 29;
         else if constexpr (std::is_same_v<T, w::Ready>) return w::kHeaderSize + 16;
@@ -323,7 +306,7 @@ std::size_t expected_size(const w::Body& body) {
         else if constexpr (std::is_same_v<T, w::LargeAck>) return w::kHeaderSize + 12;
         else if constexpr (std::is_same_v<T, w::McastProbe> || std::is_same_v<T, w::McastConfirm>)
           return w::kHeaderSize + 8;
-        else return w::encode(w::Header{}, x).size();
+        else static_assert(!std::is_same_v<T, T>, "a new wire::Body type: give its encoded size");
       },
       body);
 }
@@ -378,13 +361,13 @@ TEST_CASE("wire: every message type round-trips", "[wire]") {
 }
 
 TEST_CASE("wire: header layout is the documented one", "[wire]") {
-  const w::Header h{w::Type::suspect, 0x1122334455667788ULL, 0x99aabbccddeeff00ULL, 0xcafebabe};
-  const Bytes b = w::encode(h, w::Suspect{0x01020304});
+  const w::Header h{w::Type::ack_query, 0x1122334455667788ULL, 0x99aabbccddeeff00ULL, 0xcafebabe};
+  const Bytes b = w::encode(h, w::AckQuery{0x01020304});
   REQUIRE(b.size() == 28);
   CHECK(b[0] == std::byte{'H'});
   CHECK(b[1] == std::byte{'M'});
   CHECK(b[2] == std::byte{w::kVersion});
-  CHECK(b[3] == std::byte{static_cast<std::uint8_t>(w::Type::suspect)});
+  CHECK(b[3] == std::byte{static_cast<std::uint8_t>(w::Type::ack_query)});
   CHECK(b[4] == std::byte{0x88});   // group, little-endian
   CHECK(b[11] == std::byte{0x11});
   CHECK(b[12] == std::byte{0x00});  // view
@@ -395,7 +378,7 @@ TEST_CASE("wire: header layout is the documented one", "[wire]") {
 }
 
 TEST_CASE("wire: encode takes the type from the body, not the header", "[wire]") {
-  const w::Header lying{w::Type::new_view, 5, 6, 7};
+  const w::Header lying{w::Type::ack_query, 5, 6, 7};
   const auto res = w::decode(w::encode(lying, w::Pull{1, 2, 3}));
   REQUIRE(res.ok());
   CHECK(res.packet.header.type == w::Type::pull);
@@ -531,7 +514,7 @@ TEST_CASE("wire: bad magic, unknown version and unknown type are refused", "[wir
     Bytes swapped = good;
     std::swap(swapped[0], swapped[1]);  // "MH": big-endian magic
     CHECK(decode_copy(swapped) == w::DecodeError::bad_magic);
-    for (int v : {0, 2, 3, 0x81, 255}) {
+    for (int v : {0, w::kVersion - 1, w::kVersion + 1, 0x81, 255}) {
       Bytes b = good;
       b[2] = static_cast<std::byte>(v);
       CHECK(decode_copy(b) == w::DecodeError::bad_version);
@@ -588,9 +571,9 @@ TEST_CASE("wire: trailing bytes are refused", "[wire]") {
 TEST_CASE("wire: oversized packets are refused before any field is read", "[wire]") {
   // A Repair filling exactly kMaxPacket bytes is fine...
   Bytes big(w::kMaxPacket);
-  const Bytes head = w::encode(w::Header{w::Type::repair, 1, 2, 3}, w::Repair{3, 1, {}});
+  const Bytes head = w::encode(w::Header{w::Type::repair, 1, 2, 3}, w::Repair{3, 1, 0, {}});
   std::copy(head.begin(), head.end(), big.begin());
-  put_le(big, kBody + 12, w::kMaxPacket - head.size(), 4);
+  put_le(big, kBody + 20, w::kMaxPacket - head.size(), 4);  // after sender, seq and stable
   {
     const auto res = w::decode(big);
     REQUIRE(res.ok());
@@ -640,8 +623,9 @@ TEST_CASE("wire: inconsistent fields are refused", "[wire]") {
     CHECK(decode_body(data(2, 0, 0, 10, 0, 0, 1, p10)) == E::inconsistent);
   }
   SECTION("Repair") {
-    CHECK(decode_body(w::Repair{2, 0, pool(0, 4)}) == E::inconsistent);
-    CHECK(decode_body(w::Repair{2, 1, pool(0, 4)}) == E::none);
+    CHECK(decode_body(w::Repair{2, 0, 0, pool(0, 4)}) == E::inconsistent);
+    CHECK(decode_body(w::Repair{2, 3, 3, pool(0, 4)}) == E::inconsistent);  // a repair of a stable message
+    CHECK(decode_body(w::Repair{2, 1, 0, pool(0, 4)}) == E::none);
   }
   SECTION("Ack") {
     CHECK(decode_body(w::Ack{{w::AckEntry{2, 6, 5, 0}}}) == E::inconsistent);       // stable > have
@@ -670,14 +654,6 @@ TEST_CASE("wire: inconsistent fields are refused", "[wire]") {
   SECTION("Stable") {
     CHECK(decode_body(w::Stable{2, 6, 5}) == E::inconsistent);  // stable beyond what was sent
     CHECK(decode_body(w::Stable{2, 5, 5}) == E::none);
-  }
-  SECTION("NewView") {
-    CHECK(decode_body(w::NewView{{}}) == E::inconsistent);            // empty
-    CHECK(decode_body(w::NewView{{3, 1, 2}}) == E::inconsistent);     // unsorted
-    CHECK(decode_body(w::NewView{{1, 2, 2}}) == E::inconsistent);     // duplicate
-    CHECK(decode_body(w::NewView{{1, 1}}) == E::inconsistent);
-    CHECK(decode_body(w::NewView{{2, 1}}) == E::inconsistent);
-    CHECK(decode_body(w::NewView{{1, 2, 3}}) == E::none);
   }
   SECTION("Announce") {
     CHECK(decode_body(w::Announce{2, 1, 1000, 100, 0}) == E::none);  // the valid baseline
@@ -769,25 +745,13 @@ TEST_CASE("wire: inconsistent fields are refused", "[wire]") {
     CHECK(decode_copy(ack) == E::inconsistent);
     put_le(ack, kBody, 1, 4);  // fewer than present: the rest is trailing
     CHECK(decode_copy(ack) == E::trailing_bytes);
-    // NewView: count says 4 members, 3 present.
-    Bytes nv = w::encode(h, w::NewView{{1, 2, 3}});
-    put_le(nv, kBody, 4, 4);
-    CHECK(decode_copy(nv) == E::truncated);
-    put_le(nv, kBody, w::kMaxListLength, 4);
-    CHECK(decode_copy(nv) == E::truncated);
-    put_le(nv, kBody, w::kMaxListLength + 1, 4);
-    CHECK(decode_copy(nv) == E::inconsistent);
-    put_le(nv, kBody, 0, 4);
-    CHECK(decode_copy(nv) == E::inconsistent);
-    put_le(nv, kBody, 2, 4);
-    CHECK(decode_copy(nv) == E::trailing_bytes);
     // Repair: payload length past the end.
-    Bytes rep = w::encode(h, w::Repair{2, 1, pool(0, 50)});
-    put_le(rep, kBody + 12, 51, 4);
+    Bytes rep = w::encode(h, w::Repair{2, 1, 0, pool(0, 50)});
+    put_le(rep, kBody + 20, 51, 4);
     CHECK(decode_copy(rep) == E::truncated);
-    put_le(rep, kBody + 12, kU32Max, 4);
+    put_le(rep, kBody + 20, kU32Max, 4);
     CHECK(decode_copy(rep) == E::truncated);
-    put_le(rep, kBody + 12, 49, 4);
+    put_le(rep, kBody + 20, 49, 4);
     CHECK(decode_copy(rep) == E::trailing_bytes);
   }
 }

@@ -14,8 +14,8 @@
 #include "commands.hpp"
 #include "group_runner.hpp"
 #include "hmcast/config.hpp"
-#include "transport/sim/large_scenario.hpp"
-#include "transport/sim/small_scenario.hpp"
+#include "sim/large_scenario.hpp"
+#include "sim/small_scenario.hpp"
 #include "workload.hpp"
 
 namespace hmcast::tools {

@@ -7,7 +7,7 @@
 
 #include "commands.hpp"
 #include "group_runner.hpp"
-#include "transport/sim/small_scenario.hpp"
+#include "sim/small_scenario.hpp"
 #include "workload.hpp"
 
 namespace hmcast::tools {

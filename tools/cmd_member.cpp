@@ -206,6 +206,14 @@ int run_member(const MemberOptions& o) {
     // is time the protocol is charged for.
     if (o.joiner || led.unique >= expected) led.changed.notify_all();
   });
+  // The callbacks above read `led`, `expected` and `send_ns`: leave the group before
+  // those go (leave() returns once no callback runs and none will), whichever way
+  // this function ends. Members that exit while others still send were reading a
+  // destroyed ledger before.
+  struct LeaveOnExit {
+    Group& g;
+    ~LeaveOnExit() { g.leave(); }
+  } leave_on_exit{g};
 
   // The sender: broadcast in order; a waiter thread records all-acked latencies. A view
   // change never fails a survivor's message (large ones restart by themselves), so any

@@ -3,8 +3,9 @@
 #include <memory>
 
 #include "commands.hpp"
-#include "transport/sim/large_scenario.hpp"
-#include "transport/sim/small_scenario.hpp"
+#include "policy/defaults.hpp"
+#include "sim/large_scenario.hpp"
+#include "sim/small_scenario.hpp"
 
 namespace hmcast::tools {
 
@@ -16,7 +17,8 @@ void print_small_human(const sim::SmallResult& r) {
             << "completion p50 " << r.completion_p50_us << " us, p99 " << r.completion_p99_us << " us\n"
             << "datagrams " << r.datagrams_sent << ", p2p " << r.p2p_messages_sent << " (acks " << r.acks_sent
             << ", repairs " << r.repairs << ", re-multicasts " << r.remulticasts << ")\n"
-            << "views " << r.views_installed << ", crashed " << r.crashed << "\n"
+            << "views " << r.views_installed << ", crashed " << r.crashed << ", joined " << r.joined
+            << ", emulating multicast " << r.members_emulating << "\n"
             << "verdict: " << (r.delivered_ok ? "every surviving member delivered every completed message once, in order"
                                               : "FAILED")
             << "\n";
@@ -101,6 +103,12 @@ void add_sim_commands(CLI::App& app) {
   small->add_option("--dup", sc->network.duplicate, "Datagram duplication")->check(CLI::Range(0.0, 1.0));
   small->add_option("--reorder", sc->network.reorder, "Datagram reordering")->check(CLI::Range(0.0, 1.0));
   small->add_option("--crash", sc->crash, "Non-sender members crashed mid-run");
+  small->add_option("--crash-detected", sc->crash_detected,
+                    "Chance a crash closes its control connection (else only suspicion finds it)")
+      ->check(CLI::Range(0.0, 1.0))->capture_default_str();
+  small->add_option("--joins", sc->joins, "Members that join mid-run (each with the coordinator's flush)");
+  small->add_flag("--block-multicast", sc->block_multicast,
+                  "Multicast never reaches one member: the probe must switch the group to emulated multicast");
   small->add_option("--radix", sc->protocol.radix, "ACK-tree radix")->check(CLI::Range(2U, 64U))->capture_default_str();
   small->add_option("--latency-us", *latency_us, "Per-hop latency (us)")->check(CLI::Range(0.0, 1e6))->capture_default_str();
   small->add_option("--mtu", sc->protocol.mtu, "Datagram MTU in bytes")->check(CLI::Range(256U, 65000U))->capture_default_str();
@@ -109,6 +117,7 @@ void add_sim_commands(CLI::App& app) {
   small->add_flag("--json", *json, "Print one JSON object as the last line");
   small->callback([sc, json, latency_us] {
     sc->set_latency(static_cast<TimeNs>(*latency_us * 1000.0));
+    if (auto why = policy::check(sc->protocol)) throw std::invalid_argument(*why);
     if (sc->size > sc->protocol.max_small_message)
       throw std::invalid_argument("--size is over the small path's limit of " +
                                   std::to_string(sc->protocol.max_small_message) + " bytes");

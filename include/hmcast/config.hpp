@@ -84,7 +84,7 @@ struct ProtocolConfig {
   /// switch to multicast emulated over reliable links (GroupStats::multicast_emulated):
   /// slower, never unsafe; a false alarm costs only speed.
   std::int64_t multicast_probe_resend_ns = 100'000'000;
-  std::int64_t multicast_probe_deadline_ns = 3'000'000'000;
+  std::int64_t multicast_probe_deadline_ns = 3'000'000'000;  // 0: no probe
 };
 
 /// Which fabric a Node uses. More come with later transports (verbs).

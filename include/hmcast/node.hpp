@@ -25,8 +25,9 @@
 // - Threads: each Node runs one progress thread. Every callback of every Group of
 //   the Node runs on it, one at a time; callbacks may call broadcast() with
 //   SendMode::fail, but must not block on a Completion (that would stall progress).
-//   broadcast() may be called from any thread. Callbacks may run until the Node is
-//   destroyed, so what they capture must live that long.
+//   broadcast() may be called from any thread. Callbacks may run until
+//   Group::leave() returns or the Node is destroyed, so what they capture must
+//   live that long: call leave() before destroying it.
 // - Memory: broadcast() copies the bytes; the caller may reuse its buffer at once.
 //   Delivery::bytes is valid during the callback; keep Delivery::buffer to hold on
 //   to the message without a copy. Deliveries that arrive before on_deliver() is
@@ -179,6 +180,12 @@ class Group {
   [[nodiscard]] View view() const;
   [[nodiscard]] MemberId self() const;
   [[nodiscard]] GroupStats stats() const;
+  /// Leaves the group: no callback of this group runs after leave() returns (it
+  /// waits for the one running, unless called from inside a callback, which then
+  /// is the last), pending Completions fail with ErrorCode::closed, later
+  /// broadcasts throw it, and the others see this member go in a new view. Safe
+  /// to call more than once.
+  void leave();
 
  private:
   friend class Node;

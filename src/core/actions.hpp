@@ -1,6 +1,7 @@
 // What the protocol engines ask their runtime to do. Engines never perform I/O:
-// they append actions to an Outbox and the runtime (simulator or real transport)
-// carries them out in order.
+// they append actions to an Outbox and the runtime (src/runtime, the same for a
+// Node and for the simulator) carries them out in order: frames to the transport,
+// reports to the view authority, the rest to the application.
 #pragma once
 
 #include <cstddef>
@@ -41,21 +42,29 @@ struct ViewInstalled {
   View view;
   std::vector<MemberId> left;
 };
-/// The manager removed this node from the group; the engine stops participating.
+/// The view authority removed this node from the group; the engine stops participating.
 struct Removed {
   ViewId view = 0;
 };
-/// External membership only: tell the view authority that `member` seems gone
-/// (its link broke, or it ignored a whole repair budget).
+
+// Reports to the view authority (the coordinator, src/membership).
+
+/// `member` seems gone (its link broke, or it ignored a whole repair budget).
 struct ReportSuspect {
   MemberId member = 0;
 };
-
-/// External membership only: these members never confirmed our multicast probe in
-/// `view` (small/multicast_probe.hpp); the view authority decides the fallback.
+/// These members never confirmed our multicast probe in `view`
+/// (group/multicast_probe.hpp); the view authority decides the fallback.
 struct MulticastUnusable {
   ViewId view = 0;
   std::vector<MemberId> silent;
+};
+/// Answer to a flush request for `view`: every message this member sent is
+/// all-acked, and its next small and large messages will get these seqs.
+struct Flushed {
+  ViewId view = 0;
+  Seq next_small = 1;
+  Seq next_large = 1;
 };
 
 // The large path. The engine never touches a large message's bytes: it names the
@@ -85,6 +94,7 @@ struct DeliverLarge {
   MemberId sender = 0;
   Seq seq = 0;
   std::uint64_t size = 0;
+  MessageBuffer message;  // the buffer, filled in by the runtime (null where no bytes are carried)
 };
 /// This member's own large message is held by every member of the view.
 struct CompletedLarge {
@@ -121,7 +131,12 @@ using Action = std::variant<action::SendDatagram, action::SendP2P, action::Deliv
                             action::ViewInstalled, action::Removed, action::SendBlock, action::NeedBuffer,
                             action::DeliverLarge, action::CompletedLarge, action::FailedLarge,
                             action::DiscardLarge, action::BlockAccepted, action::ReleaseLarge,
-                            action::ReportSuspect, action::MulticastUnusable>;
+                            action::ReportSuspect, action::MulticastUnusable, action::Flushed>;
 using Outbox = std::vector<Action>;
+
+/// What of the actions reaches the application (the runtime carries out the rest).
+using AppEvent = std::variant<action::Deliver, action::DeliverLarge, action::Completed, action::CompletedLarge,
+                              action::FailedLarge, action::ViewInstalled, action::Removed>;
+using AppEvents = std::vector<AppEvent>;
 
 }  // namespace hmcast

@@ -31,8 +31,6 @@ constexpr Type type_of() {
   else if constexpr (std::is_same_v<T, Ack>) return Type::ack;
   else if constexpr (std::is_same_v<T, Pull>) return Type::pull;
   else if constexpr (std::is_same_v<T, Stable>) return Type::stable;
-  else if constexpr (std::is_same_v<T, Suspect>) return Type::suspect;
-  else if constexpr (std::is_same_v<T, NewView>) return Type::new_view;
   else if constexpr (std::is_same_v<T, AckQuery>) return Type::ack_query;
   else if constexpr (std::is_same_v<T, Announce>) return Type::announce;
   else if constexpr (std::is_same_v<T, Ready>) return Type::ready;
@@ -56,6 +54,7 @@ void encode_body(Writer& w, const Data& d) {
 void encode_body(Writer& w, const Repair& r) {
   w.u32(r.sender);
   w.u64(r.seq);
+  w.u64(r.stable);
   w.u32(static_cast<std::uint32_t>(r.payload.size()));
   w.bytes(r.payload);
 }
@@ -78,7 +77,6 @@ void encode_body(Writer& w, const Stable& s) {
   w.u64(s.stable);
   w.u64(s.highest);
 }
-void encode_body(Writer& w, const Suspect& s) { w.u32(s.suspect); }
 void encode_body(Writer& w, const AckQuery& p) { w.u32(p.sender); }
 void encode_body(Writer& w, const Announce& a) {
   w.u32(a.sender);
@@ -107,11 +105,6 @@ void encode_body(Writer& w, const LargeAck& a) {
   w.u32(a.sender);
   w.u64(a.seq);
 }
-void encode_body(Writer& w, const NewView& v) {
-  w.u32(static_cast<std::uint32_t>(v.members.size()));
-  for (auto m : v.members) w.u32(m);
-}
-
 DecodeError decode_data(Reader& r, Body& out) {
   Data d;
   d.sender = r.u32();
@@ -147,11 +140,13 @@ DecodeError decode_repair(Reader& r, Body& out) {
   Repair p;
   p.sender = r.u32();
   p.seq = r.u64();
+  p.stable = r.u64();
   const auto len = r.u32();
   if (!r.ok()) return DecodeError::truncated;
   if (len > r.remaining()) return DecodeError::truncated;
   p.payload = r.bytes(len);
-  if (p.seq == 0) return DecodeError::inconsistent;
+  // Every member holds [1, stable]: nobody repairs a message in it.
+  if (p.seq == 0 || p.stable >= p.seq) return DecodeError::inconsistent;
   out = p;
   return DecodeError::none;
 }
@@ -195,14 +190,6 @@ DecodeError decode_stable(Reader& r, Body& out) {
   s.highest = r.u64();
   if (!r.ok()) return DecodeError::truncated;
   if (s.stable > s.highest) return DecodeError::inconsistent;
-  out = s;
-  return DecodeError::none;
-}
-
-DecodeError decode_suspect(Reader& r, Body& out) {
-  Suspect s;
-  s.suspect = r.u32();
-  if (!r.ok()) return DecodeError::truncated;
   out = s;
   return DecodeError::none;
 }
@@ -286,23 +273,6 @@ DecodeError decode_large_ack(Reader& r, Body& out) {
   return DecodeError::none;
 }
 
-DecodeError decode_new_view(Reader& r, Body& out) {
-  NewView v;
-  const auto count = r.u32();
-  if (!r.ok()) return DecodeError::truncated;
-  if (count == 0 || count > kMaxListLength) return DecodeError::inconsistent;
-  if (std::uint64_t{count} * 4 > r.remaining()) return DecodeError::truncated;
-  v.members.reserve(count);
-  for (std::uint32_t i = 0; i < count; ++i) v.members.push_back(r.u32());
-  if (!r.ok()) return DecodeError::truncated;
-  // Sorted and unique, so every member computes the same ranks.
-  if (std::adjacent_find(v.members.begin(), v.members.end(),
-                         [](MemberId a, MemberId b) { return a >= b; }) != v.members.end())
-    return DecodeError::inconsistent;
-  out = std::move(v);
-  return DecodeError::none;
-}
-
 }  // namespace
 
 std::vector<std::byte> encode(const Header& header, const Body& body) {
@@ -350,8 +320,6 @@ DecodeResult decode(std::span<const std::byte> bytes) {
     case static_cast<std::uint8_t>(Type::ack): err = decode_ack(r, res.packet.body); break;
     case static_cast<std::uint8_t>(Type::pull): err = decode_pull(r, res.packet.body); break;
     case static_cast<std::uint8_t>(Type::stable): err = decode_stable(r, res.packet.body); break;
-    case static_cast<std::uint8_t>(Type::suspect): err = decode_suspect(r, res.packet.body); break;
-    case static_cast<std::uint8_t>(Type::new_view): err = decode_new_view(r, res.packet.body); break;
     case static_cast<std::uint8_t>(Type::ack_query): err = decode_ack_query(r, res.packet.body); break;
     case static_cast<std::uint8_t>(Type::announce): err = decode_announce(r, res.packet.body); break;
     case static_cast<std::uint8_t>(Type::ready): err = decode_ready(r, res.packet.body); break;

@@ -1,4 +1,5 @@
-// The hmcast wire format, version 1.
+// The hmcast wire format, version 2 (views come from the coordinator's control
+// protocol, membership/control_wire.hpp, so the v1 suspect and new_view frames are gone).
 //
 // Every packet starts with a 24-byte header:
 //   magic u16 ("HM") | version u8 | type u8 | group u64 | view u64 | src u32
@@ -19,11 +20,11 @@
 namespace hmcast::wire {
 
 inline constexpr std::uint16_t kMagic = 0x4d48;  // "HM" little-endian
-inline constexpr std::uint8_t kVersion = 1;
+inline constexpr std::uint8_t kVersion = 2;
 inline constexpr std::size_t kHeaderSize = 24;
 /// Larger packets are refused before any field is read: no frame of ours is this big.
 inline constexpr std::size_t kMaxPacket = 64U << 20;
-/// Bound on list lengths inside a packet (view members, ACK entries).
+/// Bound on list lengths inside a packet (ACK entries).
 inline constexpr std::uint32_t kMaxListLength = 1U << 20;
 
 enum class Type : std::uint8_t {
@@ -32,8 +33,7 @@ enum class Type : std::uint8_t {
   ack = 3,      // cumulative ACKs for one or more senders, child -> parent
   pull = 4,     // parent asks a child for messages the child has and it lacks
   stable = 5,   // a sender announces its all-acked prefix (datagram; garbage collection)
-  suspect = 6,  // member -> manager: this member stopped answering
-  new_view = 7, // manager -> members: install this view (header.view is the new id)
+  // 6 and 7 were v1's suspect and new_view: never reused.
   ack_query = 8,  // parent -> child: your subtree is late, tell me where you stand
   // The large path (RC binomial pipeline):
   announce = 9,   // a large message exists: its size and layout (sent ahead of its blocks)
@@ -41,7 +41,7 @@ enum class Type : std::uint8_t {
   block = 11,     // one segment of a block, or (transports that place data directly) its description
   large_ack = 12, // child -> parent in the ACK tree: my subtree holds this large message
   ping = 13,      // no content: sent to a peer we wait on, so a dead one shows as a broken link
-  // Does multicast reach everyone? (small/multicast_probe.hpp)
+  // Does multicast reach everyone? (group/multicast_probe.hpp)
   mcast_probe = 14,    // datagram: confirm this over your reliable link to me
   mcast_confirm = 15,  // point-to-point answer to an mcast_probe
 };
@@ -74,6 +74,9 @@ struct Data {
 struct Repair {
   MemberId sender = 0;
   Seq seq = 0;
+  /// The repairer's known stable prefix of the stream (as Data carries it), so a
+  /// member that only gets repairs (multicast does not reach it) still frees memory.
+  Seq stable = 0;
   std::span<const std::byte> payload;  // the whole message
 };
 
@@ -101,20 +104,16 @@ struct Stable {
   Seq highest = 0;  // highest seq the sender has sent
 };
 
-struct Suspect {
-  MemberId suspect = 0;
-};
-
-struct NewView {
-  std::vector<MemberId> members;  // sorted, unique
-};
-
 struct AckQuery {
   MemberId sender = 0;  // the stream whose ACK is late
 };
 
 /// Largest block the pipeline uses; bounds what a receiver must accept per block.
 inline constexpr std::uint64_t kMaxBlock = 1ULL << 30;
+/// Most blocks a receiver accepts in one large message: its per-block state (some
+/// 20 bytes a block) and schedule walk are bounded by this. The policy cuts a 16 GiB
+/// message into 16384 blocks of 1 MiB.
+inline constexpr std::uint64_t kMaxBlocks = 1ULL << 18;
 
 struct Announce {
   MemberId sender = 0;
@@ -159,7 +158,7 @@ struct McastConfirm {
   std::uint64_t nonce = 0;  // of the probe that arrived
 };
 
-using Body = std::variant<Data, Repair, Ack, Pull, Stable, Suspect, NewView, AckQuery, Announce, Ready, Block, LargeAck,
+using Body = std::variant<Data, Repair, Ack, Pull, Stable, AckQuery, Announce, Ready, Block, LargeAck,
                           Ping, McastProbe, McastConfirm>;
 
 struct Packet {

@@ -12,23 +12,28 @@ namespace {
 constexpr std::size_t kEarlyLimit = 4096;
 }
 
-Pipeline::Pipeline(GroupId group, MemberId self, View view, const ProtocolConfig& config)
-    : group_(group), self_(self), view_(std::move(view)), cfg_(config) {
+Pipeline::Pipeline(MemberId self, View view, const ProtocolConfig& config, Emitter& emit)
+    : self_(self), view_(std::move(view)), cfg_(config), emit_(emit) {
   HMCAST_ASSERT(cfg_.block_size > 0 && cfg_.block_size <= wire::kMaxBlock);
-}
-
-void Pipeline::send(MemberId to, const wire::Body& body, Outbox& out) {
-  out.emplace_back(action::SendP2P{to, wire::encode(wire::Header{{}, group_, view_.id, self_}, body)});
 }
 
 wire::Announce Pipeline::announce_of(const Message& t) const {
   return wire::Announce{t.sender, t.seq, t.size, t.block_size, static_cast<std::uint8_t>(t.algorithm)};
 }
 
+bool Pipeline::fits_limits(std::uint64_t size, std::uint64_t block_size, LargeAlgorithm algorithm) const {
+  HMCAST_ASSERT(block_size > 0);
+  const std::uint64_t blocks = std::max<std::uint64_t>(1, size / block_size + (size % block_size != 0));
+  if (size > cfg_.max_large_message || blocks > wire::kMaxBlocks) return false;
+  const auto steps = schedule_steps(algorithm, view_.size(), static_cast<std::uint32_t>(blocks));
+  return steps && *steps <= kMaxScheduleSteps;
+}
+
 LargeResult Pipeline::broadcast(std::uint64_t size, Outbox& out, std::uint64_t block_size) {
   if (!view_.contains(self_)) return {LargeError::not_member, 0};
   if (queue_.size() >= cfg_.large_queue_limit) return {LargeError::queue_full, 0};
   if (block_size == 0 || block_size > wire::kMaxBlock) block_size = cfg_.block_size;
+  if (!fits_limits(size, block_size, cfg_.large_algorithm)) return {LargeError::over_limit, 0};
   const Seq seq = next_seq_++;
   queue_.push_back(Queued{seq, size, block_size});
   if (!own_active_) start_next(out);
@@ -46,7 +51,7 @@ void Pipeline::start_next(Outbox& out) {
   t.have_count = t.blocks;
   t.delivered_before = seq <= delivered_[self_];  // a restart after a view change
   deliver(t, out);  // the sender delivers its own, as on the small path
-  for (MemberId p : t.send_peers) send(p, announce_of(t), out);
+  for (MemberId p : t.send_peers) emit_.frame(p, announce_of(t), out);
   pump(t, out);
   check_ack(t, out);
 }
@@ -60,7 +65,9 @@ Pipeline::Message& Pipeline::create(MemberId sender, Seq seq, std::uint64_t size
   t.block_size = block_size;
   t.algorithm = algorithm;
   t.segment_size = std::clamp<std::uint64_t>(cfg_.segment_size, 1, block_size);
-  t.blocks = static_cast<std::uint32_t>(std::max<std::uint64_t>(1, (size + block_size - 1) / block_size));
+  // Announcements were checked (fits_limits), own messages refused beyond them.
+  HMCAST_ASSERT(fits_limits(size, block_size, algorithm));
+  t.blocks = static_cast<std::uint32_t>(std::max<std::uint64_t>(1, size / block_size + (size % block_size != 0)));
   t.have.assign(t.blocks, false);
   t.source.assign(t.blocks, 0);
   const std::uint32_t n = view_.size();
@@ -100,6 +107,14 @@ void Pipeline::on_announce(MemberId from, const wire::Announce& a, Outbox& out) 
     ++stats_.invalid_dropped;
     return;
   }
+  // A peer's counts against our own limits, before anything is allocated or walked.
+  const auto of_sender = std::count_if(transfers_.begin(), transfers_.end(),
+                                       [&](const auto& kv) { return kv.first.first == a.sender; });
+  if (!fits_limits(a.size, a.block_size, static_cast<LargeAlgorithm>(a.algorithm)) ||
+      static_cast<std::size_t>(of_sender) >= kMaxTransfersPerSender) {
+    ++stats_.over_limit_dropped;
+    return;
+  }
   Message& t = create(a.sender, a.seq, a.size, a.block_size, static_cast<LargeAlgorithm>(a.algorithm));
   t.delivered_before = a.seq <= delivered_[a.sender];  // the sender restarted it in this view
   if (t.recv_peers.count(from) == 0 && t.blocks > 0 && !t.recv_peers.empty()) {
@@ -109,7 +124,7 @@ void Pipeline::on_announce(MemberId from, const wire::Announce& a, Outbox& out) 
     return;
   }
   out.emplace_back(action::NeedBuffer{a.sender, a.seq, a.size});
-  for (MemberId p : t.send_peers) send(p, announce_of(t), out);  // the announcement runs ahead of the data
+  for (MemberId p : t.send_peers) emit_.frame(p, announce_of(t), out);  // the announcement runs ahead of the data
 }
 
 void Pipeline::buffer_ready(MemberId sender, Seq seq, Outbox& out) {
@@ -133,7 +148,7 @@ void Pipeline::grant(Message& t, Outbox& out) {
     ++t.credit_to[p];
     changed.insert(p);
   }
-  for (MemberId p : changed) send(p, wire::Ready{t.sender, t.seq, t.credit_to[p]}, out);
+  for (MemberId p : changed) emit_.frame(p, wire::Ready{t.sender, t.seq, t.credit_to[p]}, out);
 }
 
 void Pipeline::on_ready(MemberId from, const wire::Ready& r, Outbox& out) {
@@ -181,7 +196,7 @@ void Pipeline::pump(Message& t, Outbox& out) {
       const auto len = static_cast<std::uint32_t>(end - t.send_progress);
       wire::Block b{t.sender, t.seq, tr.block, offset, len, {}};
       out.emplace_back(action::SendBlock{to, t.sender, t.seq, offset, len,
-                                         wire::encode(wire::Header{{}, group_, view_.id, self_}, b)});
+                                         wire::encode(emit_.header(), b)});
       if (t.send_progress == 0) ++t.sent_to[to];
       ++stats_.segments_sent;
       stats_.bytes_sent += len;
@@ -269,7 +284,7 @@ void Pipeline::deliver(Message& t, Outbox& out) {
   }
   delivered_[t.sender] = std::max(delivered_[t.sender], t.seq);
   ++stats_.delivered;
-  out.emplace_back(action::DeliverLarge{t.sender, t.seq, t.size});
+  out.emplace_back(action::DeliverLarge{t.sender, t.seq, t.size, nullptr});
 }
 
 void Pipeline::on_ack(MemberId from, const wire::LargeAck& a, Outbox& out) {
@@ -294,7 +309,7 @@ void Pipeline::check_ack(Message& t, Outbox& out) {
   if (!t.delivered || t.acked_up || t.acked.size() != t.ack_children.size()) return;
   t.acked_up = true;
   if (t.ack_parent) {
-    send(*t.ack_parent, wire::LargeAck{t.sender, t.seq}, out);
+    emit_.frame(*t.ack_parent, wire::LargeAck{t.sender, t.seq}, out);
     return;
   }
   // The root: every member has every byte.

@@ -63,6 +63,7 @@
 #include <vector>
 
 #include "core/actions.hpp"
+#include "core/emitter.hpp"
 #include "core/wire.hpp"
 #include "hmcast/config.hpp"
 #include "hmcast/types.hpp"
@@ -79,6 +80,10 @@ struct PipelineStats {
   std::uint64_t bytes_sent = 0;
   std::uint64_t duplicate_segments = 0;
   std::uint64_t invalid_dropped = 0;  // frames that break the schedule or the protocol
+  /// Announcements over this member's limits (max_large_message, wire::kMaxBlocks,
+  /// kMaxScheduleSteps, kMaxTransfersPerSender), dropped before anything was
+  /// allocated for them.
+  std::uint64_t over_limit_dropped = 0;
   std::uint64_t delivered = 0;
   std::uint64_t completed = 0;
   std::uint64_t failed = 0;
@@ -86,7 +91,19 @@ struct PipelineStats {
   std::uint64_t redeliveries_suppressed = 0;  // restarted messages received again, not delivered again
 };
 
-enum class LargeError : std::uint8_t { none, queue_full, not_member };
+/// Most schedule steps a member walks for one message (each step is looked at once
+/// when the message starts): bounds the work a peer's announcement can cause.
+inline constexpr std::uint64_t kMaxScheduleSteps = 1ULL << 22;
+/// Most large messages of one sender a member takes part in at once. A sender runs
+/// one at a time; a relay may still forward the last one when the next is announced.
+inline constexpr std::size_t kMaxTransfersPerSender = 4;
+
+enum class LargeError : std::uint8_t {
+  none,
+  queue_full,
+  not_member,
+  over_limit,  // more blocks (or schedule steps) than any receiver accepts: raise the block size
+};
 
 struct LargeResult {
   LargeError error = LargeError::none;
@@ -97,11 +114,13 @@ class Pipeline {
  public:
   /// `config` is the group's one ProtocolConfig (its large_* fields, block_size,
   /// segment_size, radix), already checked (policy::check).
-  Pipeline(GroupId group, MemberId self, View view, const ProtocolConfig& config);
+  /// `emit` (the group engine's) carries the frames; it must outlive the pipeline.
+  Pipeline(MemberId self, View view, const ProtocolConfig& config, Emitter& emit);
 
   /// Queues an own message of `size` bytes, cut into blocks of `block_size` (0: the
   /// configured block size; the policy picks one per message). Throws nothing:
-  /// a block size over wire::kMaxBlock is clamped to the configured one.
+  /// a block size over wire::kMaxBlock is clamped to the configured one, and a
+  /// message receivers would refuse (fits_limits) is refused here.
   LargeResult broadcast(std::uint64_t size, Outbox& out, std::uint64_t block_size = 0);
   void buffer_ready(MemberId sender, Seq seq, Outbox& out);
   void on_announce(MemberId from, const wire::Announce& a, Outbox& out);
@@ -119,6 +138,9 @@ class Pipeline {
   void on_view(const View& view, Outbox& out);
 
   [[nodiscard]] const PipelineStats& stats() const { return stats_; }
+  /// Whether a message of `size` bytes in blocks of `block_size` is within what a
+  /// member of this view accepts (max_large_message, wire::kMaxBlocks, kMaxScheduleSteps).
+  [[nodiscard]] bool fits_limits(std::uint64_t size, std::uint64_t block_size, LargeAlgorithm algorithm) const;
   [[nodiscard]] std::size_t active_transfers() const { return transfers_.size(); }
   /// Members whose credit, block or ACK an active transfer is waiting for.
   [[nodiscard]] std::set<MemberId> waiting_on() const;
@@ -173,15 +195,14 @@ class Pipeline {
   void grant(Message& t, Outbox& out);
   void check_ack(Message& t, Outbox& out);
   void maybe_finish(const Key& key, Outbox& out);
-  void send(MemberId to, const wire::Body& body, Outbox& out);
   /// Marks `t` delivered, and tells the application unless it had it before.
   void deliver(Message& t, Outbox& out);
   [[nodiscard]] wire::Announce announce_of(const Message& t) const;
 
-  GroupId group_;
   MemberId self_;
   View view_;
   ProtocolConfig cfg_;
+  Emitter& emit_;
   std::map<Key, Message> transfers_;
   struct Early {
     std::map<MemberId, std::uint32_t> credit;

@@ -125,25 +125,29 @@ class BinomialTreeSchedule final : public Schedule {
 
 }  // namespace
 
+std::optional<std::uint64_t> schedule_steps(LargeAlgorithm algorithm, std::uint32_t n, std::uint32_t blocks) noexcept {
+  if (n == 0 || blocks == 0) return std::nullopt;
+  const std::uint64_t b = blocks;
+  const std::uint64_t others = n - 1U;
+  const std::uint64_t log = ceil_log2(n);
+  if (n == 1) return 0;
+  switch (algorithm) {
+    case LargeAlgorithm::sequential: return b * others;
+    case LargeAlgorithm::chain: return b + others - 1U;
+    case LargeAlgorithm::binomial_tree: return b * log;
+    case LargeAlgorithm::binomial_pipeline: return b + log - 1U;
+  }
+  return std::nullopt;
+}
+
 std::unique_ptr<Schedule> make_schedule(LargeAlgorithm algorithm, std::uint32_t n, std::uint32_t root,
                                         std::uint32_t blocks) {
   if (n == 0) bad("a group needs at least one member (n == 0)");
   if (root >= n) bad("root " + std::to_string(root) + " is not a rank of a " + std::to_string(n) + "-member group");
   if (blocks == 0) bad("a message has at least one block (blocks == 0)");
-
-  const std::uint64_t b = blocks;
-  const std::uint64_t others = n - 1U;
-  const std::uint64_t log = ceil_log2(n);
-  std::uint64_t steps = 0;
-  if (n > 1) {
-    switch (algorithm) {
-      case LargeAlgorithm::sequential: steps = b * others; break;
-      case LargeAlgorithm::chain: steps = b + others - 1U; break;
-      case LargeAlgorithm::binomial_tree: steps = b * log; break;
-      case LargeAlgorithm::binomial_pipeline: steps = b + log - 1U; break;
-      default: bad("unknown algorithm " + std::to_string(static_cast<int>(algorithm)));
-    }
-  }
+  const auto counted = schedule_steps(algorithm, n, blocks);
+  if (!counted) bad("unknown algorithm " + std::to_string(static_cast<int>(algorithm)));
+  const std::uint64_t steps = *counted;
   if (steps > std::numeric_limits<std::uint32_t>::max()) {
     bad(std::string(to_string(algorithm)) + " with " + std::to_string(n) + " members and " +
         std::to_string(blocks) + " blocks needs " + std::to_string(steps) +

@@ -76,6 +76,12 @@ class Schedule {
   std::uint32_t blocks_;
 };
 
+/// Steps the schedule of `algorithm` takes for `n` ranks and `blocks` blocks, or
+/// nothing if there is no such schedule (n or blocks 0, an unknown algorithm).
+/// Never throws: a receiver checks a peer's announcement with it before building.
+[[nodiscard]] std::optional<std::uint64_t> schedule_steps(LargeAlgorithm algorithm, std::uint32_t n,
+                                                          std::uint32_t blocks) noexcept;
+
 /// Builds a schedule for `n` ranks (n >= 1), rooted at `root` (< n), for `blocks` (>= 1) blocks.
 /// Throws std::invalid_argument on bad arguments, including a step count that does not fit in
 /// 32 bits.

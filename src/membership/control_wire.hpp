@@ -15,7 +15,7 @@
 //   member -> manager   MulticastFailed{view, silent}   my multicast probe went unconfirmed
 //   manager -> member   MulticastFallback{view}         the group now emulates multicast
 //
-// Multicast fallback (small/multicast_probe.hpp): a member whose probe some
+// Multicast fallback (group/multicast_probe.hpp): a member whose probe some
 // members never confirmed tells the manager, which switches the whole group at once
 // to multicast emulated over reliable links, and says so in every later ViewPush
 // (`multicast_emulated`), so joiners start that way too. It never switches back.

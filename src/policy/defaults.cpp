@@ -12,7 +12,13 @@ namespace hmcast::policy {
 ProtocolConfig transport_defaults(std::string_view transport, std::uint32_t mtu) {
   ProtocolConfig p;
   p.mtu = mtu;
-  if (transport == "sim") return p;
+  if (transport == "sim") {
+    // Scenarios switch the multicast probe on where they test it (it costs every
+    // member a frame per other member and view); when on, virtual time is cheap.
+    p.multicast_probe_resend_ns = 1'000'000;
+    p.multicast_probe_deadline_ns = 0;
+    return p;
+  }
   if (transport != "inproc" && transport != "socket" && transport != "verbs")
     throw ProfileError("no protocol defaults for transport '" + std::string(transport) +
                        "' (inproc, socket, verbs or sim)");
@@ -65,6 +71,8 @@ std::optional<std::string> check(const ProtocolConfig& c) {
   if (c.window_messages == 0 || c.initial_window_messages == 0) return bad("window_messages and initial_window_messages must be at least 1");
   if (c.window_bytes == 0) return bad("window_bytes must be at least 1");
   if (c.max_small_message > wire::kMaxPacket / 2) return bad("max_small_message must be at most 32 MiB");
+  if ((std::uint64_t{c.max_small_message} + c.mtu - wire::kDataOverhead - 1) / (c.mtu - wire::kDataOverhead) > 0xffff)
+    return bad("max_small_message needs more than 65535 datagrams of this mtu: lower it or raise mtu");
   if (c.block_size == 0 || c.block_size > wire::kMaxBlock) return bad("block_size must be in [1, 1 GiB]");
   if (c.min_block_size == 0) return bad("min_block_size must be at least 1");
   if (c.segment_size == 0) return bad("segment_size must be at least 1");

@@ -6,7 +6,7 @@ std::vector<std::vector<std::byte>> fragment(const wire::Header& header, MemberI
                                              std::span<const std::byte> message, std::uint32_t mtu) {
   const std::uint32_t per = fragment_payload(mtu);
   const std::uint32_t count = fragment_count(message.size(), mtu);
-  if (count > 0xffffU) throw std::invalid_argument("message needs more than 65535 datagrams: use the large path");
+  HMCAST_ASSERT(count <= 0xffffU);  // policy::check bounds max_small_message by the MTU
   std::vector<std::vector<std::byte>> out;
   out.reserve(count);
   for (std::uint32_t i = 0; i < count; ++i) {

@@ -4,17 +4,17 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
-#include <stdexcept>
 #include <vector>
 
+#include "core/assert.hpp"
 #include "core/wire.hpp"
 
 namespace hmcast::small {
 
 /// Payload bytes per fragment for a datagram MTU (header included in the MTU).
+/// The MTU comes from a checked ProtocolConfig (policy::check).
 inline std::uint32_t fragment_payload(std::uint32_t mtu) {
-  if (mtu <= wire::kDataOverhead + 16)
-    throw std::invalid_argument("datagram MTU too small for hmcast headers: use an MTU of at least 256 bytes");
+  HMCAST_ASSERT(mtu > wire::kDataOverhead + 16);
   return mtu - static_cast<std::uint32_t>(wire::kDataOverhead);
 }
 

@@ -53,18 +53,18 @@ std::shared_ptr<Fabric> Fabric::named(const std::string& name) {
   return f;
 }
 
-std::shared_ptr<Endpoint> Fabric::attach() {
+std::shared_ptr<Endpoint> Fabric::attach(std::uint64_t scope, MemberId id) {
   std::lock_guard lock(mu_);
-  auto ep = std::make_shared<Endpoint>(next_id_++);
-  endpoints_[ep->id()] = ep;
+  auto ep = std::make_shared<Endpoint>(id);
+  endpoints_[{scope, id}] = ep;
   return ep;
 }
 
-void Fabric::detach(MemberId id) {
+void Fabric::detach(std::uint64_t scope, MemberId id) {
   std::shared_ptr<Endpoint> ep;
   {
     std::lock_guard lock(mu_);
-    auto it = endpoints_.find(id);
+    auto it = endpoints_.find({scope, id});
     if (it == endpoints_.end()) return;
     ep = it->second;
     endpoints_.erase(it);
@@ -72,21 +72,21 @@ void Fabric::detach(MemberId id) {
   ep->close();
 }
 
-void Fabric::multicast(MemberId from, const std::vector<std::byte>& bytes) {
+void Fabric::multicast(std::uint64_t scope, MemberId from, std::span<const std::byte> bytes) {
   std::vector<std::shared_ptr<Endpoint>> targets;
   {
     std::lock_guard lock(mu_);
-    for (const auto& [id, ep] : endpoints_)
-      if (id != from) targets.push_back(ep);
+    for (auto it = endpoints_.lower_bound({scope, 0}); it != endpoints_.end() && it->first.first == scope; ++it)
+      if (it->first.second != from) targets.push_back(it->second);
   }
-  for (auto& ep : targets) ep->deliver(Inbound{true, from, bytes, false});
+  for (auto& ep : targets) ep->deliver(Inbound{true, from, std::vector<std::byte>(bytes.begin(), bytes.end()), false});
 }
 
-bool Fabric::unicast(MemberId from, MemberId to, std::vector<std::byte> bytes) {
+bool Fabric::unicast(std::uint64_t scope, MemberId from, MemberId to, std::vector<std::byte> bytes) {
   std::shared_ptr<Endpoint> ep;
   {
     std::lock_guard lock(mu_);
-    auto it = endpoints_.find(to);
+    auto it = endpoints_.find({scope, to});
     if (it == endpoints_.end()) return false;
     ep = it->second;
   }
@@ -94,29 +94,39 @@ bool Fabric::unicast(MemberId from, MemberId to, std::vector<std::byte> bytes) {
   return true;
 }
 
-std::optional<View> Fabric::rendezvous(GroupId group, MemberId self, std::uint32_t size,
-                                       std::chrono::milliseconds timeout) {
-  std::unique_lock lock(mu_);
-  auto& waiting = joining_[group];
-  waiting.push_back(self);
-  if (waiting.size() == size) {
-    View v{1, waiting};
-    std::sort(v.members.begin(), v.members.end());
-    formed_[group] = v;
-    joining_.erase(group);
-    joined_.notify_all();
-    return v;
+membership::ConnId Fabric::connect(ControlFn to_member) {
+  std::lock_guard lock(control_mu_);
+  const auto conn = next_conn_++;
+  conns_[conn] = std::move(to_member);
+  return conn;
+}
+
+void Fabric::to_coordinator(membership::ConnId conn, const membership::ControlMessage& m) {
+  std::lock_guard lock(control_mu_);
+  if (conns_.count(conn) == 0) return;  // hung up
+  carry_out(coordinator_.on_message(conn, m));
+}
+
+void Fabric::disconnect(membership::ConnId conn) {
+  std::lock_guard lock(control_mu_);
+  if (conns_.erase(conn) == 0) return;
+  carry_out(coordinator_.on_disconnect(conn));
+}
+
+void Fabric::carry_out(std::vector<membership::ControlOut> outs) {
+  (void)coordinator_.take_issued();  // nobody logs the in-process views: keep the list from growing
+  // With control_mu_ held, so members see the coordinator's messages in its order.
+  // The ControlFns only queue (inproc_control.cpp), so this never calls back in.
+  for (auto& o : outs) {
+    auto it = conns_.find(o.conn);
+    if (it == conns_.end()) continue;
+    if (o.message) it->second(std::move(o.message));
+    if (o.close) {
+      it->second(std::nullopt);
+      conns_.erase(it);
+      carry_out(coordinator_.on_disconnect(o.conn));
+    }
   }
-  const bool ok = joined_.wait_for(lock, timeout, [&] {
-    auto it = formed_.find(group);
-    return it != formed_.end() && it->second.contains(self);
-  });
-  if (!ok) {
-    auto& w = joining_[group];
-    w.erase(std::remove(w.begin(), w.end(), self), w.end());
-    return std::nullopt;
-  }
-  return formed_[group];
 }
 
 }  // namespace hmcast::inproc

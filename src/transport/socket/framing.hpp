@@ -19,6 +19,7 @@
 
 #include "core/wire.hpp"
 #include "hmcast/types.hpp"
+#include "transport/transport.hpp"
 
 namespace hmcast::socket {
 
@@ -60,10 +61,7 @@ inline std::optional<MemberId> decode_hello(std::span<const std::byte> body) {
 /// Where the tail of a frame goes instead of the frame's own buffer (see
 /// FrameReader::set_placer): `dest` gets the body's bytes after its head, and
 /// `keep` holds the memory of `dest` alive until they are all in.
-struct Placement {
-  std::span<std::byte> dest;
-  std::shared_ptr<const void> keep;
-};
+using transport::Placement;
 
 /// Cuts a byte stream into frames.
 ///

@@ -167,7 +167,7 @@ void Endpoint::wake() {
     fail_sys(errno, "cannot signal the endpoint's eventfd", "the endpoint was destroyed while in use");
 }
 
-void Endpoint::multicast(const std::vector<std::byte>& bytes) {
+void Endpoint::multicast(std::span<const std::byte> bytes) {
   if (bytes.size() > cfg_.mtu)
     throw Error(ErrorCode::message_too_large,
                 "datagram of " + std::to_string(bytes.size()) + " bytes is over the socket transport's MTU of " +

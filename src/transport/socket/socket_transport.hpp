@@ -42,14 +42,13 @@
 
 #include "hmcast/config.hpp"
 #include "hmcast/types.hpp"
-#include "transport/inproc/inproc_fabric.hpp"
+#include "transport/transport.hpp"
 #include "transport/socket/framing.hpp"
 #include "transport/socket/net_util.hpp"
 
 namespace hmcast::socket {
 
-/// The same record as the in-process transport's, so a node can handle both alike.
-using Inbound = inproc::Inbound;
+using transport::Inbound;
 
 struct SocketConfig {
   /// IPv4 multicast group (224.0.0.0/4) and UDP port every member of the fabric uses.
@@ -106,12 +105,7 @@ struct Stats {
   std::uint64_t bytes_placed = 0;            // block payload read straight into its final buffer
 };
 
-/// Where a Block frame's payload goes (see Endpoint::set_block_placer): given the
-/// sending peer, the frame's head (wire header and Block fields) and the frame's
-/// whole size, a destination of exactly the payload's size, or nothing to receive
-/// the frame whole as usual.
-using BlockPlacer =
-    std::function<std::optional<Placement>(MemberId from, std::span<const std::byte> head, std::size_t frame_size)>;
+using transport::BlockPlacer;
 
 class Endpoint {
  public:
@@ -145,7 +139,7 @@ class Endpoint {
   /// is over mtu() (a configuration error: ProtocolConfig::mtu > SocketConfig::mtu).
   /// A datagram the kernel has no room for is dropped (counted), as the network
   /// may drop it. No-op once closed.
-  void multicast(const std::vector<std::byte>& bytes);
+  void multicast(std::span<const std::byte> bytes);
 
   /// Queue a frame for `to` and send what the kernel takes now; wait() sends the
   /// rest. False if `to` is unknown, its link is broken, or this endpoint is

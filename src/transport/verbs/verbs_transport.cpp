@@ -433,7 +433,7 @@ void Endpoint::wake() {
   }
 }
 
-void Endpoint::multicast(const std::vector<std::byte>& bytes) {
+void Endpoint::multicast(std::span<const std::byte> bytes) {
   if (bytes.size() > mtu_)
     throw Error(ErrorCode::message_too_large, "verbs transport: a datagram of " + std::to_string(bytes.size()) +
                                                   " bytes is over the MTU (" + std::to_string(mtu_) +

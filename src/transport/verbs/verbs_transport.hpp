@@ -75,7 +75,7 @@
 
 #include "hmcast/config.hpp"
 #include "hmcast/types.hpp"
-#include "transport/inproc/inproc_fabric.hpp"
+#include "transport/transport.hpp"
 #include "transport/verbs/device.hpp"
 #include "transport/verbs/region_ledger.hpp"
 #include "transport/verbs/registered_pool.hpp"
@@ -95,7 +95,7 @@ namespace hmcast::verbs {
 
 class AsyncHub;
 struct AsyncEvent;
-using Inbound = inproc::Inbound;
+using transport::Inbound;
 
 /// A verbs or rdma_cm call failed; the message names it and what to do.
 class TransportError : public std::runtime_error {
@@ -178,7 +178,7 @@ class Endpoint {
   std::optional<Inbound> wait(std::chrono::steady_clock::time_point deadline);
   void wake();
   /// One datagram to the group. Throws hmcast::Error(message_too_large) over mtu().
-  void multicast(const std::vector<std::byte>& bytes);
+  void multicast(std::span<const std::byte> bytes);
   /// Queue a frame for `to` (sent as credits allow). False if `to` is unknown, its
   /// link is broken, or this endpoint is closed.
   bool unicast(MemberId to, std::vector<std::byte> bytes);

@@ -20,7 +20,7 @@
 #include "core/timer_queue.hpp"
 #include "hmcast/types.hpp"
 
-namespace hmcast::small {
+namespace hmcast::group {
 
 struct ProbeConfig {
   /// The probe datagram is sent again this often while a member has not confirmed
@@ -86,4 +86,4 @@ class MulticastProbe {
   TimeNs last_round_ns_ = 0;
 };
 
-}  // namespace hmcast::small
+}  // namespace hmcast::group

@@ -1,7 +1,10 @@
-// A whole small-message run in the simulator: n engines on one Fabric, S senders
-// each broadcasting M messages as fast as their windows allow, optional crashes,
-// and a checker that watches every delivery. Used by `hmcast sim small` and by
-// the randomized tests, so a failing seed replays exactly from the command line.
+// A whole small-message run in the simulator: n whole nodes and the coordinator
+// on one fabric (cluster.hpp), S senders each broadcasting M messages as fast as
+// their windows allow, optional crashes (detected, or found only by suspicion),
+// members joining mid-run (with the coordinator's flush), a member that multicast
+// does not reach (the probe and the group-wide fallback), and a checker that
+// watches every delivery. Used by `hmcast sim small` and by the randomized tests,
+// so a failing seed replays exactly from the command line.
 #pragma once
 
 #include <algorithm>
@@ -10,8 +13,8 @@
 #include <vector>
 
 #include "hmcast/config.hpp"
-#include "transport/sim/sim_fabric.hpp"
 #include "policy/defaults.hpp"
+#include "sim/fabric.hpp"
 
 namespace hmcast::sim {
 
@@ -29,10 +32,17 @@ struct SmallScenario {
   std::uint32_t senders = 1;
   std::uint32_t messages = 100;  // per sender
   std::uint32_t size = 1024;     // bytes per message
-  std::uint32_t crash = 0;       // non-sender, non-manager nodes crashed mid-run
+  std::uint32_t crash = 0;       // non-sender members crashed mid-run
+  /// Chance that a crash is a process death the coordinator sees at once (its
+  /// control connection closes); otherwise a silent host, found by suspicion.
+  double crash_detected = 0.5;
+  std::uint32_t joins = 0;       // members that join mid-run (each with a flush)
+  /// Multicast stops reaching one member from the start: the multicast probe must
+  /// find it and the whole group switch to emulated multicast.
+  bool block_multicast = false;
   std::uint64_t seed = 1;
   NetworkModel network;
-  ProtocolConfig protocol;
+  ProtocolConfig protocol = policy::transport_defaults("sim", ProtocolConfig{}.mtu);
   TimeNs time_limit_ns = 60'000'000'000;  // virtual; a run past this is a liveness failure
 
   /// The `hmcast sim small` command line that replays this scenario.
@@ -50,6 +60,8 @@ struct SmallResult {
   std::uint64_t missing = 0;
   std::uint64_t views_installed = 0;
   std::uint64_t crashed = 0;
+  std::uint64_t joined = 0;            // joiners that got in and delivered to the end
+  std::uint64_t members_emulating = 0; // live members that emulate multicast at the end
   std::uint64_t removed_alive = 0;  // live members removed by a false suspicion
   TimeNs sim_time_us = 0;
   std::uint64_t datagrams_sent = 0;
@@ -65,6 +77,7 @@ struct SmallResult {
   double completion_p50_us = 0;
   double completion_p99_us = 0;
   double completion_max_us = 0;
+  std::uint64_t events = 0;
   std::uint64_t trace_hash = 0;
   std::vector<std::string> violations;  // first few invariant violations, human-readable
 

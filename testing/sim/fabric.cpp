@@ -1,4 +1,4 @@
-#include "transport/sim/sim_fabric.hpp"
+#include "sim/fabric.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -7,7 +7,7 @@
 namespace hmcast::sim {
 
 Fabric::Fabric(std::uint32_t nodes, NetworkModel model, std::uint64_t seed)
-    : model_(model), rng_(seed), crashed_(nodes, false), tx_free_(nodes, 0), post_free_(nodes, 0), rx_busy_(nodes),
+    : model_(model), rng_(seed), crashed_(nodes, false), multicast_blocked_(nodes, false), tx_free_(nodes, 0), post_free_(nodes, 0), rx_busy_(nodes),
       fifo_(nodes),
       bulk_fifo_(nodes),
       node_speed_(nodes, 1.0) {}
@@ -82,7 +82,7 @@ void Fabric::multicast(std::uint32_t from, std::vector<std::byte> bytes) {
   const Slot tx = transmit(from, bytes.size(), 1.0, 0);
   auto shared = std::make_shared<const std::vector<std::byte>>(std::move(bytes));
   for (std::uint32_t to = 0; to < crashed_.size(); ++to) {
-    if (to == from) continue;  // the switch does not loop our own multicast back
+    if (to == from || multicast_blocked_[to]) continue;  // the switch does not loop our own multicast back
     if (rng_.chance(model_.loss)) {
       ++stats_.datagram_copies_lost;
       continue;

@@ -1,9 +1,10 @@
-// The transport adapters behind detail::Link.
+// The transport adapters behind transport::Link.
 #include <algorithm>
 #include <arpa/inet.h>
 
-#include "api/faulty_link.hpp"
-#include "api/link.hpp"
+#include "transport/faulty/faulty_link.hpp"
+#include "transport/inproc/inproc_fabric.hpp"
+#include "transport/links.hpp"
 #include "hmcast/error.hpp"
 #include "transport/socket/socket_transport.hpp"
 #ifdef HMCAST_HAVE_VERBS
@@ -11,22 +12,22 @@
 #include "transport/verbs/verbs_transport.hpp"
 #endif
 
-namespace hmcast::detail {
+namespace hmcast::transport {
 
 namespace {
 
 class InprocLink final : public Link {
  public:
-  explicit InprocLink(const std::string& fabric)
-      : fabric_(inproc::Fabric::named(fabric)), endpoint_(fabric_->attach()) {}
+  InprocLink(const std::string& fabric, std::uint64_t scope, MemberId self)
+      : fabric_(inproc::Fabric::named(fabric)), scope_(scope), endpoint_(fabric_->attach(scope, self)) {}
   ~InprocLink() override { close(); }
   InprocLink(const InprocLink&) = delete;
   InprocLink& operator=(const InprocLink&) = delete;
 
   [[nodiscard]] MemberId id() const override { return endpoint_->id(); }
-  void multicast(const std::vector<std::byte>& bytes) override { fabric_->multicast(endpoint_->id(), bytes); }
+  void multicast(std::span<const std::byte> bytes) override { fabric_->multicast(scope_, endpoint_->id(), bytes); }
   bool unicast(MemberId to, std::vector<std::byte> bytes) override {
-    return fabric_->unicast(endpoint_->id(), to, std::move(bytes));
+    return fabric_->unicast(scope_, endpoint_->id(), to, std::move(bytes));
   }
   std::optional<Inbound> wait(std::chrono::steady_clock::time_point deadline) override {
     return endpoint_->wait(deadline);
@@ -34,11 +35,12 @@ class InprocLink final : public Link {
   void wake() override { endpoint_->wake(); }
   void add_peer(MemberId, const std::string&, std::uint16_t) override {}
   void close() override {
-    if (!closed_) fabric_->detach(endpoint_->id());
+    if (!closed_) fabric_->detach(scope_, endpoint_->id());
     closed_ = true;
   }
 
   std::shared_ptr<inproc::Fabric> fabric_;
+  std::uint64_t scope_;
   std::shared_ptr<inproc::Endpoint> endpoint_;
   bool closed_ = false;
 };
@@ -52,7 +54,7 @@ class EndpointLink : public Link {
   EndpointLink(MemberId self, const EndpointConfig& cfg) : endpoint_(std::make_unique<Endpoint>(self, cfg)) {}
 
   [[nodiscard]] MemberId id() const override { return endpoint_->id(); }
-  void multicast(const std::vector<std::byte>& bytes) override { endpoint_->multicast(bytes); }
+  void multicast(std::span<const std::byte> bytes) override { endpoint_->multicast(bytes); }
   bool unicast(MemberId to, std::vector<std::byte> bytes) override { return endpoint_->unicast(to, std::move(bytes)); }
   std::optional<Inbound> wait(std::chrono::steady_clock::time_point deadline) override {
     try {
@@ -73,7 +75,7 @@ class EndpointLink : public Link {
 class SocketLink final : public EndpointLink<socket::Endpoint, socket::TransportError> {
  public:
   using EndpointLink::EndpointLink;
-  void set_block_placer(socket::BlockPlacer placer) override { endpoint_->set_block_placer(std::move(placer)); }
+  void set_block_placer(BlockPlacer placer) override { endpoint_->set_block_placer(std::move(placer)); }
   [[nodiscard]] std::uint64_t bytes_placed() const override { return endpoint_->stats().bytes_placed; }
   [[nodiscard]] std::uint64_t bad_input() const override {
     const auto st = endpoint_->stats();
@@ -93,10 +95,10 @@ class VerbsLink final : public EndpointLink<verbs::Endpoint, verbs::TransportErr
     return endpoint_->stats().ud_multicast_datagrams;
   }
   [[nodiscard]] std::uint64_t link_bytes_sent() const override { return endpoint_->stats().rc_bytes; }
-  std::shared_ptr<std::vector<std::byte>> allocate_large(std::size_t size) override {
+  LargeBuffer allocate_large(std::size_t size) override {
     return endpoint_->allocate_large(size);
   }
-  void offer_region(MemberId sender, Seq seq, std::shared_ptr<std::vector<std::byte>> buffer) override {
+  void offer_region(MemberId sender, Seq seq, LargeBuffer buffer) override {
     endpoint_->offer_region(sender, seq, std::move(buffer));
   }
   void retire_region(MemberId sender, Seq seq) override { endpoint_->retire_region(sender, seq); }
@@ -116,8 +118,9 @@ std::string ipv4_text(std::uint32_t address) {
 
 }  // namespace
 
-std::unique_ptr<Link> make_inproc_link(const std::string& fabric, const FaultConfig& faults) {
-  return with_faults(std::make_unique<InprocLink>(fabric), faults);
+std::unique_ptr<Link> make_inproc_link(const std::string& fabric, std::uint64_t scope, MemberId self,
+                                       const FaultConfig& faults) {
+  return with_faults(std::make_unique<InprocLink>(fabric, scope, self), faults);
 }
 
 std::unique_ptr<Link> make_socket_link(MemberId self, std::uint32_t multicast_address, std::uint16_t multicast_port,
@@ -183,4 +186,4 @@ std::string listening_address(const Link& link, const std::string& configured) {
   return configured;
 }
 
-}  // namespace hmcast::detail
+}  // namespace hmcast::transport

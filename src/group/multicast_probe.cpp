@@ -1,8 +1,8 @@
-#include "small/multicast_probe.hpp"
+#include "group/multicast_probe.hpp"
 
 #include <algorithm>
 
-namespace hmcast::small {
+namespace hmcast::group {
 
 std::string_view to_string(ProbeState s) {
   switch (s) {
@@ -76,4 +76,4 @@ MulticastProbe::Step MulticastProbe::send(TimeNs now) {
   return step;
 }
 
-}  // namespace hmcast::small
+}  // namespace hmcast::group

@@ -5,7 +5,7 @@
 
 #include "hmcast/config.hpp"
 
-namespace hmcast::detail {
+namespace hmcast::transport {
 
 /// `f` with every HMCAST_FAULT_* variable that is set applied over its field, then
 /// checked. Throws Error(invalid_config) naming the variable or field at fault.
@@ -17,4 +17,4 @@ void check_faults(const FaultConfig& f);
 /// True if `f` asks for any fault at all (false: the fault layer is left out).
 bool any_fault(const FaultConfig& f);
 
-}  // namespace hmcast::detail
+}  // namespace hmcast::transport

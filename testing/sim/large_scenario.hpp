@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
-#include "large/pipeline.hpp"
+#include "hmcast/config.hpp"
 #include "large/schedule.hpp"
-#include "transport/sim/sim_fabric.hpp"
+#include "sim/fabric.hpp"
 
 namespace hmcast::sim {
 

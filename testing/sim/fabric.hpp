@@ -33,6 +33,10 @@ struct NetworkModel {
   std::size_t control_bytes = 256;  // packets this small are scheduled past queued data (QP arbitration)
   TimeNs block_overhead_ns = 0;     // software cost of posting one bulk transfer (one segment of a block)
   TimeNs link_failure_ns = 100'000; // a send to a crashed node fails at the sender after this long
+  /// A host that dies silently (no connection reset) is found by the coordinator's
+  /// TCP keepalive on its control connection after this long, if no suspicion
+  /// removed it first (socket/manager_server.cpp sets the same on real sockets).
+  TimeNs keepalive_ns = 20'000'000;
 };
 
 /// What the fabric calls when something arrives or a node's timer is due.
@@ -77,6 +81,9 @@ class Fabric {
   void wake(std::uint32_t node, TimeNs at);
   /// Crash-stop: from now on the node neither sends nor receives.
   void crash(std::uint32_t node);
+  /// Multicast stops reaching `node` (no IGMP, a filtering switch): it receives no
+  /// datagram any more; its reliable links still work.
+  void block_multicast(std::uint32_t node) { multicast_blocked_[node] = true; }
   [[nodiscard]] bool crashed(std::uint32_t node) const { return crashed_[node]; }
 
   /// Process events in time order until `until`, no events remain, or stop() is called.
@@ -86,6 +93,7 @@ class Fabric {
   [[nodiscard]] std::uint64_t trace_hash() const { return trace_; }
   [[nodiscard]] const FabricStats& stats() const { return stats_; }
   Rng& rng() { return rng_; }
+  [[nodiscard]] const NetworkModel& model() const { return model_; }
 
  private:
   enum class Kind : std::uint8_t { datagram, p2p, timer, link_failed };
@@ -125,6 +133,7 @@ class Fabric {
   std::uint64_t serial_ = 0;
   std::uint64_t trace_ = 0;
   std::vector<bool> crashed_;
+  std::vector<bool> multicast_blocked_;
   std::vector<TimeNs> tx_free_;  // when each NIC's send side is idle again
   std::vector<TimeNs> post_free_;  // when each node is done posting bulk transfers (block_overhead_ns each)
   std::vector<std::map<TimeNs, TimeNs>> rx_busy_;  // each NIC's booked receive intervals: start -> end

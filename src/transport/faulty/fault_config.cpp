@@ -1,4 +1,4 @@
-#include "api/fault_config.hpp"
+#include "transport/faulty/fault_config.hpp"
 
 #include <cerrno>
 #include <cstdlib>
@@ -6,7 +6,7 @@
 
 #include "hmcast/error.hpp"
 
-namespace hmcast::detail {
+namespace hmcast::transport {
 
 namespace {
 
@@ -93,4 +93,4 @@ bool any_fault(const FaultConfig& f) {
          f.link_delay_ns_max > 0;
 }
 
-}  // namespace hmcast::detail
+}  // namespace hmcast::transport

@@ -1,11 +1,11 @@
-#include "api/faulty_link.hpp"
+#include "transport/faulty/faulty_link.hpp"
 
 #include <algorithm>
 #include <vector>
 
-#include "api/fault_config.hpp"
+#include "transport/faulty/fault_config.hpp"
 
-namespace hmcast::detail {
+namespace hmcast::transport {
 
 FaultyLink::FaultyLink(std::unique_ptr<Link> inner, const FaultConfig& faults, Clock clock)
     : inner_(std::move(inner)),
@@ -175,4 +175,4 @@ const Link& without_faults(const Link& link) {
   return link;
 }
 
-}  // namespace hmcast::detail
+}  // namespace hmcast::transport

@@ -20,11 +20,11 @@
 #include <mutex>
 #include <optional>
 
-#include "api/link.hpp"
+#include "transport/transport.hpp"
 #include "hmcast/node.hpp"
 #include "core/rng.hpp"
 
-namespace hmcast::detail {
+namespace hmcast::transport {
 
 class FaultyLink final : public Link {
  public:
@@ -40,8 +40,12 @@ class FaultyLink final : public Link {
   FaultyLink& operator=(const FaultyLink&) = delete;
 
   [[nodiscard]] MemberId id() const override { return inner_->id(); }
-  void multicast(const std::vector<std::byte>& bytes) override { inner_->multicast(bytes); }
+  void multicast(std::span<const std::byte> bytes) override { inner_->multicast(bytes); }
   bool unicast(MemberId to, std::vector<std::byte> bytes) override { return inner_->unicast(to, std::move(bytes)); }
+  bool send_block(MemberId to, std::vector<std::byte> head, std::span<const std::byte> payload,
+                  std::uint64_t length) override {
+    return inner_->send_block(to, std::move(head), payload, length);
+  }
   /// The next item due: held ones at their release time, new ones as the faults say.
   std::optional<Inbound> wait(TimePoint deadline) override;
   void wake() override { inner_->wake(); }
@@ -49,12 +53,12 @@ class FaultyLink final : public Link {
     inner_->add_peer(id, host, port);
   }
   [[nodiscard]] std::uint64_t bad_input() const override { return inner_->bad_input(); }
-  void set_block_placer(socket::BlockPlacer placer) override { inner_->set_block_placer(std::move(placer)); }
+  void set_block_placer(BlockPlacer placer) override { inner_->set_block_placer(std::move(placer)); }
   [[nodiscard]] std::uint64_t bytes_placed() const override { return inner_->bytes_placed(); }
-  std::shared_ptr<std::vector<std::byte>> allocate_large(std::size_t size) override {
+  LargeBuffer allocate_large(std::size_t size) override {
     return inner_->allocate_large(size);
   }
-  void offer_region(MemberId sender, Seq seq, std::shared_ptr<std::vector<std::byte>> buffer) override {
+  void offer_region(MemberId sender, Seq seq, LargeBuffer buffer) override {
     inner_->offer_region(sender, seq, std::move(buffer));
   }
   void retire_region(MemberId sender, Seq seq) override { inner_->retire_region(sender, seq); }
@@ -113,4 +117,4 @@ FaultStats fault_stats(const Link& link);
 /// The link under the fault layer (`link` itself if it has none).
 const Link& without_faults(const Link& link);
 
-}  // namespace hmcast::detail
+}  // namespace hmcast::transport

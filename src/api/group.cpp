@@ -1,0 +1,175 @@
+// Group and Completion: broadcasts, callbacks, stats and leaving, over the
+// group's runtime (api/node_state.hpp says who locks what).
+#include <thread>
+
+#include "api/node_state.hpp"
+#include "core/assert.hpp"
+#include "transport/faulty/faulty_link.hpp"
+
+namespace hmcast {
+
+void Group::on_deliver(DeliverFn fn) {
+  {
+    std::lock_guard lock(state_->mu);
+    state_->on_deliver = std::move(fn);
+  }
+  state_->node->link->wake();  // hand over deliveries held so far
+}
+
+void Group::on_view_change(ViewFn fn) {
+  std::lock_guard lock(state_->mu);
+  state_->on_view = std::move(fn);
+}
+
+View Group::view() const {
+  std::lock_guard lock(state_->mu);
+  return state_->runtime->engine().view();
+}
+
+MemberId Group::self() const { return state_->runtime->engine().self(); }
+
+void Group::leave() {
+  auto& g = *state_;
+  auto* node = g.node;
+  const bool on_progress_thread = std::this_thread::get_id() == node->progress.get_id();
+  if (on_progress_thread) {
+    g.callbacks_stopped = true;  // from inside a callback: the one running is ours
+  } else {
+    std::lock_guard cb(g.callbacks_mu);  // waits for the callback running now, if any
+    g.callbacks_stopped = true;
+  }
+  {
+    std::lock_guard lock(g.mu);
+    // What the callbacks captured goes now (a callback running on this thread runs
+    // on its own copy, run_callbacks()), which also ends any cycle through a Group.
+    g.on_deliver = nullptr;
+    g.on_view = nullptr;
+    if (g.closed && g.closed_code == ErrorCode::closed) return;  // left already
+  }
+  detail::NodeState::fail_all(g, ErrorCode::closed, "this member left the group (Group::leave)");
+  node->control->leave();  // the coordinator removes us by a new view
+  node->link->wake();
+}
+
+GroupStats Group::stats() const {
+  GroupStats out;
+  const auto& link = *state_->node->link;
+  {
+    std::lock_guard lock(state_->mu);
+    const auto& rt = *state_->runtime;
+    const auto& e = rt.engine();
+    const auto& small = e.small_path().stats();
+    const auto& large = e.large_path().stats();
+    const auto& admission = e.admission();
+    out.delivered = small.delivered;
+    out.completed = small.completed;
+    out.large_delivered = large.delivered;
+    out.large_completed = large.completed;
+    out.large_restarted = large.restarted;
+    out.large_redeliveries_suppressed = large.redeliveries_suppressed;
+    out.repairs_sent = small.repairs_sent;
+    out.views_installed = admission.views_installed;
+    out.duplicates_dropped = small.duplicates_dropped + large.duplicate_segments;
+    out.bad_packets_dropped = admission.bad_packets() + small.invalid_dropped + large.invalid_dropped + large.over_limit_dropped +
+                              rt.stats().empty_blocks_dropped;
+    const auto& probe = e.multicast_probe();
+    out.multicast_emulated = e.multicast_emulated();
+    out.emulated_datagrams_sent = e.sent().emulated_datagrams;
+    out.multicast_probes_sent = probe.probes_sent();
+    out.multicast_probe = std::string(group::to_string(probe.state()));
+    out.multicast_probe_silent = rt.probe_silent();
+    out.multicast_probe_round_ns = probe.last_round_ns();
+    const auto& cfg = e.config();
+    out.ack_radix = cfg.radix;
+    out.max_small_message = cfg.max_small_message;
+    out.large_algorithm = std::string(large::to_string(cfg.large_algorithm));
+    out.last_block_size = rt.stats().last_block_size;
+  }
+  out.bad_packets_dropped += link.bad_input();
+  out.large_bytes_placed = link.bytes_placed();
+  out.large_regions_held = link.regions_held();
+  out.multicast_datagrams_sent = link.multicast_datagrams_sent();
+  out.link_bytes_sent = link.link_bytes_sent();
+  out.faults = transport::fault_stats(link);
+  return out;
+}
+
+bool Completion::spin_until_ready(std::chrono::nanoseconds spin) const {
+  if (!done_.valid()) return false;
+  const auto start = std::chrono::steady_clock::now();
+  for (;;) {
+    if (done_.wait_for(std::chrono::seconds(0)) == std::future_status::ready) return true;
+    if (std::chrono::steady_clock::now() - start >= spin) return false;
+    std::this_thread::yield();
+  }
+}
+
+namespace {
+
+/// Why a broadcast that finds no room must wait (SendMode::fail throws it).
+Error no_room(const detail::GroupState& g, bool large) {
+  if (g.runtime->engine().paused())
+    return Error(ErrorCode::window_full,
+                 "a member is joining the group: broadcasts resume once it is in (retry, or use SendMode::wait)");
+  return Error(ErrorCode::window_full, large ? "large-message queue full: wait for a Completion or use SendMode::wait"
+                                             : "sender window full: wait for a Completion or use SendMode::wait");
+}
+
+}  // namespace
+
+Completion Group::broadcast(std::span<const std::byte> bytes, SendMode mode) {
+  const auto& cfg = state_->node->protocol;
+  if (bytes.size() > cfg.max_small_message) return broadcast_large(bytes, mode);
+  auto msg = std::make_shared<const std::vector<std::byte>>(bytes.begin(), bytes.end());
+  std::unique_lock lock(state_->mu);
+  for (;;) {
+    if (state_->closed || state_->runtime->engine().removed()) throw Error(state_->closed_code, state_->closed_why);
+    if (state_->runtime->engine().can_broadcast(msg->size())) break;
+    if (mode == SendMode::fail) throw no_room(*state_, false);
+    state_->room.wait_for(lock, std::chrono::milliseconds(50));
+  }
+  AppEvents app;
+  const auto res = state_->runtime->broadcast(msg, detail::now_ns(), app);
+  HMCAST_ASSERT(res.error == small::BroadcastError::none);  // can_broadcast() said so, under the same lock
+  std::promise<void> p;
+  Completion c(res.seq, p.get_future().share(), state_->node->completion_spin());
+  state_->pending.emplace(res.seq, std::move(p));
+  detail::NodeState::queue_for_app(*state_, app);
+  lock.unlock();
+  state_->node->link->wake();  // the progress thread runs the self-delivery and completion
+  return c;
+}
+
+Completion Group::broadcast_large(std::span<const std::byte> bytes, SendMode mode) {
+  const auto& cfg = state_->node->protocol;
+  if (bytes.size() > cfg.max_large_message)
+    throw Error(ErrorCode::message_too_large, "message of " + std::to_string(bytes.size()) +
+                                                  " bytes is over the limit of " +
+                                                  std::to_string(cfg.max_large_message) +
+                                                  " (raise ProtocolConfig::max_large_message on every member)");
+  auto buf = std::make_shared<std::vector<std::byte>>(bytes.begin(), bytes.end());
+  std::unique_lock lock(state_->mu);
+  for (;;) {
+    if (state_->closed || state_->runtime->engine().removed()) throw Error(state_->closed_code, state_->closed_why);
+    if (state_->runtime->engine().can_broadcast_large()) break;
+    if (mode == SendMode::fail) throw no_room(*state_, true);
+    state_->room.wait_for(lock, std::chrono::milliseconds(50));
+  }
+  AppEvents app;
+  const auto size = buf->size();
+  const auto res = state_->runtime->broadcast_large(std::move(buf), size, detail::now_ns(), app);
+  if (res.error == large::LargeError::over_limit)
+    throw Error(ErrorCode::message_too_large,
+                "a message of " + std::to_string(size) + " bytes needs more blocks than receivers accept (" +
+                    std::to_string(wire::kMaxBlocks) + "): raise ProtocolConfig::min_block_size and block_size");
+  HMCAST_ASSERT(res.error == large::LargeError::none);  // can_broadcast_large() said so, under the same lock
+  std::promise<void> p;
+  Completion c(res.seq, p.get_future().share(), state_->node->completion_spin());
+  state_->pending_large.emplace(res.seq, std::move(p));
+  detail::NodeState::queue_for_app(*state_, app);
+  lock.unlock();
+  state_->node->link->wake();
+  return c;
+}
+
+}  // namespace hmcast

@@ -1,0 +1,87 @@
+// What a Node and its Group share: the group's runtime under one lock, the
+// Completions waiting, what the application has yet to see, and the progress
+// thread that runs the runtime and the callbacks.
+//
+// Locking: the runtime is guarded by GroupState::mu; whoever calls it (the
+// progress thread, a user thread in broadcast(), the control client's thread with
+// a view) sends the resulting frames at once under that lock, and queues what the
+// application sees (deliveries, completions, view changes) for the progress
+// thread, which runs callbacks with no lock held but GroupState::callbacks_mu, so
+// callbacks may call broadcast() and Group::leave() can wait for the one running.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <future>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include "core/actions.hpp"
+#include "hmcast/node.hpp"
+#include "runtime/runtime.hpp"
+#include "transport/control_client.hpp"
+#include "transport/transport.hpp"
+
+namespace hmcast::socket {
+class ManagerServer;
+}
+
+namespace hmcast::detail {
+
+TimeNs now_ns();
+
+struct GroupState {
+  std::mutex mu;
+  std::condition_variable room;  // signalled when a completion frees window space, or the group closes
+  std::unique_ptr<runtime::Runtime> runtime;
+  std::map<Seq, std::promise<void>> pending;
+  std::map<Seq, std::promise<void>> pending_large;
+  std::deque<AppEvent> to_app;  // deliveries, completions, views: for the progress thread
+  Group::DeliverFn on_deliver;
+  Group::ViewFn on_view;
+  bool closed = false;
+  ErrorCode closed_code = ErrorCode::removed;
+  std::string closed_why = "this member is no longer in the group; join again";
+  NodeState* node = nullptr;
+
+  /// Held while a callback runs; Group::leave() takes it to wait for the running one.
+  std::mutex callbacks_mu;
+  /// Set by Group::leave(): no callback of this group runs any more.
+  std::atomic<bool> callbacks_stopped{false};
+};
+
+struct NodeState {
+  Config cfg;
+  ProtocolConfig protocol;
+  std::unique_ptr<socket::ManagerServer> manager;           // socket or verbs with embed_manager
+  std::unique_ptr<transport::ControlClient> control;        // this member's view authority
+  std::unique_ptr<transport::Link> link;                    // once join() has an id
+  std::shared_ptr<GroupState> group;                        // once join() returned
+  std::atomic<bool> stop{false};
+  std::thread progress;
+
+  /// How long a Completion polls before it sleeps: the transport's busy-poll window,
+  /// so an application thread waiting on a broadcast is as awake as the progress thread.
+  [[nodiscard]] std::chrono::nanoseconds completion_spin() const;
+  /// Hands `app` (what the runtime produced) to the progress thread. g.mu held.
+  static void queue_for_app(GroupState& g, AppEvents& app);
+  /// The progress thread: waits on the link, feeds the runtime, fires timers, runs callbacks.
+  void run();
+  void dispatch(GroupState& g, transport::Inbound& in);
+  /// Where an arriving Block's payload goes (socket placement), if the runtime allows it.
+  std::optional<transport::Placement> place_block(MemberId from, std::span<const std::byte> head, std::size_t size);
+  /// Runs the callbacks and settles the Completions for what the runtime queued.
+  void run_callbacks(GroupState& g);
+  /// Fulfils (or fails, with `error`) the Completion of `seq`, and wakes senders waiting for room.
+  static void settle(GroupState& g, std::map<Seq, std::promise<void>>& pending, Seq seq, std::exception_ptr error);
+  /// Fails every pending Completion and later broadcast with `code` and `why`.
+  static void fail_all(GroupState& g, ErrorCode code, const std::string& why);
+};
+
+}  // namespace hmcast::detail

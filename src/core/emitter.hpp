@@ -1,0 +1,69 @@
+// How a group's paths send: every frame gets the group's header (group, view,
+// self); a datagram goes by multicast or, once the group emulates multicast (the
+// multicast probe failed somewhere), to each other member over its reliable link;
+// a suspicion goes to the view authority once per member and view. The group
+// engine owns one Emitter and lends it to its paths, so no path builds a header
+// or decides how a datagram travels.
+#pragma once
+
+#include <cstdint>
+#include <set>
+#include <span>
+#include <vector>
+
+#include "core/actions.hpp"
+#include "core/wire.hpp"
+#include "hmcast/types.hpp"
+
+namespace hmcast {
+
+struct EmitterStats {
+  std::uint64_t datagrams_sent = 0;       // multicast datagrams (or their emulation, counted once)
+  std::uint64_t frames_sent = 0;          // point-to-point frames, emulated datagrams included
+  std::uint64_t emulated_datagrams = 0;   // copies of datagrams sent over links instead of multicast
+  std::uint64_t suspicions = 0;
+};
+
+class Emitter {
+ public:
+  Emitter(GroupId group, MemberId self, View view) : group_(group), self_(self), view_(std::move(view)) {}
+
+  /// Frames from now on carry `view`'s id; suspicions start afresh.
+  void set_view(const View& view) {
+    view_ = view;
+    suspected_.clear();
+  }
+  /// For good: every later datagram goes to each member over its link.
+  void emulate_multicast() { emulated_ = true; }
+  [[nodiscard]] bool multicast_emulated() const { return emulated_; }
+
+  [[nodiscard]] wire::Header header() const { return wire::Header{{}, group_, view_.id, self_}; }
+  [[nodiscard]] GroupId group() const { return group_; }
+  [[nodiscard]] MemberId self() const { return self_; }
+
+  void datagram(const wire::Body& body, Outbox& out) { datagram_bytes(wire::encode(header(), body), out); }
+  /// An encoded datagram (fragments are encoded by the small path's fragmenter).
+  void datagram_bytes(std::vector<std::byte> bytes, Outbox& out);
+  void frame(MemberId to, const wire::Body& body, Outbox& out) {
+    ++stats_.frames_sent;
+    out.emplace_back(action::SendP2P{to, wire::encode(header(), body)});
+  }
+  /// `member` seems gone (a broken link, a spent repair budget): tell the view
+  /// authority, once per view. Nobody suspects itself or a non-member.
+  void suspect(MemberId member, Outbox& out) {
+    if (member == self_ || !view_.contains(member) || !suspected_.insert(member).second) return;
+    ++stats_.suspicions;
+    out.emplace_back(action::ReportSuspect{member});
+  }
+  [[nodiscard]] const EmitterStats& stats() const { return stats_; }
+
+ private:
+  GroupId group_;
+  MemberId self_;
+  View view_;
+  bool emulated_ = false;
+  std::set<MemberId> suspected_;
+  EmitterStats stats_;
+};
+
+}  // namespace hmcast

@@ -1,0 +1,278 @@
+#include "group/group_engine.hpp"
+
+#include <algorithm>
+#include <iterator>
+
+#include "core/assert.hpp"
+#include "core/overloaded.hpp"
+#include "policy/defaults.hpp"
+
+namespace hmcast::group {
+
+GroupEngine::GroupEngine(GroupId group, MemberId self, const ViewChange& first, const ProtocolConfig& config,
+                         TimeNs now)
+    : self_(self), view_(first.view), cfg_(config), emit_(group, self, first.view),
+      small_(self, first.view, cfg_, emit_, timers_, now), pipeline_(self, first.view, cfg_, emit_),
+      probe_(ProbeConfig{cfg_.multicast_probe_resend_ns, cfg_.multicast_probe_deadline_ns}) {
+  HMCAST_ASSERT(!policy::check(cfg_));
+  HMCAST_ASSERT(view_.contains(self_));
+  small_.set_stream_floors(first.small_floors);  // joining a running group: start where the flush left it
+  if (first.multicast_emulated) emit_.emulate_multicast();
+}
+
+// ---------------------------------------------------------------------------
+// Sending
+
+bool GroupEngine::can_broadcast(std::size_t bytes) const {
+  return !removed_ && !paused_ && bytes <= cfg_.max_small_message && small_.window_has_room(bytes);
+}
+
+bool GroupEngine::can_broadcast_large() const {
+  return !removed_ && !paused_ && pipeline_.queued() < cfg_.large_queue_limit;
+}
+
+small::BroadcastResult GroupEngine::broadcast(MessageBuffer message, TimeNs now, Outbox& out) {
+  if (removed_) return {small::BroadcastError::not_member, 0};
+  if (paused_) return {small::BroadcastError::paused, 0};
+  const auto r = small_.broadcast(std::move(message), now, out);
+  settle(now, out);
+  return r;
+}
+
+large::LargeResult GroupEngine::broadcast_large(std::uint64_t size, std::uint64_t block_size, TimeNs now,
+                                                Outbox& out) {
+  if (removed_) return {large::LargeError::not_member, 0};
+  if (paused_) return {large::LargeError::queue_full, 0};
+  auto r = pipeline_.broadcast(size, out, block_size);
+  large_activity_ = now;
+  settle(now, out);
+  return r;
+}
+
+void GroupEngine::buffer_ready(MemberId sender, Seq seq, Outbox& out) {
+  if (!removed_) pipeline_.buffer_ready(sender, seq, out);
+}
+
+bool GroupEngine::may_place_segment(MemberId from, const wire::Header& h, const wire::Block& b) const {
+  return !removed_ && h.group == emit_.group() && h.view == view_.id && h.src == from && view_.contains(from) &&
+         pipeline_.may_place_segment(from, b);
+}
+
+// ---------------------------------------------------------------------------
+// Admission: everything that is not for us, or not from a member of our current
+// view, is counted and dropped before any state is touched.
+
+void GroupEngine::on_datagram(std::span<const std::byte> bytes, TimeNs now, Outbox& out) {
+  if (removed_) return;
+  auto res = wire::decode(bytes);
+  if (!res.ok()) {
+    ++admission_.decode_errors;
+    return;
+  }
+  const auto& h = res.packet.header;
+  if (h.src == self_) return;  // our own multicast looped back: not an error
+  if (!wire::is_datagram_type(h.type)) {
+    ++admission_.misrouted_dropped;  // link traffic never travels by datagram
+    return;
+  }
+  if (!admit(h, h.src)) return;
+  dispatch(res.packet, h.src, now, out);
+  settle(now, out);
+}
+
+void GroupEngine::on_frame(MemberId from, std::span<const std::byte> bytes, TimeNs now, Outbox& out) {
+  if (removed_) return;
+  auto res = wire::decode(bytes);
+  if (!res.ok()) {
+    ++admission_.decode_errors;
+    return;
+  }
+  const auto& h = res.packet.header;
+  // A frame's source is its link's peer; a datagram type over a link is emulated
+  // multicast, which the peer may send only as itself.
+  if (h.src != from) {
+    ++admission_.misrouted_dropped;
+    return;
+  }
+  if (h.group == emit_.group() && h.view > view_.id && !wire::is_datagram_type(h.type)) {
+    // Sent by a member that installed the next view before us: keep it until we do.
+    // Only members' frames are kept, so strangers cannot fill the queue.
+    if (!view_.contains(from)) {
+      ++admission_.non_member_dropped;
+      return;
+    }
+    if (future_.size() >= cfg_.future_packet_limit) {
+      ++admission_.future_view_dropped;
+      return;
+    }
+    future_.emplace_back(from, std::vector<std::byte>(bytes.begin(), bytes.end()));
+    return;
+  }
+  if (!admit(h, from)) return;
+  dispatch(res.packet, from, now, out);
+  settle(now, out);
+}
+
+bool GroupEngine::admit(const wire::Header& h, MemberId from) {
+  if (h.group != emit_.group()) {
+    ++admission_.wrong_group_dropped;
+    return false;
+  }
+  if (h.view < view_.id) {
+    ++admission_.stale_view_dropped;
+    return false;
+  }
+  if (h.view > view_.id) {
+    ++admission_.future_view_dropped;  // datagrams of a later view are not kept: repairs cover them
+    return false;
+  }
+  if (!view_.contains(from)) {
+    ++admission_.non_member_dropped;
+    return false;
+  }
+  return true;
+}
+
+void GroupEngine::dispatch(const wire::Packet& p, MemberId from, TimeNs now, Outbox& out) {
+  // Any frame of the large path is activity: the stall timer pings only when none came.
+  auto large = [&](auto&& handle) {
+    large_activity_ = now;
+    handle();
+  };
+  std::visit(Overloaded{
+                 [&](const wire::Data& d) { small_.on_data(from, d, now, out); },
+                 [&](const wire::Repair& r) { small_.on_repair(from, r, now, out); },
+                 [&](const wire::Ack& a) { small_.on_ack(from, a, now, out); },
+                 [&](const wire::Pull& pl) { small_.on_pull(from, pl, out); },
+                 [&](const wire::Stable& s) { small_.on_stable(from, s); },
+                 [&](const wire::AckQuery& q) { small_.on_ack_query(from, q); },
+                 [&](const wire::Announce& a) { large([&] { pipeline_.on_announce(from, a, out); }); },
+                 [&](const wire::Ready& r) { large([&] { pipeline_.on_ready(from, r, out); }); },
+                 [&](const wire::Block& b) { large([&] { pipeline_.on_block(from, b, out); }); },
+                 [&](const wire::LargeAck& a) { large([&] { pipeline_.on_ack(from, a, out); }); },
+                 [&](const wire::Ping&) {},  // nothing to do: that it arrived is the answer
+                 [&](const wire::McastProbe& pr) { emit_.frame(from, wire::McastConfirm{pr.nonce}, out); },
+                 [&](const wire::McastConfirm&) {
+                   if (probe_enabled_) apply_probe(probe_.on_confirm(from, now), out);
+                 },
+             },
+             p.body);
+}
+
+void GroupEngine::settle(TimeNs now, Outbox& out) {
+  if (removed_) return;
+  small_.flush_acks(now, out);
+  if (flush_view_ && small_.in_flight() == 0 && !pipeline_.sending()) {
+    out.emplace_back(action::Flushed{*flush_view_, small_.next_seq(), pipeline_.next_seq()});
+    flush_view_.reset();  // answered; `paused_` stays until the view that ends the flush
+  }
+  arm_stall(now);
+  if (probe_enabled_ && probe_.next_wakeup() != probe_armed_at_) {
+    probe_armed_at_ = probe_.next_wakeup();
+    if (probe_armed_at_ != kNever)
+      probe_gen_ = timers_.arm(probe_armed_at_, TimerKey{TimerKind::multicast_probe, 0, 0});
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Timers
+
+void GroupEngine::on_timer(TimeNs now, Outbox& out) {
+  if (removed_) return;
+  timers_.pop_due(now, [&](const TimerQueue::Entry& e) {
+    switch (e.key.kind) {
+      case TimerKind::child_repair:
+      case TimerKind::ack_flush:
+      case TimerKind::announce:
+      case TimerKind::pull: small_.on_timer(e, now, out); break;
+      case TimerKind::large_stall: on_stall(now, out); break;
+      case TimerKind::multicast_probe:
+        if (e.generation == probe_gen_) {
+          probe_armed_at_ = kNever;
+          apply_probe(probe_.on_timer(now), out);
+        }
+        break;
+    }
+  });
+  settle(now, out);
+}
+
+void GroupEngine::arm_stall(TimeNs now) {
+  if (stall_armed_ || pipeline_.active_transfers() == 0) return;
+  stall_armed_ = true;
+  timers_.arm(now + cfg_.large_stall_ns, TimerKey{TimerKind::large_stall, 0, 0});
+}
+
+void GroupEngine::on_stall(TimeNs now, Outbox& out) {
+  stall_armed_ = false;
+  if (pipeline_.active_transfers() == 0) return;
+  // Nothing of the large path moved for a while: ping whom we wait on, so a dead
+  // member shows as a broken link (and is suspected) instead of stalling us.
+  if (now - large_activity_ >= cfg_.large_stall_ns)
+    for (MemberId peer : pipeline_.waiting_on()) emit_.frame(peer, wire::Ping{}, out);
+  large_activity_ = std::max(large_activity_, now - cfg_.large_stall_ns / 2);
+  arm_stall(now);
+}
+
+void GroupEngine::start_multicast_probe(TimeNs now, Outbox& out) {
+  if (probe_enabled_ || removed_) return;
+  probe_enabled_ = true;
+  apply_probe(probe_.on_view(view_, self_, now), out);
+  settle(now, out);
+}
+
+void GroupEngine::apply_probe(const MulticastProbe::Step& step, Outbox& out) {
+  if (step.send_probe) emit_.datagram(wire::McastProbe{probe_.nonce()}, out);
+  if (step.silent) out.emplace_back(action::MulticastUnusable{view_.id, *step.silent});
+}
+
+// ---------------------------------------------------------------------------
+// Membership
+
+void GroupEngine::on_link_failed(MemberId peer, TimeNs now, Outbox& out) {
+  if (removed_) return;
+  emit_.suspect(peer, out);
+  settle(now, out);
+}
+
+void GroupEngine::on_flush_request(ViewId view, Outbox& out) {
+  if (removed_) return;
+  paused_ = true;
+  flush_view_ = view;
+  if (small_.in_flight() == 0 && !pipeline_.sending()) {
+    out.emplace_back(action::Flushed{view, small_.next_seq(), pipeline_.next_seq()});
+    flush_view_.reset();
+  }
+}
+
+void GroupEngine::on_view(const ViewChange& next, TimeNs now, Outbox& out) {
+  if (removed_ || next.view.id <= view_.id) return;
+  std::vector<MemberId> left;
+  std::set_difference(view_.members.begin(), view_.members.end(), next.view.members.begin(),
+                      next.view.members.end(), std::back_inserter(left));
+  view_ = next.view;
+  ++admission_.views_installed;
+  emit_.set_view(view_);
+  if (next.multicast_emulated) emit_.emulate_multicast();
+  if (!view_.contains(self_)) {
+    removed_ = true;
+    pipeline_.on_view(view_, out);  // own queued large messages fail
+    out.emplace_back(action::Removed{view_.id});
+    return;
+  }
+  pipeline_.on_view(view_, out);
+  if (next.ends_flush) {
+    paused_ = false;
+    flush_view_.reset();
+  }
+  out.emplace_back(action::ViewInstalled{view_, left});
+  if (probe_enabled_) apply_probe(probe_.on_view(view_, self_, now), out);
+  small_.set_stream_floors(next.small_floors);
+  small_.on_view(view_, now, out);
+  auto pending = std::move(future_);
+  future_.clear();
+  for (auto& [from, bytes] : pending) on_frame(from, bytes, now, out);
+  settle(now, out);
+}
+
+}  // namespace hmcast::group

@@ -1,0 +1,212 @@
+#include "runtime/runtime.hpp"
+
+#include <algorithm>
+
+#include "core/assert.hpp"
+#include "core/overloaded.hpp"
+#include "core/wire.hpp"
+#include "policy/policy.hpp"
+
+namespace hmcast::runtime {
+
+group::ViewChange view_change_of(const membership::ViewPush& push) {
+  group::ViewChange c;
+  c.view = membership::view_of(push);
+  c.ends_flush = push.ends_flush;
+  c.multicast_emulated = push.multicast_emulated;
+  if (push.ends_flush)
+    for (const auto& st : push.starts) c.small_floors[st.member] = st.next_small - 1;
+  return c;
+}
+
+Runtime::Runtime(transport::Transport& transport, membership::ControlSink& control, GroupId group, MemberId self,
+                 const membership::ViewPush& first, const ProtocolConfig& config, TimeNs now)
+    : transport_(transport), control_(control), engine_(group, self, view_change_of(first), config, now) {
+  for (const auto& m : first.members)
+    if (m.id != self) transport_.add_peer(m.id, m.host, m.port);
+}
+
+void Runtime::on_datagram(std::span<const std::byte> bytes, TimeNs now, AppEvents& app) {
+  Outbox out;
+  engine_.on_datagram(bytes, now, out);
+  execute(out, now, app);
+}
+
+void Runtime::on_frame(MemberId from, std::span<const std::byte> bytes, bool placed, TimeNs now, AppEvents& app) {
+  inbound_payload_ = {};
+  if (bytes.size() > wire::kHeaderSize && wire::peek_type(bytes) == wire::Type::block) {
+    auto res = wire::decode(bytes);
+    if (res.ok()) {
+      const auto& b = std::get<wire::Block>(res.packet.body);
+      // A payload left out of the frame is only fine if the transport placed it.
+      if (b.payload.empty() && b.length != 0 && !placed) {
+        ++stats_.empty_blocks_dropped;
+        return;
+      }
+      inbound_payload_ = b.payload;
+    }
+  }
+  Outbox out;
+  engine_.on_frame(from, bytes, now, out);
+  execute(out, now, app);
+  inbound_payload_ = {};
+}
+
+void Runtime::on_timer(TimeNs now, AppEvents& app) {
+  Outbox out;
+  engine_.on_timer(now, out);
+  execute(out, now, app);
+}
+
+void Runtime::on_link_failed(MemberId peer, TimeNs now, AppEvents& app) {
+  Outbox out;
+  engine_.on_link_failed(peer, now, out);
+  execute(out, now, app);
+}
+
+void Runtime::on_control(const membership::ControlMessage& m, TimeNs now, AppEvents& app) {
+  Outbox out;
+  std::visit(Overloaded{
+                 [&](const membership::ViewPush& v) {
+                   for (const auto& a : v.members)
+                     if (a.id != engine_.self()) transport_.add_peer(a.id, a.host, a.port);
+                   engine_.on_view(view_change_of(v), now, out);
+                 },
+                 [&](const membership::FlushRequest& f) { engine_.on_flush_request(f.view, out); },
+                 [&](const membership::MulticastFallback&) { engine_.on_multicast_fallback(); },
+                 // Handled before a runtime exists (the join), or never sent to members.
+                 [&](const membership::Welcome&) { ++stats_.control_unexpected; },
+                 [&](const membership::Refused&) { ++stats_.control_unexpected; },
+                 [&](const membership::Join&) { ++stats_.control_unexpected; },
+                 [&](const membership::Listening&) { ++stats_.control_unexpected; },
+                 [&](const membership::SuspectReport&) { ++stats_.control_unexpected; },
+                 [&](const membership::Leave&) { ++stats_.control_unexpected; },
+                 [&](const membership::Flushed&) { ++stats_.control_unexpected; },
+                 [&](const membership::MulticastFailed&) { ++stats_.control_unexpected; },
+             },
+             m);
+  execute(out, now, app);
+}
+
+void Runtime::start_multicast_probe(TimeNs now, AppEvents& app) {
+  Outbox out;
+  engine_.start_multicast_probe(now, out);
+  execute(out, now, app);
+}
+
+small::BroadcastResult Runtime::broadcast(MessageBuffer message, TimeNs now, AppEvents& app) {
+  Outbox out;
+  const auto r = engine_.broadcast(std::move(message), now, out);
+  execute(out, now, app);
+  return r;
+}
+
+large::LargeResult Runtime::broadcast_large(transport::LargeBuffer bytes, std::uint64_t size, TimeNs now,
+                                            AppEvents& app) {
+  HMCAST_ASSERT(!bytes || bytes->size() == size);
+  if (!engine_.can_broadcast_large()) return {large::LargeError::queue_full, 0};
+  // The buffer is in place before the engine can name it in a SendBlock.
+  const Seq seq = engine_.large_path().next_seq();
+  large_[{engine_.self(), seq}] = std::move(bytes);
+  const std::uint64_t block = policy::block_size_for(engine_.config(), size);
+  Outbox out;
+  const auto r = engine_.broadcast_large(size, block, now, out);
+  HMCAST_ASSERT(r.error != large::LargeError::none || r.seq == seq);
+  if (r.error == large::LargeError::none) stats_.last_block_size = block;
+  else large_.erase({engine_.self(), seq});
+  execute(out, now, app);
+  return r;
+}
+
+std::optional<transport::Placement> Runtime::placement(MemberId from, std::span<const std::byte> head,
+                                                       std::size_t frame_size) {
+  auto res = wire::decode(head);  // the head alone decodes as a Block without payload
+  if (!res.ok()) return std::nullopt;
+  const auto* b = std::get_if<wire::Block>(&res.packet.body);
+  if (b == nullptr || b->length != frame_size - head.size()) return std::nullopt;
+  if (!engine_.may_place_segment(from, res.packet.header, *b)) return std::nullopt;
+  auto buf = large_.find({b->sender, b->seq});
+  if (buf == large_.end() || !buf->second || b->offset + b->length > buf->second->size()) return std::nullopt;
+  return transport::Placement{std::span(*buf->second).subspan(b->offset, b->length), buf->second};
+}
+
+void Runtime::execute(Outbox& actions, TimeNs now, AppEvents& app) {
+  std::vector<MemberId> broken;
+  for (auto& a : actions) {
+    std::visit(
+        Overloaded{
+            [&](action::SendDatagram& d) { transport_.multicast(d.bytes); },
+            [&](action::SendP2P& p) {
+              if (!transport_.unicast(p.to, std::move(p.bytes))) broken.push_back(p.to);
+            },
+            [&](action::SendBlock& b) {
+              // The segment's bytes come from our buffer at their own offset: a relay
+              // forwards bytes it placed there when it accepted them.
+              auto buf = large_.find({b.sender, b.seq});
+              HMCAST_ASSERT(buf != large_.end());  // the engine names ranges of buffers it holds
+              std::span<const std::byte> payload;
+              if (buf->second) {
+                HMCAST_ASSERT(b.offset + b.length <= buf->second->size());
+                payload = std::span<const std::byte>(*buf->second).subspan(b.offset, b.length);
+              }
+              if (!transport_.send_block(b.to, std::move(b.frame), payload, b.length)) broken.push_back(b.to);
+            },
+            [&](action::NeedBuffer& nb) {
+              HMCAST_ASSERT(nb.size <= engine_.config().max_large_message);  // the engine checked the announcement
+              auto buf = transport_.allocate_large(nb.size);
+              large_[{nb.sender, nb.seq}] = buf;
+              // Before buffer_ready(): its Ready frames are what makes the transport
+              // advertise the buffer to the peers that will write into it.
+              transport_.offer_region(nb.sender, nb.seq, std::move(buf));
+              Outbox more;
+              engine_.buffer_ready(nb.sender, nb.seq, more);
+              execute(more, now, app);
+            },
+            [&](action::BlockAccepted& acc) {
+              // The one copy on the receiving side: the segment's bytes, straight to their final offset.
+              auto buf = large_.find({acc.sender, acc.seq});
+              if (buf != large_.end() && buf->second && inbound_payload_.size() == acc.length &&
+                  acc.offset + acc.length <= buf->second->size())
+                std::copy(inbound_payload_.begin(), inbound_payload_.end(),
+                          buf->second->begin() + static_cast<std::ptrdiff_t>(acc.offset));
+            },
+            [&](action::DeliverLarge& dl) {
+              auto buf = large_.find({dl.sender, dl.seq});
+              if (buf != large_.end()) dl.message = buf->second;
+              app.emplace_back(std::move(dl));
+            },
+            [&](action::ReleaseLarge& r) {
+              large_.erase({r.sender, r.seq});
+              transport_.retire_region(r.sender, r.seq);
+            },
+            [&](action::DiscardLarge& d) {
+              large_.erase({d.sender, d.seq});
+              transport_.retire_region(d.sender, d.seq);
+            },
+            [&](action::ReportSuspect& s) {
+              control_.send(membership::SuspectReport{engine_.view().id, s.member});
+            },
+            [&](action::MulticastUnusable& m) {
+              probe_silent_ = m.silent;
+              control_.send(membership::MulticastFailed{m.view, m.silent});
+            },
+            [&](action::Flushed& f) { control_.send(membership::Flushed{f.view, f.next_small, f.next_large}); },
+            [&](action::Deliver& d) { app.emplace_back(std::move(d)); },
+            [&](action::Completed& c) { app.emplace_back(c); },
+            [&](action::CompletedLarge& c) { app.emplace_back(c); },
+            [&](action::FailedLarge& f) { app.emplace_back(std::move(f)); },
+            [&](action::ViewInstalled& v) { app.emplace_back(std::move(v)); },
+            [&](action::Removed& r) { app.emplace_back(r); },
+        },
+        a);
+  }
+  actions.clear();
+  // A peer whose endpoint is gone will never answer: tell the protocol now.
+  for (MemberId peer : broken) {
+    Outbox more;
+    engine_.on_link_failed(peer, now, more);
+    execute(more, now, app);
+  }
+}
+
+}  // namespace hmcast::runtime

@@ -1,0 +1,88 @@
+// One member of one group at run time: the group engine, the buffers of large
+// messages, and the one loop that turns the engine's actions into transport calls
+// (datagrams, frames, blocks), reports to the view authority (suspicions, the
+// multicast probe's verdict, flush answers) and events for the application. The
+// Node runs it under its group's lock on real transports; the simulator runs it,
+// the same code, on the simulated fabric.
+//
+// Not thread-safe: the caller serializes calls. Time is passed in.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <span>
+#include <utility>
+#include <vector>
+
+#include "core/actions.hpp"
+#include "group/group_engine.hpp"
+#include "hmcast/config.hpp"
+#include "membership/control_sink.hpp"
+#include "membership/control_wire.hpp"
+#include "transport/transport.hpp"
+
+namespace hmcast::runtime {
+
+/// What a ViewPush from the coordinator means to the group engine.
+group::ViewChange view_change_of(const membership::ViewPush& push);
+
+struct RuntimeStats {
+  std::uint64_t empty_blocks_dropped = 0;  // Block frames without payload that the transport did not place
+  std::uint64_t control_unexpected = 0;    // coordinator messages a member never receives, ignored
+  std::uint64_t last_block_size = 0;       // the policy's block size for our last large message
+};
+
+class Runtime {
+ public:
+  /// `transport` and `control` outlive the runtime; `first` names this member.
+  Runtime(transport::Transport& transport, membership::ControlSink& control, GroupId group, MemberId self,
+          const membership::ViewPush& first, const ProtocolConfig& config, TimeNs now);
+
+  // Input. What the application must see is appended to `app`.
+  void on_datagram(std::span<const std::byte> bytes, TimeNs now, AppEvents& app);
+  /// A frame from `from`'s link; `placed`: a Block frame whose payload the
+  /// transport already wrote into its final buffer (placement()).
+  void on_frame(MemberId from, std::span<const std::byte> bytes, bool placed, TimeNs now, AppEvents& app);
+  void on_timer(TimeNs now, AppEvents& app);
+  /// The transport lost its reliable link to `peer` (found outside a send).
+  void on_link_failed(MemberId peer, TimeNs now, AppEvents& app);
+  /// A message from the coordinator (views, flush requests, the multicast fallback).
+  void on_control(const membership::ControlMessage& m, TimeNs now, AppEvents& app);
+  /// Checks that multicast reaches every member (group/multicast_probe.hpp).
+  void start_multicast_probe(TimeNs now, AppEvents& app);
+
+  /// A small message (the engine refuses it without side effects: see GroupEngine::broadcast).
+  small::BroadcastResult broadcast(MessageBuffer message, TimeNs now, AppEvents& app);
+  /// A large message of `size` bytes held in `bytes` (null where the transport
+  /// carries no bytes), in blocks of the policy's size for it.
+  large::LargeResult broadcast_large(transport::LargeBuffer bytes, std::uint64_t size, TimeNs now, AppEvents& app);
+
+  /// Where an arriving Block frame's payload may go before the frame itself is
+  /// handed in (socket placement): its final offset, if the engine allows it.
+  [[nodiscard]] std::optional<transport::Placement> placement(MemberId from, std::span<const std::byte> head,
+                                                              std::size_t frame_size);
+
+  [[nodiscard]] const group::GroupEngine& engine() const { return engine_; }
+  [[nodiscard]] const RuntimeStats& stats() const { return stats_; }
+  /// Large-message buffers held (own ones being sent, and ones being received or forwarded).
+  [[nodiscard]] std::size_t large_buffers() const { return large_.size(); }
+  /// The members our multicast probe reported silent, if it failed.
+  [[nodiscard]] const std::vector<MemberId>& probe_silent() const { return probe_silent_; }
+
+ private:
+  /// Carries out `actions` (and what they lead to) in order.
+  void execute(Outbox& actions, TimeNs now, AppEvents& app);
+
+  transport::Transport& transport_;
+  membership::ControlSink& control_;
+  group::GroupEngine engine_;
+  // Buffers of large messages: ours (kept until no member needs blocks from us) and
+  // those coming in (allocated when announced, kept while we forward from them).
+  std::map<std::pair<MemberId, Seq>, transport::LargeBuffer> large_;
+  std::span<const std::byte> inbound_payload_;  // of the Block frame being handed to the engine
+  std::vector<MemberId> probe_silent_;
+  RuntimeStats stats_;
+};
+
+}  // namespace hmcast::runtime

@@ -1,0 +1,570 @@
+#include "small/small_path.hpp"
+
+#include <algorithm>
+#include <bit>
+
+#include "ack_tree/tree.hpp"
+#include "core/assert.hpp"
+#include "small/fragmenter.hpp"
+
+namespace hmcast::small {
+
+SmallPath::SmallPath(MemberId self, const View& view, const ProtocolConfig& config, Emitter& emit,
+                     TimerQueue& timers, TimeNs now)
+    : self_(self), view_(view), cfg_(config), emit_(emit), timers_(timers), view_start_(now),
+      window_(std::clamp<std::uint32_t>(cfg_.initial_window_messages, 1, std::max(cfg_.window_messages, 1U))) {
+  HMCAST_ASSERT(view_.contains(self_));
+}
+
+// ---------------------------------------------------------------------------
+// Sending
+
+bool SmallPath::window_has_room(std::size_t bytes) const {
+  if (in_flight() >= window_) return false;
+  // One message larger than the byte window may go alone, or it could never go.
+  return own_bytes_in_flight_ == 0 || own_bytes_in_flight_ + bytes <= cfg_.window_bytes;
+}
+
+BroadcastResult SmallPath::broadcast(MessageBuffer message, TimeNs now, Outbox& out) {
+  if (message->size() > cfg_.max_small_message) return {BroadcastError::too_large, 0};
+  if (!window_has_room(message->size())) return {BroadcastError::window_full, 0};
+  Stream& s = stream(self_);
+  const Seq seq = next_seq_++;
+  own_bytes_in_flight_ += message->size();
+  for (auto& dgram : fragment(emit_.header(), self_, seq, s.known_stable, *message, cfg_.mtu))
+    emit_.datagram_bytes(std::move(dgram), out);
+  s.last_announced = s.known_stable;
+  s.last_data_ns = now;
+  accept_message(s, seq, std::move(message), now, out);
+  HMCAST_ASSERT(in_flight() <= cfg_.window_messages);
+  return {BroadcastError::none, seq};
+}
+
+void SmallPath::want_ack(Stream& s) {
+  s.ack_due = true;
+  acks_pending_.insert(s.sender);
+}
+
+void SmallPath::on_ack_query(MemberId from, const wire::AckQuery& q) {
+  Stream* s = stream_for(q.sender);
+  if (s != nullptr && s->parent && *s->parent == from) {
+    want_ack(*s);
+  } else {
+    ++stats_.invalid_dropped;  // only our parent in that stream's tree asks
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Views
+
+void SmallPath::on_view(const View& view, TimeNs now, Outbox& out) {
+  HMCAST_ASSERT(view.id > view_.id && view.contains(self_));
+  view_ = view;
+  view_start_ = now;
+  last_ack_to_.clear();
+  for (auto& [sender, s] : streams_) {
+    place_in_tree(s, now);
+    s.reported_stable = 0;
+    s.reported_have = 0;
+    s.pull_deadline = kNever;
+    // Tell the new parent where we stand at once: it may be waiting on us already.
+    if (s.parent && s.delivered > 0) want_ack(s);
+  }
+  for (auto& [sender, s] : streams_) advance(s, now, out);  // in-flight messages complete against survivors
+}
+
+// ---------------------------------------------------------------------------
+// Timers
+
+void SmallPath::on_timer(const TimerQueue::Entry& e, TimeNs now, Outbox& out) {
+  const TimerKey& k = e.key;
+  if (k.kind == TimerKind::ack_flush) {
+    if (ack_flush_gen_[k.member] == e.generation) ack_flush_armed_.erase(k.member);
+    return;  // the group engine's flush_acks() after this sends it
+  }
+  auto it = streams_.find(k.member);
+  if (it == streams_.end()) return;
+  Stream& s = it->second;
+  switch (k.kind) {
+    case TimerKind::child_repair:
+      if (k.index < s.children.size() && s.children[k.index].timer_gen == e.generation) fire_child(s, k.index, now, out);
+      break;
+    case TimerKind::pull:
+      if (s.pull_gen == e.generation) maybe_pull(s, now, out);
+      break;
+    case TimerKind::announce:
+      s.announce_armed = false;
+      if (s.sender == self_ && now < s.last_data_ns + cfg_.stable_announce_ns) {
+        // Still sending: the next Data carries the stable prefix to everyone, so an
+        // announcement now would only add a datagram per member; wait for a pause.
+        if (s.known_stable > s.last_announced) arm_announce(s, s.last_data_ns);
+      } else if (s.is_root && s.known_stable > s.last_announced) {
+        const Seq highest = s.sender == self_ ? next_seq_ - 1 : s.delivered;
+        emit_.datagram(wire::Stable{s.sender, s.known_stable, highest}, out);
+        s.last_announced = s.known_stable;
+      }
+      break;
+    case TimerKind::ack_flush:
+    case TimerKind::large_stall:
+    case TimerKind::multicast_probe:
+      HMCAST_ASSERT(false && "the group engine routes only the small path's timers here");
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Streams and tree positions
+
+MemberId SmallPath::root_of(MemberId sender) const {
+  // A departed sender's stream is finished by a proxy root: the view's first member.
+  return view_.contains(sender) ? sender : view_.members.front();
+}
+
+SmallPath::Stream& SmallPath::stream(MemberId sender) {
+  auto it = streams_.find(sender);
+  if (it != streams_.end()) return it->second;
+  Stream& s = streams_[sender];
+  s.sender = sender;
+  s.delivered = s.known_stable = floor_of(sender);  // a joiner starts where the flush left the stream
+  place_in_tree(s, view_start_);
+  return s;
+}
+
+Seq SmallPath::floor_of(MemberId sender) const {
+  auto it = floors_.find(sender);
+  return it == floors_.end() ? 0 : it->second;
+}
+
+void SmallPath::set_stream_floors(const std::map<MemberId, Seq>& floors) {
+  for (const auto& [sender, floor] : floors) floors_[sender] = std::max(floors_[sender], floor);
+}
+
+void SmallPath::place_in_tree(Stream& s, TimeNs now) {
+  const MemberId root = root_of(s.sender);
+  const auto root_rank = *view_.rank_of(root);
+  const auto my_rank = *view_.rank_of(self_);
+  const ack_tree::Tree tree(view_.size(), root_rank, cfg_.radix);
+  s.is_root = (root == self_);
+  const auto parent_rank = tree.parent(my_rank);
+  s.parent = parent_rank ? std::optional<MemberId>(view_.members[*parent_rank]) : std::nullopt;
+  std::vector<ChildLink> next;
+  for (auto c : tree.children(my_rank)) {
+    ChildLink link;
+    link.id = view_.members[c];
+    link.subtree_size = tree.subtree_size(c);
+    for (auto r : tree.subtree(c)) link.subtree.push_back(view_.members[r]);
+    std::sort(link.subtree.begin(), link.subtree.end());
+    // What a child told us stays true in a new view: holdings only grow. Its own
+    // (`have`) always; its subtree's (`stable`) only if the new subtree is within the
+    // old one: a subtree of the same size can hold other members, further behind.
+    auto old = std::find_if(s.children.begin(), s.children.end(),
+                            [&](const ChildLink& l) { return l.id == link.id; });
+    if (old != s.children.end()) {
+      link.have = old->have;
+      if (std::includes(old->subtree.begin(), old->subtree.end(), link.subtree.begin(), link.subtree.end()))
+        link.stable = old->stable;
+    }
+    // Up to the floor every member holds the messages or (a joiner) never needs them.
+    if (const Seq floor = floor_of(s.sender); floor > link.have) {
+      link.have = floor;
+      link.mask = 0;  // its bits counted from the old `have`
+    }
+    link.stable = std::max(link.stable, floor_of(s.sender));
+    link.timeout = ack_tree::AckTimeout(cfg_.initial_hop_rtt_ns, tree.subtree_height(c), cfg_.min_timeout_ns,
+                                        cfg_.max_timeout_ns, cfg_.ack_interval_ns);
+    if (old != s.children.end()) link.timeout = old->timeout;
+    link.timer_gen = (old != s.children.end() ? old->timer_gen : 0) + 1;
+    link.subtree_height = tree.subtree_height(c);
+    next.push_back(link);
+  }
+  s.children = std::move(next);
+  for (std::uint32_t i = 0; i < s.children.size(); ++i) rearm_child(s, i, now);
+}
+
+Seq SmallPath::subtree_stable(const Stream& s) {
+  Seq st = s.delivered;
+  for (const auto& c : s.children) st = std::min(st, c.stable);
+  return st;
+}
+
+SmallPath::Stream* SmallPath::stream_for(MemberId sender) {
+  auto it = streams_.find(sender);
+  if (it != streams_.end()) return &it->second;
+  // New streams only for members: a forged sender id must not allocate state.
+  if (!view_.contains(sender)) return nullptr;
+  return &stream(sender);
+}
+
+std::size_t SmallPath::held_messages() const {
+  std::size_t n = 0;
+  for (const auto& [id, s] : streams_) n += s.held.size() + s.partial.size();
+  return n;
+}
+
+// ---------------------------------------------------------------------------
+// Receiving messages
+
+void SmallPath::on_data(MemberId from, const wire::Data& d, TimeNs now, Outbox& out) {
+  if (d.sender != from) {
+    ++stats_.invalid_dropped;  // only a sender multicasts its own messages
+    return;
+  }
+  Stream& s = stream(d.sender);
+  if (d.stable > s.known_stable) collect_garbage(s, d.stable);
+  if (d.seq <= s.delivered || s.held.count(d.seq) != 0) {
+    ++stats_.duplicates_dropped;
+    return;
+  }
+  if (d.seq > s.delivered + cfg_.window_messages) {
+    ++stats_.out_of_window_dropped;  // the sender's window makes this impossible unless misbehaving
+    return;
+  }
+  if (d.msg_len > cfg_.max_small_message) {
+    ++stats_.invalid_dropped;
+    return;
+  }
+  if (d.frag_count == 1) {
+    accept_message(s, d.seq, std::make_shared<const std::vector<std::byte>>(d.payload.begin(), d.payload.end()),
+                   now, out);
+    return;
+  }
+  auto it = s.partial.find(d.seq);
+  if (it == s.partial.end()) it = s.partial.emplace(d.seq, Reassembly(d)).first;
+  switch (it->second.add(d)) {
+    case Reassembly::Result::complete: {
+      MessageBuffer msg = it->second.take();
+      s.partial.erase(it);
+      accept_message(s, d.seq, std::move(msg), now, out);
+      break;
+    }
+    case Reassembly::Result::duplicate: ++stats_.duplicates_dropped; break;
+    case Reassembly::Result::mismatch: ++stats_.invalid_dropped; break;
+    case Reassembly::Result::added: break;
+  }
+}
+
+void SmallPath::on_repair(MemberId from, const wire::Repair& r, TimeNs now, Outbox& out) {
+  Stream* s = stream_for(r.sender);
+  // Nobody repairs our own messages to us: only we can have made them.
+  if (s == nullptr || r.sender == self_ || r.payload.size() > cfg_.max_small_message) {
+    ++stats_.invalid_dropped;
+    return;
+  }
+  if (r.stable > s->known_stable) collect_garbage(*s, r.stable);
+  if (r.seq <= s->delivered || s->held.count(r.seq) != 0) {
+    ++stats_.duplicates_dropped;
+  } else if (r.seq > s->delivered + cfg_.window_messages) {
+    ++stats_.out_of_window_dropped;
+  } else {
+    accept_message(*s, r.seq,
+                   std::make_shared<const std::vector<std::byte>>(r.payload.begin(), r.payload.end()), now, out);
+  }
+  // The parent is waiting on us: answer even if nothing advanced, so it stops repairing.
+  if (s->parent && *s->parent == from) want_ack(*s);
+}
+
+void SmallPath::accept_message(Stream& s, Seq seq, MessageBuffer msg, TimeNs now, Outbox& out) {
+  s.held.emplace(seq, Held{std::move(msg), now});
+  s.partial.erase(seq);
+  for (auto it = s.held.find(s.delivered + 1); it != s.held.end(); it = s.held.find(s.delivered + 1)) {
+    ++s.delivered;
+    ++stats_.delivered;
+    out.emplace_back(action::Deliver{s.sender, s.delivered, it->second.msg});
+  }
+  advance(s, now, out);
+}
+
+// ---------------------------------------------------------------------------
+// Cumulative ACKs
+
+void SmallPath::advance(Stream& s, TimeNs now, Outbox& out) {
+  const Seq st = subtree_stable(s);
+  if (s.is_root) {
+    if (s.sender == self_) {
+      while (own_completed_ < st) {
+        ++own_completed_;
+        auto it = s.held.find(own_completed_);
+        if (it != s.held.end()) own_bytes_in_flight_ -= it->second.msg->size();
+        ++stats_.completed;
+        window_ = std::min(window_ + 1, cfg_.window_messages);
+        out.emplace_back(action::Completed{own_completed_});
+      }
+    }
+    if (st > s.known_stable) {
+      collect_garbage(s, st);
+      arm_announce(s, now);
+    }
+  } else if (st > s.reported_stable || s.delivered > s.reported_have) {
+    // Our own holdings go up at once (the parent times its repairs on them, one hop),
+    // the subtree's when it catches up; coalescing merges both into few packets.
+    want_ack(s);
+  } else if (s.gap_reported_at != s.delivered + 1 && s.held.upper_bound(s.delivered + 1) != s.held.end()) {
+    // We hold messages past a hole: say so once, so the parent can repair just the hole.
+    s.gap_reported_at = s.delivered + 1;
+    want_ack(s);
+  }
+  for (std::uint32_t i = 0; i < s.children.size(); ++i) rearm_child(s, i, now);
+}
+
+void SmallPath::collect_garbage(Stream& s, Seq stable) {
+  const Seq upto = std::min(stable, s.delivered);
+  if (upto <= s.known_stable) return;
+  s.known_stable = upto;
+  s.held.erase(s.held.begin(), s.held.upper_bound(upto));
+}
+
+void SmallPath::on_ack(MemberId from, const wire::Ack& a, TimeNs now, Outbox& out) {
+  for (const auto& e : a.entries) {
+    Stream* s = stream_for(e.sender);
+    if (s == nullptr) {
+      ++stats_.invalid_dropped;
+      continue;
+    }
+    auto child = std::find_if(s->children.begin(), s->children.end(),
+                              [&](const ChildLink& l) { return l.id == from; });
+    if (child == s->children.end()) {
+      ++stats_.invalid_dropped;  // not our child in this stream's tree
+      continue;
+    }
+    const auto idx = static_cast<std::uint32_t>(child - s->children.begin());
+    ChildLink& c = *child;
+    if (e.stable > c.stable) {
+      c.stable = e.stable;
+      c.stable_progress = now;
+      c.deadline = kNever;
+      ++c.timer_gen;
+    }
+    c.last_heard = now;
+    if (e.have > c.have) {
+      // Karn: only waits that no repair disturbed say how long the child takes.
+      auto held = s->held.find(e.have);
+      if (c.repaired_upto <= c.have && held != s->held.end() && held->second.arrival >= view_start_)
+        c.timeout.sample(now - held->second.arrival);
+      c.have = e.have;
+      c.mask = e.mask;
+      c.last_progress = now;
+      c.deadline = kNever;  // the wait restarts from the next message it lacks
+      ++c.timer_gen;
+    } else if (e.have == c.have && (e.mask | c.mask) != c.mask) {
+      c.mask |= e.mask;  // holdings only grow
+      c.deadline = kNever;
+      ++c.timer_gen;
+    }
+    c.attempts = 0;
+    rearm_child(*s, idx, now);
+    if (c.have > s->delivered) maybe_pull(*s, now, out);
+    advance(*s, now, out);
+  }
+}
+
+void SmallPath::flush_acks(TimeNs now, Outbox& out) {
+  if (acks_pending_.empty()) return;
+  std::map<MemberId, std::vector<wire::AckEntry>> by_parent;
+  for (auto it = acks_pending_.begin(); it != acks_pending_.end();) {
+    Stream& s = streams_.at(*it);
+    if (!s.ack_due || !s.parent) {
+      s.ack_due = false;
+      it = acks_pending_.erase(it);
+      continue;
+    }
+    const MemberId p = *s.parent;
+    auto last = last_ack_to_.find(p);
+    if (last != last_ack_to_.end() && now < last->second + cfg_.ack_interval_ns) {
+      // Merge with whatever else becomes due for this parent in the interval.
+      if (ack_flush_armed_.insert(p).second)
+        ack_flush_gen_[p] = timers_.arm(last->second + cfg_.ack_interval_ns, TimerKey{TimerKind::ack_flush, p, 0});
+      ++it;
+      continue;
+    }
+    const Seq st = subtree_stable(s);
+    by_parent[p].push_back(wire::AckEntry{s.sender, st, s.delivered, held_mask(s)});
+    s.reported_stable = st;
+    s.reported_have = s.delivered;
+    s.ack_due = false;
+    it = acks_pending_.erase(it);
+  }
+  for (auto& [parent, entries] : by_parent) {
+    ++stats_.acks_sent;
+    last_ack_to_[parent] = now;
+    emit_.frame(parent, wire::Ack{std::move(entries)}, out);
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Repairs
+
+bool SmallPath::child_holds(const ChildLink& c, Seq seq) {
+  if (seq <= c.have) return true;
+  const Seq bit = seq - c.have - 1;
+  return bit < 64 && ((c.mask >> bit) & 1U) != 0;
+}
+
+std::uint64_t SmallPath::held_mask(const Stream& s) {
+  std::uint64_t mask = 0;
+  for (auto it = s.held.upper_bound(s.delivered + 1); it != s.held.end() && it->first <= s.delivered + 64; ++it)
+    mask |= std::uint64_t{1} << (it->first - s.delivered - 1);
+  return mask;
+}
+
+Seq SmallPath::first_missing(const Stream& s, const ChildLink& c) {
+  for (Seq q = std::max(c.have, s.known_stable) + 1; q <= s.delivered; ++q)
+    if (!child_holds(c, q)) return q;
+  return 0;
+}
+
+void SmallPath::rearm_child(Stream& s, std::uint32_t idx, TimeNs now) {
+  ChildLink& c = s.children[idx];
+  if (c.deadline != kNever || c.suspected) return;  // a wait is already running
+  const Seq next = first_missing(s, c);
+  TimeNs since = 0;
+  TimeNs wait = 0;
+  if (next != 0) {
+    // Wait from when the child could first have ACKed it: after we got it, and after
+    // the child's last progress (a child that keeps ACKing a backlog is not stuck).
+    auto held = s.held.find(next);
+    since = std::max({held != s.held.end() ? held->second.arrival : now, view_start_, c.last_progress});
+    wait = c.timeout.timeout(c.attempts);
+  } else if (c.stable < std::min(c.have, s.delivered)) {
+    // It holds everything, its subtree does not yet: that is the child's job, but
+    // if the child itself died we would wait forever. Probe it after a wait scaled
+    // by its subtree's height (its own repairs below take that long).
+    since = std::max({c.stable_progress, c.last_heard, view_start_});
+    wait = c.timeout.timeout(c.attempts) * (c.subtree_height + 2);
+  } else {
+    c.attempts = 0;  // nothing to wait for
+    return;
+  }
+  c.deadline = since + wait;
+  c.timer_gen = timers_.arm(c.deadline, TimerKey{TimerKind::child_repair, s.sender, idx});
+}
+
+void SmallPath::fire_child(Stream& s, std::uint32_t idx, TimeNs now, Outbox& out) {
+  ChildLink& c = s.children[idx];
+  c.deadline = kNever;
+  const Seq from = first_missing(s, c);
+  const bool lagging = from == 0 && c.stable < std::min(c.have, s.delivered);
+  if (c.suspected || (from == 0 && !lagging)) return;
+  if (c.attempts >= cfg_.repair_budget) {
+    c.suspected = true;
+    emit_.suspect(c.id, out);
+    return;
+  }
+  ++c.attempts;
+  if (lagging) {
+    ++stats_.ack_queries_sent;
+    emit_.frame(c.id, wire::AckQuery{s.sender}, out);
+    c.deadline = now + c.timeout.timeout(c.attempts);
+    c.timer_gen = timers_.arm(c.deadline, TimerKey{TimerKind::child_repair, s.sender, idx});
+    return;
+  }
+  bool remulticasted = false;
+  if (s.is_root && s.sender == self_ && view_.size() > 2 &&
+      (s.last_remulticast < 0 || now - s.last_remulticast >= c.timeout.timeout(0))) {
+    // Children that lack it themselves probably lost it for their whole subtree
+    // (a dropped multicast is dropped for everything behind the drop); if that is
+    // most of the group, one multicast is cheaper than a repair per child.
+    std::uint64_t lacking = 0;
+    for (const auto& other : s.children)
+      if (!child_holds(other, from)) lacking += other.subtree_size;
+    if (lacking * 2 > view_.size() - 1) {
+      remulticast(s, from, out);
+      s.last_remulticast = now;
+      remulticasted = true;
+    }
+  }
+  if (!remulticasted) {
+    // Repair the first hole, and every other hole the child told us about that is
+    // overdue too. Beyond what its last ACK covered we know nothing: its answer
+    // to this repair will tell.
+    const Seq known_top = c.mask == 0 ? c.have : c.have + 64 - static_cast<Seq>(std::countl_zero(c.mask));
+    const TimeNs overdue = now - c.timeout.timeout(0);
+    std::uint32_t sent = 0;
+    for (auto it = s.held.lower_bound(from); it != s.held.end() && sent < cfg_.repair_batch; ++it) {
+      const Seq q = it->first;
+      if (q > s.delivered || (q != from && (q > known_top || it->second.arrival > overdue))) break;
+      if (child_holds(c, q)) continue;
+      ++stats_.repairs_sent;
+      ++sent;
+      c.repaired_upto = std::max(c.repaired_upto, q);
+      emit_.frame(c.id, wire::Repair{s.sender, q, s.known_stable, *it->second.msg}, out);
+    }
+  }
+  c.deadline = now + c.timeout.timeout(c.attempts);
+  c.timer_gen = timers_.arm(c.deadline, TimerKey{TimerKind::child_repair, s.sender, idx});
+}
+
+void SmallPath::send_repairs(Stream& s, MemberId to, Seq from, Seq to_seq, Outbox& out) {
+  for (auto it = s.held.lower_bound(from); it != s.held.end() && it->first <= to_seq; ++it) {
+    ++stats_.repairs_sent;
+    emit_.frame(to, wire::Repair{s.sender, it->first, s.known_stable, *it->second.msg}, out);
+  }
+}
+
+void SmallPath::remulticast(Stream& s, Seq seq, Outbox& out) {
+  auto it = s.held.find(seq);
+  if (it == s.held.end()) return;
+  ++stats_.remulticasts;
+  for (auto& dgram : fragment(emit_.header(), s.sender, seq, s.known_stable, *it->second.msg, cfg_.mtu))
+    emit_.datagram_bytes(std::move(dgram), out);
+}
+
+void SmallPath::maybe_pull(Stream& s, TimeNs now, Outbox& out) {
+  if (s.pull_deadline != kNever && now < s.pull_deadline) return;
+  const ChildLink* best = nullptr;
+  for (const auto& c : s.children)
+    if (!c.suspected && (best == nullptr || c.have > best->have)) best = &c;
+  if (best == nullptr || best->have <= s.delivered) {
+    s.pull_deadline = kNever;
+    return;
+  }
+  if (s.pull_deadline == kNever) {
+    // The datagram is probably just queued at our NIC: give it one timeout first.
+    s.pull_deadline = now + best->timeout.timeout(0);
+    s.pull_gen = timers_.arm(s.pull_deadline, TimerKey{TimerKind::pull, s.sender, 0});
+    return;
+  }
+  // A child ACKed messages we never got (Mansoor & Meehan 3.3.4): fetch them from it.
+  // Only a proven hole: we hold something after it, so it was lost, not merely still
+  // queued at our NIC (pulling what is queued would double the load on a receiver
+  // that is already behind). A tail we lack is our own parent's to repair.
+  auto next_held = s.held.upper_bound(s.delivered);
+  if (next_held == s.held.end()) {
+    s.pull_deadline = kNever;
+    return;
+  }
+  const Seq from = s.delivered + 1;
+  const Seq to = std::min<Seq>({best->have, next_held->first - 1, s.delivered + cfg_.window_messages});
+  ++stats_.pulls_sent;
+  emit_.frame(best->id, wire::Pull{s.sender, from, to}, out);
+  s.pull_deadline = now + best->timeout.timeout(0);
+  s.pull_gen = timers_.arm(s.pull_deadline, TimerKey{TimerKind::pull, s.sender, 0});
+}
+
+void SmallPath::on_pull(MemberId from, const wire::Pull& p, Outbox& out) {
+  Stream* s = stream_for(p.sender);
+  if (s == nullptr) {
+    ++stats_.invalid_dropped;
+    return;
+  }
+  const Seq to = std::min<Seq>(p.to, p.from + cfg_.window_messages - 1);
+  send_repairs(*s, from, p.from, to, out);
+}
+
+// ---------------------------------------------------------------------------
+// Stability announcements (garbage collection at receivers)
+
+void SmallPath::arm_announce(Stream& s, TimeNs now) {
+  if (s.announce_armed) return;
+  s.announce_armed = true;
+  timers_.arm(now + cfg_.stable_announce_ns, TimerKey{TimerKind::announce, s.sender, 0});
+}
+
+void SmallPath::on_stable(MemberId from, const wire::Stable& st) {
+  Stream* s = stream_for(st.sender);
+  if (s == nullptr || from != root_of(st.sender)) {
+    ++stats_.invalid_dropped;  // only the stream's root knows what is stable
+    return;
+  }
+  collect_garbage(*s, st.stable);
+}
+
+}  // namespace hmcast::small

@@ -1,0 +1,185 @@
+// The small-message path of one member of one group, sans-I/O.
+//
+// Datagrams go out once by multicast; every member ACKs up a k-nomial tree rooted
+// at the sender, and an ACK means "I and my whole subtree hold [1, stable]"
+// (cumulative, so one ACK covers a run of messages). A parent that misses a
+// child's ACK for longer than a measured, level-scaled timeout repairs that child
+// point-to-point; the child then repairs its own children. A parent that sees a
+// child holding messages it lacks pulls them from the child. The sender, when
+// most of the group lacks a message, multicasts it again instead. A member that
+// ignores a whole repair budget is suspected (the coordinator removes it by a new
+// view, and messages in flight complete against the survivors). A departed
+// sender's stream is finished by a proxy root, the view's first member.
+//
+// The group engine (group/group_engine.hpp) admits frames (group, view, member)
+// before they reach this path, owns the timer table this path arms, and lends it
+// the Emitter that frames and suspicions go out through.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <set>
+#include <vector>
+
+#include "ack_tree/ack_timeout.hpp"
+#include "core/actions.hpp"
+#include "core/emitter.hpp"
+#include "core/timer_queue.hpp"
+#include "core/wire.hpp"
+#include "hmcast/config.hpp"
+#include "hmcast/types.hpp"
+#include "small/reassembly.hpp"
+
+namespace hmcast::small {
+
+/// Counters of one member's small path; "dropped" counters count bad or useless input.
+struct SmallStats {
+  std::uint64_t acks_sent = 0;
+  std::uint64_t repairs_sent = 0;
+  std::uint64_t remulticasts = 0;
+  std::uint64_t pulls_sent = 0;
+  std::uint64_t ack_queries_sent = 0;  // AckQuery frames to children whose subtree is late
+  std::uint64_t delivered = 0;
+  std::uint64_t completed = 0;
+  std::uint64_t duplicates_dropped = 0;
+  std::uint64_t out_of_window_dropped = 0;
+  std::uint64_t invalid_dropped = 0;  // admitted, but makes no sense here (e.g. fragment mismatch)
+};
+
+enum class BroadcastError : std::uint8_t { none, window_full, too_large, not_member, paused };
+
+struct BroadcastResult {
+  BroadcastError error = BroadcastError::none;
+  Seq seq = 0;
+};
+
+class SmallPath {
+ public:
+  /// `config` (checked, policy::check), `emit` and `timers` belong to the group
+  /// engine and outlive the path.
+  SmallPath(MemberId self, const View& view, const ProtocolConfig& config, Emitter& emit, TimerQueue& timers,
+            TimeNs now);
+
+  /// Sends a message. Fails without side effects when the window is full or the
+  /// message is over max_small_message.
+  BroadcastResult broadcast(MessageBuffer message, TimeNs now, Outbox& out);
+  [[nodiscard]] bool window_has_room(std::size_t bytes) const;
+
+  // Admitted input (group, view and member already checked by the group engine).
+  void on_data(MemberId from, const wire::Data& d, TimeNs now, Outbox& out);
+  void on_repair(MemberId from, const wire::Repair& r, TimeNs now, Outbox& out);
+  void on_ack(MemberId from, const wire::Ack& a, TimeNs now, Outbox& out);
+  void on_pull(MemberId from, const wire::Pull& p, Outbox& out);
+  void on_stable(MemberId from, const wire::Stable& s);
+  void on_ack_query(MemberId from, const wire::AckQuery& q);
+  /// A timer of this path fired (kinds child_repair, ack_flush, announce, pull).
+  void on_timer(const TimerQueue::Entry& e, TimeNs now, Outbox& out);
+  /// Sends the ACKs that became due; the group engine calls it after every input.
+  void flush_acks(TimeNs now, Outbox& out);
+
+  /// A new view (this member is in it): every stream's tree is laid out again,
+  /// and messages in flight complete against the survivors.
+  void on_view(const View& view, TimeNs now, Outbox& out);
+  /// Joining a running group (the flush, membership/control_wire.hpp): every member
+  /// of the next view holds, or as a joiner is excused from, each sender's
+  /// messages up to floors[sender]. Call before on_view() of that view, or, for the
+  /// member that joins with it, before any input.
+  void set_stream_floors(const std::map<MemberId, Seq>& floors);
+
+  /// The seq the next broadcast() will get.
+  [[nodiscard]] Seq next_seq() const { return next_seq_; }
+  /// Own messages not yet all-acked.
+  [[nodiscard]] std::uint64_t in_flight() const { return next_seq_ - 1 - own_completed_; }
+  /// Messages held (delivered but not yet known stable, or not yet deliverable) over all senders.
+  [[nodiscard]] std::size_t held_messages() const;
+  [[nodiscard]] const SmallStats& stats() const { return stats_; }
+
+ private:
+  struct Held {
+    MessageBuffer msg;
+    TimeNs arrival = 0;
+  };
+  struct ChildLink {
+    MemberId id = 0;
+    std::uint32_t subtree_size = 1;
+    std::vector<MemberId> subtree;  // sorted: whom `stable` speaks for
+    Seq stable = 0;  // the child's whole subtree holds [1, stable]
+    Seq have = 0;    // the child itself holds [1, have]
+    std::uint64_t mask = 0;  // ...and have+1+i for each set bit i (selective ACK)
+    ack_tree::AckTimeout timeout;
+    std::uint32_t attempts = 0;  // repair rounds since the child last answered
+    std::uint64_t timer_gen = 0;
+    TimeNs deadline = kNever;
+    TimeNs last_progress = 0;  // when its ACKed `have` last grew
+    Seq repaired_upto = 0;     // highest message we repaired to it (Karn: no samples across it)
+    TimeNs last_heard = 0;     // its last ACK of any kind
+    TimeNs stable_progress = 0;  // when its subtree's `stable` last grew
+    std::uint32_t subtree_height = 0;
+    bool suspected = false;
+  };
+  struct Stream {
+    MemberId sender = 0;
+    Seq delivered = 0;     // contiguous prefix delivered here
+    Seq known_stable = 0;  // every member holds [1, known_stable]: no repair will need it
+    std::map<Seq, Held> held;
+    std::map<Seq, Reassembly> partial;
+    // Position in this stream's tree under the current view.
+    bool is_root = false;
+    std::optional<MemberId> parent;
+    std::vector<ChildLink> children;
+    Seq reported_stable = 0;
+    Seq reported_have = 0;
+    Seq gap_reported_at = 0;  // `delivered` when we last told the parent about a hole
+    bool ack_due = false;
+    TimeNs pull_deadline = kNever;
+    std::uint64_t pull_gen = 0;
+    Seq last_announced = 0;
+    bool announce_armed = false;
+    TimeNs last_data_ns = 0;  // own stream: when a Data last carried our stable prefix
+    TimeNs last_remulticast = -1;
+  };
+
+  Stream& stream(MemberId sender);
+  /// The stream of `sender`, created if `sender` is a member; nullptr otherwise.
+  Stream* stream_for(MemberId sender);
+  void place_in_tree(Stream& s, TimeNs now);
+  [[nodiscard]] MemberId root_of(MemberId sender) const;
+  [[nodiscard]] Seq floor_of(MemberId sender) const;
+  [[nodiscard]] static Seq subtree_stable(const Stream& s);
+  void accept_message(Stream& s, Seq seq, MessageBuffer msg, TimeNs now, Outbox& out);
+  void advance(Stream& s, TimeNs now, Outbox& out);
+  void collect_garbage(Stream& s, Seq stable);
+  void rearm_child(Stream& s, std::uint32_t idx, TimeNs now);
+  /// The first message we hold that `c` is not known to hold (0 if none).
+  [[nodiscard]] static Seq first_missing(const Stream& s, const ChildLink& c);
+  [[nodiscard]] static bool child_holds(const ChildLink& c, Seq seq);
+  [[nodiscard]] static std::uint64_t held_mask(const Stream& s);
+  void fire_child(Stream& s, std::uint32_t idx, TimeNs now, Outbox& out);
+  void send_repairs(Stream& s, MemberId to, Seq from, Seq to_seq, Outbox& out);
+  void maybe_pull(Stream& s, TimeNs now, Outbox& out);
+  void arm_announce(Stream& s, TimeNs now);
+  void remulticast(Stream& s, Seq seq, Outbox& out);
+  void want_ack(Stream& s);
+
+  MemberId self_;
+  View view_;
+  const ProtocolConfig& cfg_;
+  Emitter& emit_;
+  TimerQueue& timers_;
+  TimeNs view_start_ = 0;
+  std::uint32_t window_;  // current sender window (slow start up to cfg_.window_messages)
+  std::map<MemberId, Stream> streams_;
+  std::map<MemberId, Seq> floors_;               // set_stream_floors()
+  std::set<MemberId> acks_pending_;             // streams with an ACK to send
+  std::map<MemberId, TimeNs> last_ack_to_;      // coalescing per parent
+  std::map<MemberId, std::uint64_t> ack_flush_gen_;
+  std::set<MemberId> ack_flush_armed_;
+  // Own sending state.
+  Seq next_seq_ = 1;
+  Seq own_completed_ = 0;
+  std::uint64_t own_bytes_in_flight_ = 0;
+  SmallStats stats_;
+};
+
+}  // namespace hmcast::small

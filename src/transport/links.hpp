@@ -1,0 +1,42 @@
+// The transports a Node can make, each under the seeded fault layer
+// (faulty/faulty_link.hpp) when its FaultConfig asks for any fault.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "hmcast/config.hpp"
+#include "hmcast/types.hpp"
+#include "transport/transport.hpp"
+
+namespace hmcast::transport {
+
+/// Member `self` of the group whose in-process scope is `scope` (its group id)
+/// on the in-process fabric named `fabric`.
+std::unique_ptr<Link> make_inproc_link(const std::string& fabric, std::uint64_t scope, MemberId self,
+                                       const FaultConfig& faults);
+
+/// A socket endpoint for member `self` of a group whose datagrams use
+/// multicast_address:port (IPv4, host order).
+std::unique_ptr<Link> make_socket_link(MemberId self, std::uint32_t multicast_address, std::uint16_t multicast_port,
+                                       const SocketOptions& options, const FaultConfig& faults);
+
+/// A verbs endpoint (UD multicast + RC links; transport/verbs) for member `self` of a
+/// group whose datagrams use multicast_address (IPv4, host order). Throws
+/// hmcast::Error(transport_failed) naming the fixes when there is no RDMA device,
+/// or when hmcast was built without verbs.
+std::unique_ptr<Link> make_verbs_link(MemberId self, std::uint32_t multicast_address, const VerbsOptions& options,
+                                      const FaultConfig& faults);
+
+/// Checks that a verbs device matching `options` exists (the Node's constructor
+/// fails early, with the fixes, rather than at join()).
+void check_verbs_device(const VerbsOptions& options);
+
+/// The port a socket or verbs link's reliable links listen on (0 for other links).
+std::uint16_t listening_port(const Link& link);
+/// The address peers reach a link's reliable links at: a verbs link's bound address,
+/// or `configured` (the socket transport's SocketOptions::interface_address).
+std::string listening_address(const Link& link, const std::string& configured);
+
+}  // namespace hmcast::transport

@@ -1,0 +1,103 @@
+// What the runtime needs of a transport, and what a Node's progress thread waits
+// on. A transport only moves bytes: datagram multicast with an MTU, reliable
+// ordered frames to a peer, optionally payloads placed straight into registered
+// buffers. It decides nothing about reliability. Implementations: inproc/,
+// socket/, verbs/, and the simulator's (testing/sim, outside libhmcast).
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "hmcast/types.hpp"
+
+namespace hmcast::transport {
+
+/// Something that arrived: a datagram, or a frame from a peer's reliable link.
+struct Inbound {
+  bool datagram = false;
+  MemberId from = 0;
+  std::vector<std::byte> bytes;
+  /// A Block frame whose payload the transport already wrote into its final buffer
+  /// (socket placement, verbs RDMA WRITE): `bytes` is the frame without it.
+  bool placed = false;
+};
+
+/// Where an arriving Block frame's payload goes (a destination of exactly its
+/// size), and what keeps that memory alive meanwhile.
+struct Placement {
+  std::span<std::byte> dest;
+  std::shared_ptr<const void> keep;
+};
+
+/// Given the sending peer, an arriving Block frame's head (wire header and Block
+/// fields) and the frame's whole size: where its payload goes, or nothing to
+/// receive the frame whole as usual.
+using BlockPlacer =
+    std::function<std::optional<Placement>(MemberId from, std::span<const std::byte> head, std::size_t frame_size)>;
+
+/// A large message's final buffer. Null for transports that carry no payload
+/// bytes (the simulator models their time on the wire only).
+using LargeBuffer = std::shared_ptr<std::vector<std::byte>>;
+
+/// The sending side: what the runtime turns actions into.
+class Transport {
+ public:
+  virtual ~Transport() = default;
+  [[nodiscard]] virtual MemberId id() const = 0;
+  virtual void multicast(std::span<const std::byte> bytes) = 0;
+  /// False: the link to `to` is broken (the protocol then suspects it).
+  virtual bool unicast(MemberId to, std::vector<std::byte> frame) = 0;
+  /// One segment of a large message: `head` is its encoded Block frame without
+  /// payload, `payload` the segment's bytes (empty where the transport carries
+  /// none). By default the two travel as one frame.
+  virtual bool send_block(MemberId to, std::vector<std::byte> head, std::span<const std::byte> payload,
+                          std::uint64_t length) {
+    (void)length;
+    head.insert(head.end(), payload.begin(), payload.end());
+    return unicast(to, std::move(head));
+  }
+  /// Where peer `id` listens (transports that need addresses; others ignore it).
+  virtual void add_peer(MemberId id, const std::string& host, std::uint16_t port) = 0;
+  /// A final buffer for a large message of `size` bytes. Transports that let peers
+  /// write into it (verbs) lend one from their registration cache.
+  virtual LargeBuffer allocate_large(std::size_t size) { return std::make_shared<std::vector<std::byte>>(size); }
+  /// The final buffer of large message (sender, seq) exists: transports that let
+  /// peers write Block payloads straight into it (verbs: RDMA WRITE) register it and
+  /// hold it until no peer can write into it any more. Others ignore it.
+  virtual void offer_region(MemberId /*sender*/, Seq /*seq*/, LargeBuffer /*buffer*/) {}
+  /// The runtime dropped that buffer (it may still live on in the transport, see above).
+  virtual void retire_region(MemberId /*sender*/, Seq /*seq*/) {}
+};
+
+/// A transport a Node's progress thread waits on.
+class Link : public Transport {
+ public:
+  /// What arrived, or nothing when woken or at the deadline. Throws
+  /// hmcast::Error(transport_failed) if the transport itself failed.
+  virtual std::optional<Inbound> wait(std::chrono::steady_clock::time_point deadline) = 0;
+  virtual void wake() = 0;
+  /// Where Block payloads go, for transports that can read them straight into their
+  /// final buffer (socket). Others ignore it.
+  virtual void set_block_placer(BlockPlacer /*placer*/) {}
+  /// Buffers offered with offer_region() that the transport still holds.
+  [[nodiscard]] virtual std::uint64_t regions_held() const { return 0; }
+  /// Payload bytes the transport read straight into their final buffer.
+  [[nodiscard]] virtual std::uint64_t bytes_placed() const { return 0; }
+  /// Input the transport dropped as malformed before the protocol saw it.
+  [[nodiscard]] virtual std::uint64_t bad_input() const { return 0; }
+  /// Datagrams the transport multicast and bytes it sent on reliable links (verbs:
+  /// the UD QP and RC QPs; transports that do not count them say 0).
+  [[nodiscard]] virtual std::uint64_t multicast_datagrams_sent() const { return 0; }
+  [[nodiscard]] virtual std::uint64_t link_bytes_sent() const { return 0; }
+  /// Stop sending and receiving; peers see this member's links break.
+  virtual void close() = 0;
+};
+
+}  // namespace hmcast::transport
