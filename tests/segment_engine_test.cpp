@@ -78,7 +78,6 @@ bool has(const Outbox& out) {
   return false;
 }
 
-/// Member 11 with a buffer for message (10, 1) and member 12's credit for one block.
 /// A pipeline with the emitter its frames go out through (as the group engine lends it).
 struct Member {
   Member(MemberId self, const ProtocolConfig& cfg) : emit(kGroup, self, kView), p(self, kView, cfg, emit) {}
@@ -86,6 +85,7 @@ struct Member {
   Pipeline p;
 };
 
+/// Makes member 11 a relay with a buffer for message (10, 1) and member 12's credit for one block.
 void prime_relay(Pipeline& p) {
   Outbox out;
   p.on_announce(kRoot, wire::Announce{kRoot, 1, kSize, kBlock, static_cast<std::uint8_t>(LargeAlgorithm::chain)}, out);
@@ -189,8 +189,8 @@ TEST_CASE("segments: a sender posts every segment of one scheduled send before t
 TEST_CASE("segments: the next credit goes out while the current block is still arriving", "[pipeline][segment]") {
   SECTION("lead of one segment: at the third of four segments") {
     Member m(kRelay, config(kSegment));
-  Pipeline& p = m.p;
-  prime_relay(p);
+    Pipeline& p = m.p;
+    prime_relay(p);
     Outbox out;
     p.on_block(kRoot, segment(0, 0, kSegment), out);
     p.on_block(kRoot, segment(0, kSegment, kSegment), out);
@@ -208,8 +208,8 @@ TEST_CASE("segments: the next credit goes out while the current block is still a
   }
   SECTION("lead of 0: only once the block is complete (store-and-forward credits)") {
     Member m(kRelay, config(0));
-  Pipeline& p = m.p;
-  prime_relay(p);
+    Pipeline& p = m.p;
+    prime_relay(p);
     Outbox out;
     for (std::uint64_t k = 0; k < 3; ++k) p.on_block(kRoot, segment(0, k * kSegment, kSegment), out);
     CHECK_FALSE(credit_to(out, kRoot).has_value());

@@ -176,18 +176,16 @@ struct SocketOptions {
   std::uint32_t mtu = 8192;
   /// Socket buffers of each reliable link (SO_SNDBUF/SO_RCVBUF; 0: the kernel's
   /// autotuning, which on a link with a tiny round trip leaves a few KB, so that a
-  /// large message moves only while this process is running: 64 MiB between two
-  /// rate-limited hosts took 1.31x a plain TCP stream with it, 1.07x with 4 MiB).
-  /// The kernel caps it at net.core.wmem_max / rmem_max; memory is used only as
-  /// data is queued.
+  /// large message moves only while this process is running; docs/benchmarks.md,
+  /// "Figures behind the defaults"). The kernel caps it at net.core.wmem_max /
+  /// rmem_max; memory is used only as data is queued.
   std::uint32_t link_buffer_bytes = 4U << 20;
   /// How the progress thread waits for datagrams and frames. hybrid (the default)
   /// keeps polling, yielding the CPU between polls, for `busy_poll` after the last
   /// arrival and then sleeps: a message that follows soon after another finds the
   /// thread awake instead of paying a wake-up. interrupt always sleeps (the least
   /// CPU); poll never does (a core per Node). A sleeping thread takes tens of
-  /// microseconds to wake (about 50 in a VM here: a blocking UDP round trip on
-  /// loopback took 105 us, a polling one 10 us), so the window is a few of those.
+  /// microseconds to wake (docs/benchmarks.md), so the window is a few wake-ups.
   CompletionMode completion = CompletionMode::hybrid;
   std::chrono::microseconds busy_poll{200};
 };

@@ -143,6 +143,7 @@ void Pipeline::grant(Message& t, Outbox& out) {
   const std::uint64_t limit = std::min<std::uint64_t>(
       t.receive_order.size(), std::uint64_t{t.have_count} + cfg_.large_receive_window + (nearly_done ? 1 : 0));
   std::set<MemberId> changed;
+  HMCAST_ASSERT(t.credits_granted <= t.receive_order.size());
   while (t.credits_granted < limit) {
     const MemberId p = t.receive_order[t.credits_granted++];
     ++t.credit_to[p];
@@ -258,6 +259,7 @@ void Pipeline::on_block(MemberId from, const wire::Block& b, Outbox& out) {
   const Key key = it->first;
   const std::uint64_t length = block_length(t, b.index);
   const std::uint64_t held = held_bytes(t, b.index);
+  HMCAST_ASSERT(held + b.length <= length && !t.have[b.index]);  // check_segment said accept
   const auto filled = t.filled.find(b.index);
   out.emplace_back(action::BlockAccepted{t.sender, t.seq, b.offset, b.length});
   ++stats_.segments_received;
@@ -277,6 +279,7 @@ void Pipeline::on_block(MemberId from, const wire::Block& b, Outbox& out) {
 }
 
 void Pipeline::deliver(Message& t, Outbox& out) {
+  HMCAST_ASSERT(!t.delivered && t.have_count == t.blocks);  // once, and only with every block
   t.delivered = true;
   if (t.delivered_before) {
     ++stats_.redeliveries_suppressed;
@@ -313,6 +316,7 @@ void Pipeline::check_ack(Message& t, Outbox& out) {
     return;
   }
   // The root: every member has every byte.
+  HMCAST_ASSERT(t.sender == self_ && own_active_ == t.seq);
   ++stats_.completed;
   out.emplace_back(action::CompletedLarge{t.seq});
   own_active_.reset();

@@ -48,16 +48,13 @@ Profile builtin_profile(std::string_view transport) {
     p.tree_radix = 4;
     p.ack_interval_ns = 20'000;
     // A member process may be descheduled for tens of milliseconds on shared cores
-    // (and a host's own sending queues its credits behind its data): with one block
-    // of credit asked 256 KiB early, 64 MiB to 8 rate-limited hosts took 1.7x one
-    // unicast; two blocks asked 512 KiB early keep the links busier (about 1.3x;
-    // four let senders crowd a receiver's link). See docs/benchmarks.md.
+    // (and a host's own sending queues its credits behind its data): two blocks of
+    // credit asked 512 KiB early keep the links busier than one asked 256 KiB early;
+    // four let senders crowd a receiver's link. Blocks: a slow step delays every
+    // later one, and a smaller block shortens the stall, down to where per-block
+    // costs win. The measurements: docs/benchmarks.md, "Figures behind the defaults".
     p.receive_window = 2;
     p.credit_lead_bytes = 512U << 10;
-    // Blocks: 64 MiB to 8 rate-limited hosts took 1.26-1.30x one unicast in 64 blocks
-    // of 1 MiB, 1.15-1.22x in 256 of 256 KiB, 1.25-1.36x in 512 of 128 KiB (a slow
-    // step delays every later one, and a small block shortens the stall). On
-    // loopback, 8 MiB in 64 KiB blocks was 1.25x slower than in 128 KiB ones.
     p.min_block_size = 128U << 10;
     p.target_blocks = 256;
   } else if (transport == "verbs") {

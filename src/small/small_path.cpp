@@ -263,6 +263,8 @@ void SmallPath::on_repair(MemberId from, const wire::Repair& r, TimeNs now, Outb
 }
 
 void SmallPath::accept_message(Stream& s, Seq seq, MessageBuffer msg, TimeNs now, Outbox& out) {
+  // Callers drop duplicates and what lies beyond the receive window first.
+  HMCAST_ASSERT(seq > s.delivered && seq <= s.delivered + cfg_.window_messages && s.held.count(seq) == 0);
   s.held.emplace(seq, Held{std::move(msg), now});
   s.partial.erase(seq);
   for (auto it = s.held.find(s.delivered + 1); it != s.held.end(); it = s.held.find(s.delivered + 1)) {
@@ -280,10 +282,13 @@ void SmallPath::advance(Stream& s, TimeNs now, Outbox& out) {
   const Seq st = subtree_stable(s);
   if (s.is_root) {
     if (s.sender == self_) {
+      HMCAST_ASSERT(st < next_seq_);  // nothing is stable that was never sent
       while (own_completed_ < st) {
         ++own_completed_;
         auto it = s.held.find(own_completed_);
-        if (it != s.held.end()) own_bytes_in_flight_ -= it->second.msg->size();
+        HMCAST_ASSERT(it != s.held.end());  // an own message is held until it is stable
+        HMCAST_ASSERT(own_bytes_in_flight_ >= it->second.msg->size());
+        own_bytes_in_flight_ -= it->second.msg->size();
         ++stats_.completed;
         window_ = std::min(window_ + 1, cfg_.window_messages);
         out.emplace_back(action::Completed{own_completed_});
