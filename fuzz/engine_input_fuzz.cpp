@@ -158,7 +158,7 @@ class Messages {
       case 0: return 0;
       case 1: return 1;
       case 2: return ~std::uint64_t{0} >> (k >> 3);  // near 2^64, 2^32 and below
-      case 3: return (std::uint64_t{1} << (k >> 3)) - 1;
+      case 3: return (std::uint64_t{1} << ((k >> 3) + 1)) - 1;  // up to 2^32 - 1
       default: return small_range == 0 ? 0 : (k >> 3) % (small_range + 1);
     }
   }

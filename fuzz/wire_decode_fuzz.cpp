@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/wire.hpp"
+#include "wire_equal.hpp"
 
 namespace {
 
@@ -22,39 +23,8 @@ namespace w = hmcast::wire;
   std::abort();
 }
 
-bool same_bytes(std::span<const std::byte> a, std::span<const std::byte> b) {
-  return std::equal(a.begin(), a.end(), b.begin(), b.end());
-}
-
-bool same_body(const w::Body& a, const w::Body& b) {
-  if (a.index() != b.index()) return false;
-  return std::visit(
-      [&](const auto& x) {
-        using T = std::decay_t<decltype(x)>;
-        const T& y = std::get<T>(b);
-        if constexpr (std::is_same_v<T, w::Data>) {
-          return x.sender == y.sender && x.seq == y.seq && x.stable == y.stable && x.msg_len == y.msg_len &&
-                 x.offset == y.offset && x.frag_index == y.frag_index && x.frag_count == y.frag_count &&
-                 same_bytes(x.payload, y.payload);
-        } else if constexpr (std::is_same_v<T, w::Repair>) {
-          return x.sender == y.sender && x.seq == y.seq && same_bytes(x.payload, y.payload);
-        } else if constexpr (std::is_same_v<T, w::Ack>) {
-          return x.entries == y.entries;
-        } else if constexpr (std::is_same_v<T, w::Pull>) {
-          return x.sender == y.sender && x.from == y.from && x.to == y.to;
-        } else if constexpr (std::is_same_v<T, w::Stable>) {
-          return x.sender == y.sender && x.stable == y.stable && x.highest == y.highest;
-        } else if constexpr (std::is_same_v<T, w::Suspect>) {
-          return x.suspect == y.suspect;
-        } else if constexpr (std::is_same_v<T, w::NewView>) {
-          return x.members == y.members;
-        } else {
-          // A type added after this target was written: compare the encodings.
-          return w::encode(w::Header{}, a) == w::encode(w::Header{}, b);
-        }
-      },
-      a);
-}
+using hmcast::testing::same_body;
+using hmcast::testing::same_bytes;
 
 // Spans in a decoded body point into the input (zero-copy, in bounds).
 bool payload_inside(const w::Body& body, std::span<const std::byte> in) {

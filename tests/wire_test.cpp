@@ -17,6 +17,7 @@
 #include <catch2/catch.hpp>
 
 #include "core/wire.hpp"
+#include "wire_equal.hpp"
 #include "small/fragmenter.hpp"
 
 namespace w = hmcast::wire;
@@ -57,51 +58,8 @@ std::vector<std::uint8_t> known_types() {
   return known_types_impl(std::make_index_sequence<std::variant_size_v<w::Body>>{});
 }
 
-bool same_bytes(std::span<const std::byte> a, std::span<const std::byte> b) {
-  return std::equal(a.begin(), a.end(), b.begin(), b.end());
-}
-
-// Field-by-field equality of two bodies (payloads by content).
-bool same_body(const w::Body& a, const w::Body& b) {
-  if (a.index() != b.index()) return false;
-  return std::visit(
-      [&](const auto& x) {
-        using T = std::decay_t<decltype(x)>;
-        const T& y = std::get<T>(b);
-        if constexpr (std::is_same_v<T, w::Data>) {
-          return x.sender == y.sender && x.seq == y.seq && x.stable == y.stable && x.msg_len == y.msg_len &&
-                 x.offset == y.offset && x.frag_index == y.frag_index && x.frag_count == y.frag_count &&
-                 same_bytes(x.payload, y.payload);
-        } else if constexpr (std::is_same_v<T, w::Repair>) {
-          return x.sender == y.sender && x.seq == y.seq && x.stable == y.stable && same_bytes(x.payload, y.payload);
-        } else if constexpr (std::is_same_v<T, w::Ack>) {
-          return x.entries == y.entries;
-        } else if constexpr (std::is_same_v<T, w::Pull>) {
-          return x.sender == y.sender && x.from == y.from && x.to == y.to;
-        } else if constexpr (std::is_same_v<T, w::Stable>) {
-          return x.sender == y.sender && x.stable == y.stable && x.highest == y.highest;
-        } else if constexpr (std::is_same_v<T, w::AckQuery>) {
-          return x.sender == y.sender;
-        } else if constexpr (std::is_same_v<T, w::Announce>) {
-          return x.sender == y.sender && x.seq == y.seq && x.size == y.size && x.block_size == y.block_size &&
-                 x.algorithm == y.algorithm;
-        } else if constexpr (std::is_same_v<T, w::Ready>) {
-          return x.sender == y.sender && x.seq == y.seq && x.credit == y.credit;
-        } else if constexpr (std::is_same_v<T, w::Block>) {
-          return x.sender == y.sender && x.seq == y.seq && x.index == y.index && x.offset == y.offset &&
-                 x.length == y.length && same_bytes(x.payload, y.payload);
-        } else if constexpr (std::is_same_v<T, w::LargeAck>) {
-          return x.sender == y.sender && x.seq == y.seq;
-        } else if constexpr (std::is_same_v<T, w::McastProbe> || std::is_same_v<T, w::McastConfirm>) {
-          return x.nonce == y.nonce;
-        } else if constexpr (std::is_same_v<T, w::Ping>) {
-          return true;
-        } else {
-          static_assert(!std::is_same_v<T, T>, "a new wire::Body type: say what makes two of it equal");
-        }
-      },
-      a);
-}
+using hmcast::testing::same_body;
+using hmcast::testing::same_bytes;
 
 std::string describe(const w::Body& body) {
   std::ostringstream os;

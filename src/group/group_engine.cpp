@@ -88,9 +88,10 @@ void GroupEngine::on_frame(MemberId from, std::span<const std::byte> bytes, Time
     return;
   }
   const auto& h = res.packet.header;
-  // A frame's source is its link's peer; a datagram type over a link is emulated
-  // multicast, which the peer may send only as itself.
-  if (h.src != from) {
+  // A frame's source is its link's peer (never this member: no link leads to
+  // itself); a datagram type over a link is emulated multicast, which the peer may
+  // send only as itself.
+  if (h.src != from || from == self_) {
     ++admission_.misrouted_dropped;
     return;
   }

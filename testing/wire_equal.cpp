@@ -1,0 +1,63 @@
+#include "wire_equal.hpp"
+
+#include <algorithm>
+
+#include "core/overloaded.hpp"
+
+namespace hmcast::testing {
+
+bool same_bytes(std::span<const std::byte> a, std::span<const std::byte> b) {
+  return std::equal(a.begin(), a.end(), b.begin(), b.end());
+}
+
+bool same_body(const wire::Body& a, const wire::Body& b) {
+  if (a.index() != b.index()) return false;
+  namespace w = wire;
+  return std::visit(
+      Overloaded{
+          [&](const w::Data& x) {
+            const auto& y = std::get<w::Data>(b);
+            return x.sender == y.sender && x.seq == y.seq && x.stable == y.stable && x.msg_len == y.msg_len &&
+                   x.offset == y.offset && x.frag_index == y.frag_index && x.frag_count == y.frag_count &&
+                   same_bytes(x.payload, y.payload);
+          },
+          [&](const w::Repair& x) {
+            const auto& y = std::get<w::Repair>(b);
+            return x.sender == y.sender && x.seq == y.seq && x.stable == y.stable && same_bytes(x.payload, y.payload);
+          },
+          [&](const w::Ack& x) { return x.entries == std::get<w::Ack>(b).entries; },
+          [&](const w::Pull& x) {
+            const auto& y = std::get<w::Pull>(b);
+            return x.sender == y.sender && x.from == y.from && x.to == y.to;
+          },
+          [&](const w::Stable& x) {
+            const auto& y = std::get<w::Stable>(b);
+            return x.sender == y.sender && x.stable == y.stable && x.highest == y.highest;
+          },
+          [&](const w::AckQuery& x) { return x.sender == std::get<w::AckQuery>(b).sender; },
+          [&](const w::Announce& x) {
+            const auto& y = std::get<w::Announce>(b);
+            return x.sender == y.sender && x.seq == y.seq && x.size == y.size && x.block_size == y.block_size &&
+                   x.algorithm == y.algorithm;
+          },
+          [&](const w::Ready& x) {
+            const auto& y = std::get<w::Ready>(b);
+            return x.sender == y.sender && x.seq == y.seq && x.credit == y.credit;
+          },
+          [&](const w::Block& x) {
+            const auto& y = std::get<w::Block>(b);
+            return x.sender == y.sender && x.seq == y.seq && x.index == y.index && x.offset == y.offset &&
+                   x.length == y.length && same_bytes(x.payload, y.payload);
+          },
+          [&](const w::LargeAck& x) {
+            const auto& y = std::get<w::LargeAck>(b);
+            return x.sender == y.sender && x.seq == y.seq;
+          },
+          [&](const w::Ping&) { return true; },
+          [&](const w::McastProbe& x) { return x.nonce == std::get<w::McastProbe>(b).nonce; },
+          [&](const w::McastConfirm& x) { return x.nonce == std::get<w::McastConfirm>(b).nonce; },
+      },
+      a);
+}
+
+}  // namespace hmcast::testing
