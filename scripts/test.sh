@@ -26,6 +26,11 @@ for preset in default asan tsan; do
     echo "=== $preset: the MPI_Bcast shim under the sanitizer"
     tests/mpi/run.sh --build "build-$preset" --sanitizer "$preset"
   fi
+  if [ "$preset" = asan ]; then
+    echo "=== asan: members leaving while others still send (tests/member_leave.py)"
+    python3 tests/member_leave.py --tool build-asan/bin/hmcast --runs 20 | tee build/member-leave.log
+    export HMCAST_LEAVE_SUMMARY="$PWD/build/member-leave.log"  # must-show checks this run's figures
+  fi
 done
 
 echo "=== fuzz: build and run each target briefly"

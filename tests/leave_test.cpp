@@ -19,23 +19,27 @@ struct Ledger {
   std::uint64_t views = 0;
 };
 
-std::vector<hmcast::Group> join_all(std::vector<std::unique_ptr<hmcast::Node>>& nodes, const char* name) {
-  std::vector<hmcast::Group> groups(nodes.size());
-  std::vector<std::thread> joiners;
-  for (std::size_t i = 0; i < nodes.size(); ++i) joiners.emplace_back([&, i] { groups[i] = nodes[i]->join(name); });
-  for (auto& t : joiners) t.join();
-  return groups;
-}
+/// `n` in-process Nodes on `fabric`, each joined to one group.
+struct Members {
+  Members(const char* fabric, std::uint32_t n) {
+    hmcast::Config cfg;
+    cfg.fabric = fabric;
+    cfg.group_size = n;
+    for (std::uint32_t i = 0; i < n; ++i) nodes.push_back(std::make_unique<hmcast::Node>(cfg));
+    groups.resize(n);
+    std::vector<std::thread> joiners;
+    for (std::size_t i = 0; i < n; ++i) joiners.emplace_back([this, i] { groups[i] = nodes[i]->join("g"); });
+    for (auto& t : joiners) t.join();
+  }
+  std::vector<std::unique_ptr<hmcast::Node>> nodes;
+  std::vector<hmcast::Group> groups;
+};
 
 }  // namespace
 
 TEST_CASE("leave: no callback runs after leave() returns, while the others keep sending", "[api][leave]") {
-  hmcast::Config cfg;
-  cfg.fabric = "leave-while-sending";
-  cfg.group_size = 3;
-  std::vector<std::unique_ptr<hmcast::Node>> nodes;
-  for (int i = 0; i < 3; ++i) nodes.push_back(std::make_unique<hmcast::Node>(cfg));
-  auto groups = join_all(nodes, "g");
+  Members members("leave-while-sending", 3);
+  auto& groups = members.groups;
 
   auto ledger = std::make_unique<Ledger>();
   std::atomic<bool> left{false};
@@ -76,12 +80,8 @@ TEST_CASE("leave: no callback runs after leave() returns, while the others keep 
 }
 
 TEST_CASE("leave: from inside a callback it returns, and that callback is the last", "[api][leave]") {
-  hmcast::Config cfg;
-  cfg.fabric = "leave-from-callback";
-  cfg.group_size = 2;
-  std::vector<std::unique_ptr<hmcast::Node>> nodes;
-  for (int i = 0; i < 2; ++i) nodes.push_back(std::make_unique<hmcast::Node>(cfg));
-  auto groups = join_all(nodes, "g");
+  Members members("leave-from-callback", 2);
+  auto& groups = members.groups;
   std::atomic<int> calls{0};
   hmcast::Group self = groups[0];
   groups[0].on_deliver([&calls, self](const hmcast::Delivery&) mutable {

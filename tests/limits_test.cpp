@@ -12,20 +12,15 @@
 #include "group/group_engine.hpp"
 #include "hmcast/config.hpp"
 
-using hmcast::LargeAlgorithm;
-using hmcast::MemberId;
-using hmcast::Outbox;
-using hmcast::ProtocolConfig;
-using hmcast::View;
-using hmcast::group::GroupEngine;
-namespace wire = hmcast::wire;
+using namespace hmcast;
+using group::GroupEngine;
 
 namespace {
 
-constexpr hmcast::GroupId kGroup = 0x11317;
+constexpr GroupId kGroup = 0x11317;
 
-hmcast::group::ViewChange first(View v) {
-  hmcast::group::ViewChange c;
+group::ViewChange first(View v) {
+  group::ViewChange c;
   c.view = std::move(v);
   return c;
 }

@@ -35,15 +35,18 @@ def one_run(tool, run, rng, limit_s):
     logs = tempfile.mkdtemp(prefix=f"hmcast-leave-{run}-")
     env = dict(os.environ, ASAN_OPTIONS="halt_on_error=1:detect_leaks=1", UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1")
     procs = []
+    outs = []
     mgr_err = open(os.path.join(logs, "manager.err"), "w")
     mgr = subprocess.Popen([tool, "manager", "--listen", manager], stdout=subprocess.DEVNULL, stderr=mgr_err, env=env)
     try:
         for i in range(6):
             err = open(os.path.join(logs, f"member{i}.err"), "w")
+            out = open(os.path.join(logs, f"member{i}.out"), "w")
             p = subprocess.Popen([tool, "member", "--manager", manager, "--group", "leave", "--size", "6",
                                   "--senders", "3", "--messages", "20000", "--sizes", "2KiB",
                                   "--seed", str(run), "--timeout", str(limit_s)],
-                                 stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=err, env=env)
+                                 stdin=subprocess.PIPE, stdout=out, stderr=err, env=env)
+            outs.append(out)
             procs.append((p, err))
         # Members 4..6 (ids are given in join order: the non-senders, mostly) leave at
         # random moments while the senders are still sending.
@@ -69,6 +72,17 @@ def one_run(tool, run, rng, limit_s):
         mgr.terminate()
         mgr.wait()
         mgr_err.close()
+        for o in outs:
+            o.close()
+    # Who left before it had everything: the point of the run is that some did.
+    left_early = 0
+    for i in range(6):
+        with open(os.path.join(logs, f"member{i}.out")) as f:
+            for line in f:
+                if '"event":"done"' in line.replace(" ", ""):
+                    d = json.loads(line)
+                    if d.get("delivered", 0) < d.get("expected", 0):
+                        left_early += 1
     reports = []
     for name in sorted(os.listdir(logs)):
         with open(os.path.join(logs, name), errors="replace") as f:
@@ -76,7 +90,7 @@ def one_run(tool, run, rng, limit_s):
         for r in REPORTS:
             if r in text:
                 reports.append(f"{name}: {r}")
-    return codes, reports, logs
+    return codes, reports, logs, left_early
 
 
 def main():
@@ -88,14 +102,18 @@ def main():
     a = ap.parse_args()
     rng = random.Random(a.seed)
     failures = 0
+    mid_traffic = 0
     for run in range(1, a.runs + 1):
         t0 = time.time()
-        codes, reports, logs = one_run(a.tool, run, rng, a.limit)
+        codes, reports, logs, left_early = one_run(a.tool, run, rng, a.limit)
         ok = codes is not None and all(c == 0 for c in codes) and not reports
         failures += 0 if ok else 1
+        mid_traffic += 1 if left_early > 0 else 0
         print(f"run {run}: {'ok' if ok else 'FAILED'} in {time.time() - t0:.1f} s, exit codes {codes}, "
-              f"reports {reports}{'' if ok else ', logs in ' + logs}", flush=True)
-    print(json.dumps({"runs": a.runs, "failures": failures, "tool": a.tool}))
+              f"left before having everything: {left_early}, reports {reports}{'' if ok else ', logs in ' + logs}",
+              flush=True)
+    print(json.dumps({"runs": a.runs, "failures": failures, "runs_with_members_leaving_mid_traffic": mid_traffic,
+                      "tool": a.tool}))
     return 1 if failures else 0
 
 

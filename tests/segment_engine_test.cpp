@@ -85,8 +85,13 @@ struct Member {
   Pipeline p;
 };
 
-/// Makes member 11 a relay with a buffer for message (10, 1) and member 12's credit for one block.
-void prime_relay(Pipeline& p) {
+/// Member 11, a relay with a buffer for message (10, 1) and member 12's credit for one block.
+struct Relay : Member {
+  explicit Relay(std::uint64_t credit_lead) : Member(kRelay, config(credit_lead)) { prime(p); }
+  static void prime(Pipeline& p);
+};
+
+void Relay::prime(Pipeline& p) {
   Outbox out;
   p.on_announce(kRoot, wire::Announce{kRoot, 1, kSize, kBlock, static_cast<std::uint8_t>(LargeAlgorithm::chain)}, out);
   REQUIRE(has<action::NeedBuffer>(out));
@@ -101,9 +106,8 @@ void prime_relay(Pipeline& p) {
 }  // namespace
 
 TEST_CASE("segments: a relay forwards a segment before the whole block arrived", "[pipeline][segment]") {
-  Member m(kRelay, config(kSegment));
+  Relay m(kSegment);
   Pipeline& p = m.p;
-  prime_relay(p);
   Outbox out;
   p.on_block(kRoot, segment(0, 0, kSegment), out);
   // Its bytes are placed, then forwarded at once: a quarter of block 0, not the block.
@@ -142,9 +146,8 @@ TEST_CASE("segments: a relay forwards a segment before the whole block arrived",
 }
 
 TEST_CASE("segments: block 1 is not forwarded without its own credit", "[pipeline][segment]") {
-  Member m(kRelay, config(0));
+  Relay m(0);
   Pipeline& p = m.p;
-  prime_relay(p);
   Outbox out;
   for (std::uint64_t k = 0; k < 4; ++k) p.on_block(kRoot, segment(0, k * kSegment, kSegment), out);
   CHECK(sends(out).size() == 4);
@@ -188,9 +191,8 @@ TEST_CASE("segments: a sender posts every segment of one scheduled send before t
 
 TEST_CASE("segments: the next credit goes out while the current block is still arriving", "[pipeline][segment]") {
   SECTION("lead of one segment: at the third of four segments") {
-    Member m(kRelay, config(kSegment));
+    Relay m(kSegment);
     Pipeline& p = m.p;
-    prime_relay(p);
     Outbox out;
     p.on_block(kRoot, segment(0, 0, kSegment), out);
     p.on_block(kRoot, segment(0, kSegment, kSegment), out);
@@ -207,9 +209,8 @@ TEST_CASE("segments: the next credit goes out while the current block is still a
     CHECK(credit_to(out, kRoot) == 3U);
   }
   SECTION("lead of 0: only once the block is complete (store-and-forward credits)") {
-    Member m(kRelay, config(0));
+    Relay m(0);
     Pipeline& p = m.p;
-    prime_relay(p);
     Outbox out;
     for (std::uint64_t k = 0; k < 3; ++k) p.on_block(kRoot, segment(0, k * kSegment, kSegment), out);
     CHECK_FALSE(credit_to(out, kRoot).has_value());
@@ -219,9 +220,8 @@ TEST_CASE("segments: the next credit goes out while the current block is still a
 }
 
 TEST_CASE("segments: a duplicate segment is counted and dropped", "[pipeline][segment]") {
-  Member m(kRelay, config(kSegment));
+  Relay m(kSegment);
   Pipeline& p = m.p;
-  prime_relay(p);
   Outbox out;
   p.on_block(kRoot, segment(0, 0, kSegment), out);
   p.on_block(kRoot, segment(0, kSegment, kSegment), out);
@@ -241,9 +241,8 @@ TEST_CASE("segments: a duplicate segment is counted and dropped", "[pipeline][se
 }
 
 TEST_CASE("segments: a segment outside its block, the message or the order is refused", "[pipeline][segment]") {
-  Member m(kRelay, config(kSegment));
+  Relay m(kSegment);
   Pipeline& p = m.p;
-  prime_relay(p);
   Outbox out;
   p.on_block(kRoot, segment(0, 0, kSegment), out);
   out.clear();

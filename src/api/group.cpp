@@ -106,13 +106,37 @@ bool Completion::spin_until_ready(std::chrono::nanoseconds spin) const {
 
 namespace {
 
-/// Why a broadcast that finds no room must wait (SendMode::fail throws it).
-Error no_room(const detail::GroupState& g, bool large) {
-  if (g.runtime->engine().paused())
-    return Error(ErrorCode::window_full,
-                 "a member is joining the group: broadcasts resume once it is in (retry, or use SendMode::wait)");
-  return Error(ErrorCode::window_full, large ? "large-message queue full: wait for a Completion or use SendMode::wait"
-                                             : "sender window full: wait for a Completion or use SendMode::wait");
+/// Takes g.mu and waits until `has_room()` (under it), then returns the lock.
+/// Throws the group's error once it is closed or this member removed, and
+/// window_full at once in SendMode::fail.
+template <class HasRoom>
+std::unique_lock<std::mutex> wait_for_room(detail::GroupState& g, SendMode mode, bool large, HasRoom has_room) {
+  std::unique_lock lock(g.mu);
+  for (;;) {
+    if (g.closed || g.runtime->engine().removed()) throw Error(g.closed_code, g.closed_why);
+    if (has_room()) return lock;
+    if (mode == SendMode::fail) {
+      if (g.runtime->engine().paused())
+        throw Error(ErrorCode::window_full,
+                    "a member is joining the group: broadcasts resume once it is in (retry, or use SendMode::wait)");
+      throw Error(ErrorCode::window_full, large ? "large-message queue full: wait for a Completion or use SendMode::wait"
+                                                : "sender window full: wait for a Completion or use SendMode::wait");
+    }
+    g.room.wait_for(lock, std::chrono::milliseconds(50));
+  }
+}
+
+/// A Completion for `seq`, registered in `pending`; what the broadcast produced goes
+/// to the progress thread, which is woken once the lock is released.
+Completion register_completion(detail::GroupState& g, std::map<Seq, std::promise<void>>& pending, Seq seq,
+                               AppEvents& app, std::unique_lock<std::mutex>& lock) {
+  std::promise<void> p;
+  Completion c(seq, p.get_future().share(), g.node->completion_spin());
+  pending.emplace(seq, std::move(p));
+  detail::NodeState::queue_for_app(g, app);
+  lock.unlock();
+  g.node->link->wake();  // the progress thread runs the self-delivery and completion
+  return c;
 }
 
 }  // namespace
@@ -121,23 +145,11 @@ Completion Group::broadcast(std::span<const std::byte> bytes, SendMode mode) {
   const auto& cfg = state_->node->protocol;
   if (bytes.size() > cfg.max_small_message) return broadcast_large(bytes, mode);
   auto msg = std::make_shared<const std::vector<std::byte>>(bytes.begin(), bytes.end());
-  std::unique_lock lock(state_->mu);
-  for (;;) {
-    if (state_->closed || state_->runtime->engine().removed()) throw Error(state_->closed_code, state_->closed_why);
-    if (state_->runtime->engine().can_broadcast(msg->size())) break;
-    if (mode == SendMode::fail) throw no_room(*state_, false);
-    state_->room.wait_for(lock, std::chrono::milliseconds(50));
-  }
+  auto lock = wait_for_room(*state_, mode, false, [&] { return state_->runtime->engine().can_broadcast(msg->size()); });
   AppEvents app;
   const auto res = state_->runtime->broadcast(msg, detail::now_ns(), app);
   HMCAST_ASSERT(res.error == small::BroadcastError::none);  // can_broadcast() said so, under the same lock
-  std::promise<void> p;
-  Completion c(res.seq, p.get_future().share(), state_->node->completion_spin());
-  state_->pending.emplace(res.seq, std::move(p));
-  detail::NodeState::queue_for_app(*state_, app);
-  lock.unlock();
-  state_->node->link->wake();  // the progress thread runs the self-delivery and completion
-  return c;
+  return register_completion(*state_, state_->pending, res.seq, app, lock);
 }
 
 Completion Group::broadcast_large(std::span<const std::byte> bytes, SendMode mode) {
@@ -148,13 +160,7 @@ Completion Group::broadcast_large(std::span<const std::byte> bytes, SendMode mod
                                                   std::to_string(cfg.max_large_message) +
                                                   " (raise ProtocolConfig::max_large_message on every member)");
   auto buf = std::make_shared<std::vector<std::byte>>(bytes.begin(), bytes.end());
-  std::unique_lock lock(state_->mu);
-  for (;;) {
-    if (state_->closed || state_->runtime->engine().removed()) throw Error(state_->closed_code, state_->closed_why);
-    if (state_->runtime->engine().can_broadcast_large()) break;
-    if (mode == SendMode::fail) throw no_room(*state_, true);
-    state_->room.wait_for(lock, std::chrono::milliseconds(50));
-  }
+  auto lock = wait_for_room(*state_, mode, true, [&] { return state_->runtime->engine().can_broadcast_large(); });
   AppEvents app;
   const auto size = buf->size();
   const auto res = state_->runtime->broadcast_large(std::move(buf), size, detail::now_ns(), app);
@@ -163,13 +169,7 @@ Completion Group::broadcast_large(std::span<const std::byte> bytes, SendMode mod
                 "a message of " + std::to_string(size) + " bytes needs more blocks than receivers accept (" +
                     std::to_string(wire::kMaxBlocks) + "): raise ProtocolConfig::min_block_size and block_size");
   HMCAST_ASSERT(res.error == large::LargeError::none);  // can_broadcast_large() said so, under the same lock
-  std::promise<void> p;
-  Completion c(res.seq, p.get_future().share(), state_->node->completion_spin());
-  state_->pending_large.emplace(res.seq, std::move(p));
-  detail::NodeState::queue_for_app(*state_, app);
-  lock.unlock();
-  state_->node->link->wake();
-  return c;
+  return register_completion(*state_, state_->pending_large, res.seq, app, lock);
 }
 
 }  // namespace hmcast

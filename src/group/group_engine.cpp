@@ -62,32 +62,34 @@ bool GroupEngine::may_place_segment(MemberId from, const wire::Header& h, const 
 // Admission: everything that is not for us, or not from a member of our current
 // view, is counted and dropped before any state is touched.
 
-void GroupEngine::on_datagram(std::span<const std::byte> bytes, TimeNs now, Outbox& out) {
-  if (removed_) return;
+std::optional<wire::Packet> GroupEngine::decoded(std::span<const std::byte> bytes) {
+  if (removed_) return std::nullopt;
   auto res = wire::decode(bytes);
   if (!res.ok()) {
     ++admission_.decode_errors;
-    return;
+    return std::nullopt;
   }
-  const auto& h = res.packet.header;
+  return std::move(res.packet);
+}
+
+void GroupEngine::on_datagram(std::span<const std::byte> bytes, TimeNs now, Outbox& out) {
+  const auto packet = decoded(bytes);
+  if (!packet) return;
+  const auto& h = packet->header;
   if (h.src == self_) return;  // our own multicast looped back: not an error
   if (!wire::is_datagram_type(h.type)) {
     ++admission_.misrouted_dropped;  // link traffic never travels by datagram
     return;
   }
   if (!admit(h, h.src)) return;
-  dispatch(res.packet, h.src, now, out);
+  dispatch(*packet, h.src, now, out);
   settle(now, out);
 }
 
 void GroupEngine::on_frame(MemberId from, std::span<const std::byte> bytes, TimeNs now, Outbox& out) {
-  if (removed_) return;
-  auto res = wire::decode(bytes);
-  if (!res.ok()) {
-    ++admission_.decode_errors;
-    return;
-  }
-  const auto& h = res.packet.header;
+  const auto packet = decoded(bytes);
+  if (!packet) return;
+  const auto& h = packet->header;
   // A frame's source is its link's peer (never this member: no link leads to
   // itself); a datagram type over a link is emulated multicast, which the peer may
   // send only as itself.
@@ -110,7 +112,7 @@ void GroupEngine::on_frame(MemberId from, std::span<const std::byte> bytes, Time
     return;
   }
   if (!admit(h, from)) return;
-  dispatch(res.packet, from, now, out);
+  dispatch(*packet, from, now, out);
   settle(now, out);
 }
 

@@ -125,6 +125,8 @@ class GroupEngine {
   [[nodiscard]] const EmitterStats& sent() const { return emit_.stats(); }
 
  private:
+  /// The packet `bytes` hold, or nothing (counted) if they do not decode or we are out.
+  [[nodiscard]] std::optional<wire::Packet> decoded(std::span<const std::byte> bytes);
   [[nodiscard]] bool admit(const wire::Header& h, MemberId from);
   void dispatch(const wire::Packet& p, MemberId from, TimeNs now, Outbox& out);
   /// After every input: merged ACKs, the flush answer, the stall and probe timers.

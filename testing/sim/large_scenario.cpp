@@ -98,7 +98,7 @@ class LargeRun {
     for (auto s : senders_) {
       for (std::uint32_t m = 0; m < sc_.messages; ++m) {
         const auto r = cluster_.broadcast_large(s, sc_.size);
-        if (r.error != large::LargeError::none) violation("broadcast_large refused at sender " + std::to_string(s));
+        if (r.error != large::LargeError::none) result_.violation("broadcast_large refused at sender " + std::to_string(s));
         ++result_.messages_sent;
       }
     }
@@ -109,7 +109,7 @@ class LargeRun {
     std::visit(Overloaded{
                    [&](action::DeliverLarge& dl) {
                      if (!delivered_[node].insert({dl.sender, dl.seq}).second) ++result_.duplicates_delivered;
-                     if (dl.size != sc_.size) violation("delivered a message of the wrong size");
+                     if (dl.size != sc_.size) result_.violation("delivered a message of the wrong size");
                      result_.last_delivery_us = std::max(result_.last_delivery_us, now_us);
                    },
                    [&](action::CompletedLarge& c) {
@@ -123,17 +123,13 @@ class LargeRun {
                    },
                    [&](action::Removed&) {
                      removed_[node] = true;
-                     if (!cluster_.crashed(node)) violation("live member " + std::to_string(node) + " was removed");
+                     if (!cluster_.crashed(node)) result_.violation("live member " + std::to_string(node) + " was removed");
                    },
                    [&](action::ViewInstalled&) {},
-                   [&](action::Deliver&) { violation("a small delivery in a large-message run"); },
-                   [&](action::Completed&) { violation("a small completion in a large-message run"); },
+                   [&](action::Deliver&) { result_.violation("a small delivery in a large-message run"); },
+                   [&](action::Completed&) { result_.violation("a small completion in a large-message run"); },
                },
                a);
-  }
-
-  void violation(std::string what) {
-    if (result_.violations.size() < 8) result_.violations.push_back(std::move(what));
   }
 
   LargeResult finish() {
@@ -200,7 +196,7 @@ std::string LargeScenario::command_line() const {
 
 std::string LargeResult::to_json() const {
   nlohmann::ordered_json j;
-  j["nodes"] = nodes;
+  put(j);
   j["algorithm"] = algorithm;
   j["size"] = size;
   j["block"] = block;
@@ -211,23 +207,14 @@ std::string LargeResult::to_json() const {
   j["last_delivery_us"] = last_delivery_us;
   j["unicast_time_us"] = unicast_time_us;
   j["ratio_vs_unicast"] = ratio_vs_unicast;
-  j["delivered_ok"] = delivered_ok;
-  j["messages_sent"] = messages_sent;
-  j["completed"] = completed;
   j["failures"] = failures;
   j["failure_reason"] = failure_reason;
   j["restarted"] = restarted;
   j["redeliveries_suppressed"] = redeliveries_suppressed;
-  j["views_installed"] = views_installed;
-  j["crashed"] = crashed;
-  j["duplicates_delivered"] = duplicates_delivered;
-  j["missing"] = missing;
   j["invalid_dropped"] = invalid_dropped;
   j["blocks_sent"] = blocks_sent;
   j["segments_sent"] = segments_sent;
   j["bytes_on_wire"] = bytes_on_wire;
-  j["timed_out"] = timed_out;
-  j["violations"] = violations;
   return j.dump();
 }
 

@@ -11,6 +11,7 @@
 #include "hmcast/config.hpp"
 #include "large/schedule.hpp"
 #include "sim/fabric.hpp"
+#include "sim/run_result.hpp"
 
 namespace hmcast::sim {
 
@@ -36,8 +37,7 @@ struct LargeScenario {
   [[nodiscard]] std::string command_line() const;
 };
 
-struct LargeResult {
-  std::uint32_t nodes = 0;
+struct LargeResult : RunResult {
   std::string algorithm;
   std::uint64_t size = 0;
   std::uint64_t block = 0;
@@ -48,23 +48,14 @@ struct LargeResult {
   double last_delivery_us = 0;  // last member holding every byte of every message
   double unicast_time_us = 0;   // one transfer of the same bytes over one link
   double ratio_vs_unicast = 0;  // last_delivery / (messages x unicast)
-  bool delivered_ok = false;
-  std::uint64_t messages_sent = 0;
-  std::uint64_t completed = 0;
   std::uint64_t failures = 0;
   std::string failure_reason;
   std::uint64_t restarted = 0;  // messages a sender started again over a new view
   std::uint64_t redeliveries_suppressed = 0;  // restarts received again by members that had them
-  std::uint64_t views_installed = 0;
-  std::uint64_t crashed = 0;
-  std::uint64_t duplicates_delivered = 0;
-  std::uint64_t missing = 0;
   std::uint64_t invalid_dropped = 0;
   std::uint64_t blocks_sent = 0;
   std::uint64_t segments_sent = 0;
   std::uint64_t bytes_on_wire = 0;
-  bool timed_out = false;
-  std::vector<std::string> violations;
 
   [[nodiscard]] std::string to_json() const;
 };

@@ -130,7 +130,7 @@ class SmallRun {
     const auto held = rt->engine().small_path().held_messages();
     max_held_ = std::max<std::uint64_t>(max_held_, held);
     if (held > held_bound_)
-      violation("node " + std::to_string(node) + " holds " + std::to_string(held) + " messages, over the bound " +
+      result_.violation("node " + std::to_string(node) + " holds " + std::to_string(held) + " messages, over the bound " +
                 std::to_string(held_bound_));
   }
 
@@ -146,7 +146,7 @@ class SmallRun {
       ++s.sent;
       const auto res = cluster_.broadcast(node, std::move(msg));
       if (res.error != small::BroadcastError::none || res.seq != s.sent) {
-        violation("broadcast refused with room in the window at sender " + std::to_string(node));
+        result_.violation("broadcast refused with room in the window at sender " + std::to_string(node));
         break;
       }
     }
@@ -162,9 +162,9 @@ class SmallRun {
                      if (!cluster_.crashed(node)) ++result_.removed_alive;
                    },
                    [&](action::ViewInstalled&) {},
-                   [&](action::DeliverLarge&) { violation("a large delivery in a small-message run"); },
-                   [&](action::CompletedLarge&) { violation("a large completion in a small-message run"); },
-                   [&](action::FailedLarge&) { violation("a large failure in a small-message run"); },
+                   [&](action::DeliverLarge&) { result_.violation("a large delivery in a small-message run"); },
+                   [&](action::CompletedLarge&) { result_.violation("a large completion in a small-message run"); },
+                   [&](action::FailedLarge&) { result_.violation("a large failure in a small-message run"); },
                },
                a);
   }
@@ -172,7 +172,7 @@ class SmallRun {
   void check_delivery(std::uint32_t node, const action::Deliver& d) {
     auto it = sender_by_member_.find(d.sender);
     if (it == sender_by_member_.end()) {
-      violation("node " + std::to_string(node) + " delivered from non-sender " + std::to_string(d.sender));
+      result_.violation("node " + std::to_string(node) + " delivered from non-sender " + std::to_string(d.sender));
       return;
     }
     Seq& expect = expected_[node][it->second];
@@ -189,7 +189,7 @@ class SmallRun {
 
   void on_completed(std::uint32_t node, Seq seq) {
     SenderState& s = senders_[sender_index_.at(node)];
-    if (seq != s.completed + 1) violation("completion out of order at sender " + std::to_string(node));
+    if (seq != s.completed + 1) result_.violation("completion out of order at sender " + std::to_string(node));
     s.completed = seq;
     ++completed_total_;
     latencies_.push_back(static_cast<double>(cluster_.now() - s.started[seq - 1]) / 1000.0);
@@ -218,10 +218,6 @@ class SmallRun {
     else cluster_.at(cluster_.now() + 100'000, [this] { finish_when_settled(); });
   }
 
-  void violation(std::string what) {
-    if (result_.violations.size() < 8) result_.violations.push_back(std::move(what));
-  }
-
   SmallResult finish() {
     SmallResult& r = result_;
     r.nodes = sc_.nodes;
@@ -240,11 +236,11 @@ class SmallRun {
         if (senders_[k].completed > delivered) r.missing += senders_[k].completed - delivered;
       }
       if (rt->engine().multicast_emulated()) ++r.members_emulating;
-      else if (blocked_) violation("member on node " + std::to_string(n) + " never switched to emulated multicast");
+      else if (blocked_) result_.violation("member on node " + std::to_string(n) + " never switched to emulated multicast");
     }
     r.joined = joined_.size();
     if (r.joined != sc_.joins && !r.timed_out)
-      violation(std::to_string(sc_.joins - r.joined) + " joiner(s) never got into the group");
+      result_.violation(std::to_string(sc_.joins - r.joined) + " joiner(s) never got into the group");
     for (std::uint32_t n = 0; n < sc_.nodes + sc_.joins; ++n) {
       auto* rt = cluster_.runtime(n);  // live members' counters
       if (rt == nullptr) continue;
@@ -305,16 +301,9 @@ std::string SmallScenario::command_line() const {
 
 std::string SmallResult::to_json() const {
   nlohmann::ordered_json j;
-  j["nodes"] = nodes;
-  j["messages_sent"] = messages_sent;
-  j["completed"] = completed;
-  j["delivered_ok"] = delivered_ok;
-  j["duplicates_delivered"] = duplicates_delivered;
+  put(j);
   j["fifo_violations"] = fifo_violations;
   j["corrupt_delivered"] = corrupt_delivered;
-  j["missing"] = missing;
-  j["views_installed"] = views_installed;
-  j["crashed"] = crashed;
   j["joined"] = joined;
   j["members_emulating"] = members_emulating;
   j["removed_alive"] = removed_alive;
@@ -328,13 +317,11 @@ std::string SmallResult::to_json() const {
   j["bad_packets_dropped"] = bad_packets_dropped;
   j["max_held_messages"] = max_held_messages;
   j["held_bound"] = held_bound;
-  j["timed_out"] = timed_out;
   j["completion_p50_us"] = completion_p50_us;
   j["completion_p99_us"] = completion_p99_us;
   j["completion_max_us"] = completion_max_us;
   j["events"] = events;
   j["trace_hash"] = trace_hash;
-  j["violations"] = violations;
   return j.dump();
 }
 

@@ -15,6 +15,7 @@
 #include "hmcast/config.hpp"
 #include "policy/defaults.hpp"
 #include "sim/fabric.hpp"
+#include "sim/run_result.hpp"
 
 namespace hmcast::sim {
 
@@ -49,17 +50,9 @@ struct SmallScenario {
   [[nodiscard]] std::string command_line() const;
 };
 
-struct SmallResult {
-  std::uint32_t nodes = 0;
-  std::uint64_t messages_sent = 0;
-  std::uint64_t completed = 0;
-  bool delivered_ok = false;
-  std::uint64_t duplicates_delivered = 0;
+struct SmallResult : RunResult {
   std::uint64_t fifo_violations = 0;
   std::uint64_t corrupt_delivered = 0;
-  std::uint64_t missing = 0;
-  std::uint64_t views_installed = 0;
-  std::uint64_t crashed = 0;
   std::uint64_t joined = 0;            // joiners that got in and delivered to the end
   std::uint64_t members_emulating = 0; // live members that emulate multicast at the end
   std::uint64_t removed_alive = 0;  // live members removed by a false suspicion
@@ -73,13 +66,11 @@ struct SmallResult {
   std::uint64_t bad_packets_dropped = 0;
   std::uint64_t max_held_messages = 0;  // largest number of messages any member held at once
   std::uint64_t held_bound = 0;         // what the windows allow
-  bool timed_out = false;
   double completion_p50_us = 0;
   double completion_p99_us = 0;
   double completion_max_us = 0;
   std::uint64_t events = 0;
   std::uint64_t trace_hash = 0;
-  std::vector<std::string> violations;  // first few invariant violations, human-readable
 
   [[nodiscard]] std::string to_json() const;
 };
