@@ -206,6 +206,7 @@ GroupRunReport run_group(const GroupRunOptions& o) {
     if (o.probe_deadline_ms != 0) argv.insert(argv.end(), {"--probe-deadline-ms", std::to_string(o.probe_deadline_ms)});
     if (o.serial) argv.emplace_back("--serial");
     if (o.timestamps) argv.emplace_back("--timestamps");
+    if (o.verify != "full") argv.insert(argv.end(), {"--verify", o.verify});
     if (joiner) argv.emplace_back("--joiner");
     argv.insert(argv.end(), o.member_args.begin(), o.member_args.end());
     c.pid = spawn(argv, c.in_fd, c.out_fd);

@@ -47,6 +47,8 @@ struct GroupRunOptions {
   std::ostream* progress = nullptr;  // where progress lines go (none if null)
   bool serial = false;      // senders wait for each completion (latency, not load)
   bool timestamps = false;  // measure delivery at the last receiver of member 1's messages
+  /// How much of each delivery members check ("full" or "sampled": see tools/workload.hpp).
+  std::string verify = "full";
   /// More words for every member's command line (policy overrides: --radix, --algo,
   /// --block, --profile; see `hmcast member --help`).
   std::vector<std::string> member_args;

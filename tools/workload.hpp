@@ -35,16 +35,26 @@ struct SizeMix {
 };
 
 
-std::vector<std::byte> make_message(std::uint64_t seed, MemberId sender, std::uint32_t index, std::uint32_t attempt,
-                                    std::uint64_t size);
+/// Message `index` of `sender` (attempt `attempt`) into `out` (at least 8 bytes):
+/// an 8-byte header (index, attempt) and a pseudo-random body, reproducible
+/// anywhere from the seed.
+void fill_message(std::span<std::byte> out, std::uint64_t seed, MemberId sender, std::uint32_t index,
+                  std::uint32_t attempt);
 
 struct Checked {
   std::uint32_t index = 0;
   std::uint32_t attempt = 0;
   bool intact = false;  // every byte is what (seed, sender, index, attempt) gives
 };
+/// How much of a message a member checks. `full`: every byte (soaks, the demo).
+/// `sampled`: about 4096 bytes spread over the message and its last one, as the
+/// Open MPI baseline (bench/mpi/mpi_bench.cpp) checks its own: benchmarks compare
+/// like with like, and a stale or misplaced buffer still shows.
+enum class Verify : std::uint8_t { full, sampled };
+
 /// Reads the header and checks the bytes; nothing if there is no header.
-std::optional<Checked> check_message(std::uint64_t seed, MemberId sender, std::span<const std::byte> bytes);
+std::optional<Checked> check_message(std::uint64_t seed, MemberId sender, std::span<const std::byte> bytes,
+                                     Verify verify = Verify::full);
 
 /// An order-independent digest of a set of messages (sender, index, attempt 0 content).
 std::uint64_t message_digest(std::uint64_t seed, MemberId sender, std::uint32_t index, std::uint64_t size);

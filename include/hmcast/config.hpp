@@ -188,6 +188,10 @@ struct SocketOptions {
   /// microseconds to wake (docs/benchmarks.md), so the window is a few wake-ups.
   CompletionMode completion = CompletionMode::hybrid;
   std::chrono::microseconds busy_poll{200};
+  /// Large-message buffers kept for the next messages once released, in bytes
+  /// (a fresh buffer costs a page fault per page and zeroing). Also used by the
+  /// in-process transport. 0: every buffer is freed when its message is over.
+  std::size_t large_pool_bytes = std::size_t{256} << 20;
 };
 
 /// Seeded faults injected on what a member receives (tests; all off by default).

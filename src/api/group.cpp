@@ -159,7 +159,9 @@ Completion Group::broadcast_large(std::span<const std::byte> bytes, SendMode mod
                                                   " bytes is over the limit of " +
                                                   std::to_string(cfg.max_large_message) +
                                                   " (raise ProtocolConfig::max_large_message on every member)");
-  auto buf = std::make_shared<std::vector<std::byte>>(bytes.begin(), bytes.end());
+  // Copied into a buffer of the transport's pool (no page faults once warm).
+  auto buf = state_->node->link->allocate_large(bytes.size());
+  std::copy(bytes.begin(), bytes.end(), buf->begin());
   auto lock = wait_for_room(*state_, mode, true, [&] { return state_->runtime->engine().can_broadcast_large(); });
   AppEvents app;
   const auto size = buf->size();

@@ -176,7 +176,8 @@ namespace {
 std::unique_ptr<transport::Link> make_link(const Config& cfg, const membership::Welcome& welcome) {
   switch (cfg.transport) {
     case TransportKind::inproc:
-      return transport::make_inproc_link(cfg.fabric, welcome.group_id, welcome.member, cfg.faults);
+      return transport::make_inproc_link(cfg.fabric, welcome.group_id, welcome.member, cfg.socket.large_pool_bytes,
+                                         cfg.faults);
     case TransportKind::socket:
       return transport::make_socket_link(welcome.member, welcome.multicast_address, welcome.multicast_port, cfg.socket,
                                          cfg.faults);

@@ -149,7 +149,8 @@ void Runtime::execute(Outbox& actions, TimeNs now, AppEvents& app) {
                 HMCAST_ASSERT(b.offset + b.length <= buf->second->size());
                 payload = std::span<const std::byte>(*buf->second).subspan(b.offset, b.length);
               }
-              if (!transport_.send_block(b.to, std::move(b.frame), payload, b.length)) broken.push_back(b.to);
+              if (!transport_.send_block(b.to, std::move(b.frame), payload, b.length, buf->second))
+                broken.push_back(b.to);
             },
             [&](action::NeedBuffer& nb) {
               HMCAST_ASSERT(nb.size <= engine_.config().max_large_message);  // the engine checked the announcement

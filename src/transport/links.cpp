@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <arpa/inet.h>
 
+#include "transport/buffer_pool.hpp"
 #include "transport/faulty/faulty_link.hpp"
 #include "transport/inproc/inproc_fabric.hpp"
 #include "transport/links.hpp"
@@ -18,8 +19,10 @@ namespace {
 
 class InprocLink final : public Link {
  public:
-  InprocLink(const std::string& fabric, std::uint64_t scope, MemberId self)
-      : fabric_(inproc::Fabric::named(fabric)), scope_(scope), endpoint_(fabric_->attach(scope, self)) {}
+  InprocLink(const std::string& fabric, std::uint64_t scope, MemberId self, std::size_t pool_bytes)
+      : fabric_(inproc::Fabric::named(fabric)), scope_(scope), endpoint_(fabric_->attach(scope, self)),
+        pool_(std::make_shared<BufferPool>(pool_bytes)) {}
+  LargeBuffer allocate_large(std::size_t size) override { return pool_->acquire(size); }
   ~InprocLink() override { close(); }
   InprocLink(const InprocLink&) = delete;
   InprocLink& operator=(const InprocLink&) = delete;
@@ -42,6 +45,7 @@ class InprocLink final : public Link {
   std::shared_ptr<inproc::Fabric> fabric_;
   std::uint64_t scope_;
   std::shared_ptr<inproc::Endpoint> endpoint_;
+  std::shared_ptr<BufferPool> pool_;
   bool closed_ = false;
 };
 
@@ -74,13 +78,23 @@ class EndpointLink : public Link {
 
 class SocketLink final : public EndpointLink<socket::Endpoint, socket::TransportError> {
  public:
-  using EndpointLink::EndpointLink;
+  SocketLink(MemberId self, const socket::SocketConfig& cfg, std::size_t pool_bytes)
+      : EndpointLink(self, cfg), pool_(std::make_shared<BufferPool>(pool_bytes)) {}
   void set_block_placer(BlockPlacer placer) override { endpoint_->set_block_placer(std::move(placer)); }
+  /// The payload is written from the message's buffer (one vectored write), not copied into the frame.
+  bool send_block(MemberId to, std::vector<std::byte> head, std::span<const std::byte> payload, std::uint64_t,
+                  std::shared_ptr<const void> keep) override {
+    return endpoint_->unicast(to, std::move(head), payload, std::move(keep));
+  }
+  LargeBuffer allocate_large(std::size_t size) override { return pool_->acquire(size); }
   [[nodiscard]] std::uint64_t bytes_placed() const override { return endpoint_->stats().bytes_placed; }
   [[nodiscard]] std::uint64_t bad_input() const override {
     const auto st = endpoint_->stats();
     return st.datagrams_oversized + st.connections_malformed;
   }
+
+ private:
+  std::shared_ptr<BufferPool> pool_;
 };
 
 #ifdef HMCAST_HAVE_VERBS
@@ -119,8 +133,8 @@ std::string ipv4_text(std::uint32_t address) {
 }  // namespace
 
 std::unique_ptr<Link> make_inproc_link(const std::string& fabric, std::uint64_t scope, MemberId self,
-                                       const FaultConfig& faults) {
-  return with_faults(std::make_unique<InprocLink>(fabric, scope, self), faults);
+                                       std::size_t pool_bytes, const FaultConfig& faults) {
+  return with_faults(std::make_unique<InprocLink>(fabric, scope, self, pool_bytes), faults);
 }
 
 std::unique_ptr<Link> make_socket_link(MemberId self, std::uint32_t multicast_address, std::uint16_t multicast_port,
@@ -136,7 +150,7 @@ std::unique_ptr<Link> make_socket_link(MemberId self, std::uint32_t multicast_ad
   cfg.completion = options.completion;
   cfg.busy_poll = options.busy_poll;
   try {
-    return with_faults(std::make_unique<SocketLink>(self, cfg), faults);
+    return with_faults(std::make_unique<SocketLink>(self, cfg, options.large_pool_bytes), faults);
   } catch (const socket::TransportError& e) {
     throw Error(ErrorCode::transport_failed, e.what());
   }

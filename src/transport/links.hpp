@@ -13,9 +13,10 @@
 namespace hmcast::transport {
 
 /// Member `self` of the group whose in-process scope is `scope` (its group id)
-/// on the in-process fabric named `fabric`.
+/// on the in-process fabric named `fabric`, keeping up to `pool_bytes` of large
+/// buffers for reuse (buffer_pool.hpp).
 std::unique_ptr<Link> make_inproc_link(const std::string& fabric, std::uint64_t scope, MemberId self,
-                                       const FaultConfig& faults);
+                                       std::size_t pool_bytes, const FaultConfig& faults);
 
 /// A socket endpoint for member `self` of a group whose datagrams use
 /// multicast_address:port (IPv4, host order).

@@ -55,11 +55,14 @@ class Transport {
   /// False: the link to `to` is broken (the protocol then suspects it).
   virtual bool unicast(MemberId to, std::vector<std::byte> frame) = 0;
   /// One segment of a large message: `head` is its encoded Block frame without
-  /// payload, `payload` the segment's bytes (empty where the transport carries
-  /// none). By default the two travel as one frame.
+  /// payload, `payload` the segment's `length` bytes (empty where the transport
+  /// carries none) and `keep` what holds their memory. By default the two travel as
+  /// one frame, copied together; transports that can send the payload from where it
+  /// lies (socket: one vectored write) keep `keep` until it is written.
   virtual bool send_block(MemberId to, std::vector<std::byte> head, std::span<const std::byte> payload,
-                          std::uint64_t length) {
+                          std::uint64_t length, std::shared_ptr<const void> keep) {
     (void)length;
+    (void)keep;
     head.insert(head.end(), payload.begin(), payload.end());
     return unicast(to, std::move(head));
   }

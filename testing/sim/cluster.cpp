@@ -21,8 +21,8 @@ class Cluster::Transport final : public transport::Transport {
     if (const auto n = c_.node_of(to)) c_.fabric_.unicast(node_, *n, std::move(frame));
     return true;
   }
-  bool send_block(MemberId to, std::vector<std::byte> head, std::span<const std::byte> payload,
-                  std::uint64_t length) override {
+  bool send_block(MemberId to, std::vector<std::byte> head, std::span<const std::byte> payload, std::uint64_t length,
+                  std::shared_ptr<const void>) override {
     HMCAST_ASSERT(payload.empty());  // the simulator's buffers carry no bytes
     if (const auto n = c_.node_of(to)) c_.fabric_.transfer(node_, *n, std::move(head), length);
     return true;

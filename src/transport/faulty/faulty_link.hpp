@@ -42,9 +42,9 @@ class FaultyLink final : public Link {
   [[nodiscard]] MemberId id() const override { return inner_->id(); }
   void multicast(std::span<const std::byte> bytes) override { inner_->multicast(bytes); }
   bool unicast(MemberId to, std::vector<std::byte> bytes) override { return inner_->unicast(to, std::move(bytes)); }
-  bool send_block(MemberId to, std::vector<std::byte> head, std::span<const std::byte> payload,
-                  std::uint64_t length) override {
-    return inner_->send_block(to, std::move(head), payload, length);
+  bool send_block(MemberId to, std::vector<std::byte> head, std::span<const std::byte> payload, std::uint64_t length,
+                  std::shared_ptr<const void> keep) override {
+    return inner_->send_block(to, std::move(head), payload, length, std::move(keep));
   }
   /// The next item due: held ones at their release time, new ones as the faults say.
   std::optional<Inbound> wait(TimePoint deadline) override;

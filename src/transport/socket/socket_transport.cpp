@@ -194,9 +194,13 @@ void Endpoint::multicast(std::span<const std::byte> bytes) {
   }
 }
 
-bool Endpoint::unicast(MemberId to, std::vector<std::byte> bytes) {
-  if (bytes.size() > cfg_.max_frame)
-    throw Error(ErrorCode::message_too_large, "frame of " + std::to_string(bytes.size()) +
+bool Endpoint::unicast(MemberId to, std::vector<std::byte> bytes) { return unicast(to, std::move(bytes), {}, nullptr); }
+
+bool Endpoint::unicast(MemberId to, std::vector<std::byte> head, std::span<const std::byte> tail,
+                       std::shared_ptr<const void> keep) {
+  const std::size_t frame_size = head.size() + tail.size();
+  if (frame_size > cfg_.max_frame)
+    throw Error(ErrorCode::message_too_large, "frame of " + std::to_string(frame_size) +
                                                   " bytes is over SocketConfig::max_frame (" +
                                                   std::to_string(cfg_.max_frame) + "); peers would refuse it");
   std::lock_guard lock(mu_);
@@ -210,13 +214,13 @@ bool Endpoint::unicast(MemberId to, std::vector<std::byte> bytes) {
     c = connect_to(to, p->second);
     if (c == nullptr) return false;
   }
-  const std::size_t size = kLengthPrefix + bytes.size();
-  if (c->out_bytes + size > cfg_.max_output_bytes) {
+  OutFrame f{encode_length(static_cast<std::uint32_t>(frame_size)), std::move(head), tail, std::move(keep)};
+  if (c->out_bytes + f.size() > cfg_.max_output_bytes) {
     drop(c->key, true);  // the peer stopped reading: as good as gone, and memory stays bounded
     return false;
   }
-  c->out.push_back(OutFrame{encode_length(static_cast<std::uint32_t>(bytes.size())), std::move(bytes)});
-  c->out_bytes += size;
+  c->out_bytes += f.size();
+  c->out.push_back(std::move(f));
   ++stats_.frames_sent;
   if (c->connecting) return true;  // sent once connected
   switch (flush(*c)) {
@@ -284,8 +288,8 @@ Endpoint::Connection* Endpoint::connect_to(MemberId to, Peer& peer) {
   c.watching_out = connecting;
   c.peer = to;
   auto hello = encode_hello(id_);
-  c.out_bytes = kLengthPrefix + hello.size();
-  c.out.push_back(OutFrame{encode_length(static_cast<std::uint32_t>(hello.size())), std::move(hello)});
+  c.out.push_back(OutFrame{encode_length(static_cast<std::uint32_t>(hello.size())), std::move(hello), {}, nullptr});
+  c.out_bytes = c.out.back().size();
   outgoing_[to] = c.key;
   return &c;
 }
@@ -295,16 +299,21 @@ Endpoint::Flush Endpoint::flush(Connection& c) {
     std::array<iovec, kMaxIov> iov{};
     std::size_t n_iov = 0;
     std::size_t skip = c.out_offset;
-    for (auto& f : c.out) {
-      if (n_iov + 2 > iov.size()) break;
-      if (skip < kLengthPrefix) {
-        iov[n_iov++] = iovec{f.prefix.data() + skip, kLengthPrefix - skip};
-        skip = 0;
-      } else {
-        skip -= kLengthPrefix;
+    // Prefix, body and tail of each queued frame, the first one from where the last
+    // write stopped (`skip` bytes into it).
+    auto add = [&](const std::byte* data, std::size_t size) {
+      if (skip >= size) {
+        skip -= size;
+        return;
       }
-      if (f.body.size() > skip) iov[n_iov++] = iovec{f.body.data() + skip, f.body.size() - skip};
+      iov[n_iov++] = iovec{const_cast<std::byte*>(data) + skip, size - skip};  // NOLINT: iovec is not const
       skip = 0;
+    };
+    for (auto& f : c.out) {
+      if (n_iov + 3 > iov.size()) break;
+      add(f.prefix.data(), kLengthPrefix);
+      add(f.body.data(), f.body.size());
+      add(f.tail.data(), f.tail.size());
     }
     msghdr msg{};
     msg.msg_iov = iov.data();
@@ -319,7 +328,7 @@ Endpoint::Flush Endpoint::flush(Connection& c) {
     auto written = static_cast<std::size_t>(n);
     c.out_bytes -= written;
     while (written > 0) {
-      const std::size_t rest = kLengthPrefix + c.out.front().body.size() - c.out_offset;
+      const std::size_t rest = c.out.front().size() - c.out_offset;
       if (written < rest) {
         c.out_offset += written;
         break;

@@ -147,6 +147,10 @@ class Endpoint {
   /// breaks later loses what was queued (a later unicast() returns false).
   /// Throws hmcast::Error(message_too_large) for a frame over max_frame.
   bool unicast(MemberId to, std::vector<std::byte> bytes);
+  /// The same for a frame of `head` followed by `tail`, which is sent from where it
+  /// lies (no copy into the frame); `keep` holds its memory until it is written.
+  bool unicast(MemberId to, std::vector<std::byte> head, std::span<const std::byte> tail,
+               std::shared_ptr<const void> keep);
 
   /// From now on, Block frames of reliable links with a payload of at least
   /// `min_payload` bytes are offered to `placer` once their head has arrived; a
@@ -166,6 +170,9 @@ class Endpoint {
   struct OutFrame {
     std::array<std::byte, kLengthPrefix> prefix{};
     std::vector<std::byte> body;
+    std::span<const std::byte> tail;  // sent after body from where it lies (a block's payload)
+    std::shared_ptr<const void> keep;  // holds `tail` until written
+    [[nodiscard]] std::size_t size() const { return kLengthPrefix + body.size() + tail.size(); }
   };
   struct Connection {
     int fd = -1;

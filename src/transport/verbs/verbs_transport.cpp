@@ -245,7 +245,7 @@ void Endpoint::open() {
   if (::ibv_query_device(ctx, &dev) != 0) fail("ibv_query_device", "");
   pd_ = ::ibv_alloc_pd(ctx);
   if (pd_ == nullptr) fail("ibv_alloc_pd", "");
-  pool_ = std::make_shared<RegisteredPool>(
+  pool_ = std::make_shared<transport::BufferPool>(
       [pd = pd_](std::byte* data, std::size_t bytes) -> void* {
         return (ibv_reg_mr)(pd, data, bytes,
                             static_cast<int>(IBV_ACCESS_LOCAL_WRITE) | static_cast<int>(IBV_ACCESS_REMOTE_WRITE));

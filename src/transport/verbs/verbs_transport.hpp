@@ -22,7 +22,7 @@
 //   per-peer queue while credits are out.
 // - Zero-copy receive of large blocks: the node takes each large message's final
 //   buffer from allocate_large() (a pool of buffers kept registered between
-//   messages, registered_pool.hpp) and offers it (offer_region). Before the first
+//   messages, transport/buffer_pool.hpp) and offers it (offer_region). Before the first
 //   Ready frame for that message goes to a peer, the peer is sent a region
 //   descriptor on the same link, naming the connection the peer writes to us on
 //   (region_wire.hpp). A peer whose current connection is the one named RDMA WRITEs
@@ -78,7 +78,7 @@
 #include "transport/transport.hpp"
 #include "transport/verbs/device.hpp"
 #include "transport/verbs/region_ledger.hpp"
-#include "transport/verbs/registered_pool.hpp"
+#include "transport/buffer_pool.hpp"
 
 struct ibv_ah;
 struct ibv_comp_channel;
@@ -308,7 +308,7 @@ class Endpoint {
   std::map<std::uint64_t, LocalRegion> local_regions_;
   std::map<std::pair<MemberId, Seq>, std::uint64_t> region_of_;
   RegionLedger ledger_;
-  std::shared_ptr<RegisteredPool> pool_;  // set in open(), closed in release()
+  std::shared_ptr<transport::BufferPool> pool_;  // set in open(), closed in release()
   std::map<std::tuple<MemberId, MemberId, Seq>, RemoteRegion> remote_regions_;
   std::uint64_t next_region_id_ = 1;
   std::chrono::steady_clock::time_point last_completion_{};

@@ -1,5 +1,9 @@
-// Final buffers for large messages that peers RDMA WRITE into, kept registered
-// between messages: the verbs transport's registration cache.
+// Final buffers for large messages, kept between messages: every transport's
+// large buffers come from one (a fresh buffer costs a page fault per page and
+// zeroing, which at tens of MiB per message is as much as moving the bytes), and for
+// the verbs transport, which peers RDMA WRITE into, it is also the registration
+// cache. Contents of a buffer lent again are unspecified: every byte of a large
+// message is written before it is delivered, so nothing is zeroed.
 //
 // Registering memory (ibv_reg_mr) pins its pages and costs a system call per page
 // range; doing it for every large message at every receiver is the cost a
@@ -16,8 +20,9 @@
 // here once no correct peer holds a descriptor for it.
 //
 // Memory stays bounded: idle buffers are kept up to `max_idle_bytes`, the rest is
-// deregistered and freed. No verbs calls here (register/deregister are injected), so
-// it is unit-tested on any host; the buffers it lends may be dropped on any thread.
+// deregistered and freed. No verbs calls here (register/deregister are injected, or
+// left out for transports that register nothing), so it is unit-tested on any host;
+// the buffers it lends may be dropped on any thread.
 #pragma once
 
 #include <cstddef>
@@ -28,12 +33,13 @@
 #include <mutex>
 #include <vector>
 
-namespace hmcast::verbs {
+namespace hmcast::transport {
 
-class RegisteredPool : public std::enable_shared_from_this<RegisteredPool> {
+class BufferPool : public std::enable_shared_from_this<BufferPool> {
  public:
   /// Registers [data, data + bytes); returns its handle (e.g. ibv_mr*), or nullptr
-  /// if the device refused (the buffer is then lent unregistered).
+  /// if the device refused (the buffer is then lent unregistered, and not kept).
+  /// Left empty: a pool that registers nothing and keeps every buffer given back.
   using RegisterFn = std::function<void*(std::byte* data, std::size_t bytes)>;
   /// Deregisters a handle; false if that failed (the memory is then never freed).
   using DeregisterFn = std::function<bool(void* handle)>;
@@ -48,20 +54,23 @@ class RegisteredPool : public std::enable_shared_from_this<RegisteredPool> {
     std::uint64_t idle_bytes = 0;         // registered bytes kept for reuse now
   };
 
-  /// Buffers are made with make(); use std::make_shared<RegisteredPool>.
-  RegisteredPool(RegisterFn reg, DeregisterFn dereg, std::size_t max_idle_bytes);
-  ~RegisteredPool();
-  RegisteredPool(const RegisteredPool&) = delete;
-  RegisteredPool& operator=(const RegisteredPool&) = delete;
+  /// Use std::make_shared<BufferPool>: buffers given back find the pool through it.
+  BufferPool(RegisterFn reg, DeregisterFn dereg, std::size_t max_idle_bytes);
+  /// A pool that registers nothing.
+  explicit BufferPool(std::size_t max_idle_bytes) : BufferPool(nullptr, nullptr, max_idle_bytes) {}
+  ~BufferPool();
+  BufferPool(const BufferPool&) = delete;
+  BufferPool& operator=(const BufferPool&) = delete;
 
-  /// A zero-filled buffer of exactly `size` bytes (size > 0), registered if the
-  /// device allows. Its capacity is a size class (a power of two of at least 64 KiB),
-  /// so buffers of near sizes share registrations. The last reference gives it back.
+  /// A buffer of exactly `size` bytes, registered if the pool registers and the
+  /// device allows; a buffer lent again keeps old bytes. Its capacity is a size class
+  /// (a power of two of at least 64 KiB), so buffers of near sizes share
+  /// registrations. The last reference gives it back.
   std::shared_ptr<std::vector<std::byte>> acquire(std::size_t size);
   /// The registration handle of a buffer this pool lent (`data` its data()), or
   /// nullptr: not ours, or lent unregistered, or the pool is closed.
   [[nodiscard]] void* handle_of(const std::byte* data) const;
-  /// Deregister everything, lent buffers included (the caller guarantees nothing
+  /// Deregister everything (a registering pool), lent buffers included (the caller guarantees nothing
   /// can write into them any more: every queue pair is gone). Buffers given back
   /// later are simply freed.
   void close();
@@ -92,4 +101,4 @@ class RegisteredPool : public std::enable_shared_from_this<RegisteredPool> {
   Stats stats_;
 };
 
-}  // namespace hmcast::verbs
+}  // namespace hmcast::transport

@@ -1,4 +1,4 @@
-// The verbs transport's registration cache (transport/verbs/registered_pool.hpp),
+// The pool of large buffers (transport/buffer_pool.hpp): the verbs transport's registration cache,
 // with registration faked: buffers come back registered and are lent again, idle
 // memory stays under its bound, closing deregisters everything (lent buffers too),
 // and a buffer outliving its pool is still freed.
@@ -11,9 +11,9 @@
 #include <thread>
 #include <vector>
 
-#include "transport/verbs/registered_pool.hpp"
+#include "transport/buffer_pool.hpp"
 
-using hmcast::verbs::RegisteredPool;
+using hmcast::transport::BufferPool;
 
 namespace {
 // A fake device: handles are the registered address, and it remembers what is registered.
@@ -21,8 +21,8 @@ struct FakeDevice {
   std::map<const std::byte*, std::size_t> registered;
   int refuse_next = 0;  // registrations to refuse
   int registrations = 0;
-  std::shared_ptr<RegisteredPool> pool(std::size_t max_idle) {
-    return std::make_shared<RegisteredPool>(
+  std::shared_ptr<BufferPool> pool(std::size_t max_idle) {
+    return std::make_shared<BufferPool>(
         [this](std::byte* data, std::size_t bytes) -> void* {
           if (refuse_next > 0) {
             --refuse_next;
@@ -37,7 +37,7 @@ struct FakeDevice {
 };
 }  // namespace
 
-TEST_CASE("registered pool: a buffer given back is lent again without registering", "[verbs][pool]") {
+TEST_CASE("registered pool: a buffer given back is lent again without registering", "[pool]") {
   FakeDevice dev;
   auto pool = dev.pool(std::size_t{64} << 20);
   auto a = pool->acquire(3U << 20);
@@ -54,17 +54,17 @@ TEST_CASE("registered pool: a buffer given back is lent again without registerin
 
   auto b = pool->acquire((3U << 20) + 100);  // same class
   CHECK(b->data() == where);
-  CHECK((*b)[5] == std::byte{0});  // lent zeroed again
+  CHECK((*b)[5] == std::byte{9});  // lent again with its old bytes: no zeroing (every byte gets written)
   CHECK(dev.registrations == 1);
   CHECK(pool->stats().reuses == 1);
   auto c = pool->acquire(100);  // another class: a new registration
-  CHECK(c->capacity() == RegisteredPool::capacity_for(100));
+  CHECK(c->capacity() == BufferPool::capacity_for(100));
   CHECK(c->capacity() == std::size_t{64} << 10);
   CHECK(dev.registrations == 2);
   CHECK(pool->handle_of(reinterpret_cast<const std::byte*>(&dev)) == nullptr);  // not ours
 }
 
-TEST_CASE("registered pool: idle memory stays under its bound; the rest is deregistered", "[verbs][pool]") {
+TEST_CASE("registered pool: idle memory stays under its bound; the rest is deregistered", "[pool]") {
   FakeDevice dev;
   auto pool = dev.pool(std::size_t{1} << 20);
   auto a = pool->acquire(1U << 20);
@@ -77,7 +77,7 @@ TEST_CASE("registered pool: idle memory stays under its bound; the rest is dereg
   CHECK(pool->stats().deregistrations == 1);
 }
 
-TEST_CASE("registered pool: a refused registration lends plain memory, never kept", "[verbs][pool]") {
+TEST_CASE("registered pool: a refused registration lends plain memory, never kept", "[pool]") {
   FakeDevice dev;
   dev.refuse_next = 1;
   auto pool = dev.pool(std::size_t{64} << 20);
@@ -89,7 +89,7 @@ TEST_CASE("registered pool: a refused registration lends plain memory, never kep
   CHECK(pool->stats().idle_bytes == 0);
 }
 
-TEST_CASE("registered pool: close deregisters lent and idle buffers; they outlive the pool", "[verbs][pool]") {
+TEST_CASE("registered pool: close deregisters lent and idle buffers; they outlive the pool", "[pool]") {
   FakeDevice dev;
   auto pool = dev.pool(std::size_t{64} << 20);
   auto lent = pool->acquire(1U << 20);
@@ -107,7 +107,7 @@ TEST_CASE("registered pool: close deregisters lent and idle buffers; they outliv
   after.reset();
 }
 
-TEST_CASE("registered pool: buffers dropped on other threads come back", "[verbs][pool]") {
+TEST_CASE("registered pool: buffers dropped on other threads come back", "[pool]") {
   FakeDevice dev;
   auto pool = dev.pool(std::size_t{64} << 20);
   std::vector<std::shared_ptr<std::vector<std::byte>>> bufs;
@@ -120,4 +120,23 @@ TEST_CASE("registered pool: buffers dropped on other threads come back", "[verbs
   for (int i = 0; i < 8; ++i) bufs[static_cast<std::size_t>(i)] = pool->acquire(std::size_t{64} << 10);
   CHECK(dev.registrations == 8);
   CHECK(pool->stats().reuses == 8);
+}
+
+TEST_CASE("buffer pool: a pool that registers nothing keeps what comes back, within its bound", "[pool]") {
+  auto pool = std::make_shared<BufferPool>(std::size_t{8} << 20);
+  auto a = pool->acquire(5U << 20);  // class 8 MiB
+  const std::byte* where = a->data();
+  a.reset();
+  CHECK(pool->stats().idle_bytes == 8U << 20);
+  auto b = pool->acquire(6U << 20);
+  CHECK(b->data() == where);  // the same memory: no new allocation, no page faults
+  CHECK(b->size() == 6U << 20);
+  CHECK(pool->stats().reuses == 1);
+  CHECK(pool->stats().registrations == 0);
+  CHECK(pool->handle_of(b->data()) == nullptr);  // nothing registered
+  auto c = pool->acquire(6U << 20);  // another of the class while b is out
+  CHECK(c->data() != where);
+  b.reset();
+  c.reset();  // over the bound: the second one is freed, not kept
+  CHECK(pool->stats().idle_bytes == 8U << 20);
 }
