@@ -85,10 +85,11 @@ TEST_CASE("the same seed gives the same run, bit for bit", "[sim][determinism]")
   sc.network.duplicate = 0.02;
   sc.network.reorder = 0.05;
   sc.seed = 99;
-  const auto a = hmcast::sim::run_small(sc);
-  const auto b = hmcast::sim::run_small(sc);
+  auto a = hmcast::sim::run_small(sc);
+  auto b = hmcast::sim::run_small(sc);
   REQUIRE(a.delivered_ok);
   REQUIRE(a.trace_hash == b.trace_hash);
+  a.wall_s = b.wall_s = a.events_per_s = b.events_per_s = 0;  // the simulator's own speed differs run to run
   REQUIRE(a.to_json() == b.to_json());
   sc.seed = 100;
   const auto c = hmcast::sim::run_small(sc);

@@ -4,7 +4,10 @@
 // names the same run everywhere.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <cstring>
+#include <span>
 
 namespace hmcast {
 
@@ -33,6 +36,19 @@ inline std::uint64_t mix_hash(std::uint64_t h, std::uint64_t v) {
   h ^= v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
   h *= 0xff51afd7ed558ccdULL;
   return h ^ (h >> 33);
+}
+
+/// A running hash over bytes, eight at a time (a content check, not a cryptographic hash).
+inline std::uint64_t hash_bytes(std::uint64_t h, std::span<const std::byte> bytes) {
+  std::size_t i = 0;
+  for (; i + 8 <= bytes.size(); i += 8) {
+    std::uint64_t w = 0;
+    std::memcpy(&w, bytes.data() + i, 8);
+    h = mix_hash(h, w);
+  }
+  std::uint64_t tail = 0;
+  std::memcpy(&tail, bytes.data() + i, bytes.size() - i);
+  return mix_hash(mix_hash(h, tail), bytes.size());
 }
 
 }  // namespace hmcast

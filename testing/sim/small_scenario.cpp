@@ -1,6 +1,7 @@
 #include "sim/small_scenario.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <map>
 #include <memory>
@@ -11,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/overloaded.hpp"
+#include "core/rng.hpp"
 #include "sim/cluster.hpp"
 
 namespace hmcast::sim {
@@ -45,7 +47,7 @@ class SmallRun {
     for (std::uint32_t k = 0; k < senders; ++k) {
       const auto node = static_cast<std::uint32_t>(std::uint64_t{k} * sc.nodes / senders);
       sender_index_[node] = k;
-      senders_.push_back(SenderState{node, 0, 0, 0, {}});
+      senders_.push_back(SenderState{node, 0, 0, 0, {}, {}});
     }
     Rng& rng = cluster_.fabric().rng();
     std::vector<std::uint32_t> candidates;  // non-senders of the first view
@@ -82,9 +84,13 @@ class SmallRun {
   }
 
   SmallResult run() {
+    const auto wall_start = std::chrono::steady_clock::now();
     for (std::uint32_t i = 0; i < sc_.nodes; ++i) cluster_.start_member(i, "sim", sc_.nodes);
     cluster_.run(sc_.time_limit_ns);
-    return finish();
+    SmallResult r = finish();
+    r.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
+    r.events_per_s = r.wall_s > 0 ? static_cast<double>(r.events) / r.wall_s : 0;
+    return r;
   }
 
  private:
@@ -94,6 +100,7 @@ class SmallRun {
     Seq sent;
     Seq completed;
     std::vector<TimeNs> started;  // broadcast() time per seq
+    std::vector<std::uint64_t> content;  // hash_bytes of each message sent (checked at every delivery)
   };
 
   static ProtocolConfig protocol_of(const SmallScenario& sc) {
@@ -143,6 +150,7 @@ class SmallRun {
     while (s.sent < sc_.messages && rt->engine().can_broadcast(sc_.size)) {
       auto msg = std::make_shared<const std::vector<std::byte>>(message_bytes(s.member, s.sent + 1, sc_.size));
       s.started.push_back(cluster_.now());
+      s.content.push_back(hash_bytes(0, *msg));
       ++s.sent;
       const auto res = cluster_.broadcast(node, std::move(msg));
       if (res.error != small::BroadcastError::none || res.seq != s.sent) {
@@ -184,7 +192,9 @@ class SmallRun {
     } else {
       ++expect;
     }
-    if (*d.message != message_bytes(d.sender, d.seq, sc_.size)) ++result_.corrupt_delivered;
+    const auto& content = senders_[it->second].content;
+    if (d.seq == 0 || d.seq > content.size() || hash_bytes(0, *d.message) != content[d.seq - 1])
+      ++result_.corrupt_delivered;
   }
 
   void on_completed(std::uint32_t node, Seq seq) {
@@ -255,6 +265,7 @@ class SmallRun {
     r.datagrams_sent = cluster_.fabric().stats().datagrams_sent;
     r.p2p_messages_sent = cluster_.fabric().stats().p2p_sent;
     r.events = cluster_.fabric().stats().events;
+    r.datagrams_lost = cluster_.fabric().stats().datagram_copies_lost;
     r.completion_p50_us = percentile(latencies_, 0.50);
     r.completion_p99_us = percentile(latencies_, 0.99);
     r.completion_max_us = latencies_.empty() ? 0 : *std::max_element(latencies_.begin(), latencies_.end());
@@ -314,6 +325,7 @@ std::string SmallResult::to_json() const {
   j["repairs"] = repairs;
   j["remulticasts"] = remulticasts;
   j["pulls"] = pulls;
+  j["datagrams_lost"] = datagrams_lost;
   j["bad_packets_dropped"] = bad_packets_dropped;
   j["max_held_messages"] = max_held_messages;
   j["held_bound"] = held_bound;
@@ -321,6 +333,8 @@ std::string SmallResult::to_json() const {
   j["completion_p99_us"] = completion_p99_us;
   j["completion_max_us"] = completion_max_us;
   j["events"] = events;
+  j["wall_s"] = wall_s;
+  j["events_per_s"] = events_per_s;
   j["trace_hash"] = trace_hash;
   return j.dump();
 }

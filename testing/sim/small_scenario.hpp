@@ -63,6 +63,9 @@ struct SmallResult : RunResult {
   std::uint64_t repairs = 0;
   std::uint64_t remulticasts = 0;
   std::uint64_t pulls = 0;
+  std::uint64_t datagrams_lost = 0;    // datagram copies the fabric dropped (per receiver)
+  double wall_s = 0;                   // the simulator's own run time
+  double events_per_s = 0;
   std::uint64_t bad_packets_dropped = 0;
   std::uint64_t max_held_messages = 0;  // largest number of messages any member held at once
   std::uint64_t held_bound = 0;         // what the windows allow
