@@ -166,7 +166,7 @@ class Messages {
   std::uint32_t u32(std::uint64_t small_range) { return static_cast<std::uint32_t>(value(small_range)); }
 
   w::Body make(std::size_t kind) {
-    static_assert(std::variant_size_v<w::Body> == 13, "a new wire::Body type: make() must build it");
+    static_assert(std::variant_size_v<w::Body> == 14, "a new wire::Body type: make() must build it");
     switch (kind % std::variant_size_v<w::Body>) {
       case 0: {
         w::Data d;
@@ -187,21 +187,40 @@ class Messages {
         for (std::uint64_t i = 0; i < n; ++i) a.entries.push_back(w::AckEntry{member(), value(20), value(20), value(64)});
         return a;
       }
-      case 3: return w::Pull{member(), value(20), value(20)};
-      case 4: return w::Stable{member(), value(20), value(20)};
-      case 5: return w::AckQuery{member()};
-      case 6: return w::Announce{member(), value(4), value(1 << 20), value(1 << 16), static_cast<std::uint8_t>(value(3) % 4)};
-      case 7: return w::Ready{member(), value(4), u32(8)};
-      case 8: {
+      case 3: return w::Stable{member(), value(20), value(20)};
+      case 4: return w::AckQuery{member(), value(20)};
+      case 5: return w::Announce{member(), value(4), value(1 << 20), value(1 << 16), static_cast<std::uint8_t>(value(3) % 4)};
+      case 6: return w::Ready{member(), value(4), u32(8)};
+      case 7: {
         w::Block b{member(), value(4), u32(8), value(1 << 20), 0, {}};
         b.payload = in_.bytes(in_.u8());
         b.length = static_cast<std::uint32_t>(b.payload.size());
         return b;
       }
-      case 9: return w::LargeAck{member(), value(4)};
-      case 10: return w::Ping{};
-      case 11: return w::McastProbe{value(4)};
-      default: return w::McastConfirm{value(4)};
+      case 8: return w::LargeAck{member(), value(4)};
+      case 9: return w::Ping{};
+      case 10: return w::McastProbe{value(4)};
+      case 11: return w::McastConfirm{value(4)};
+      case 12: {
+        w::Nack n{member(), value(20), static_cast<std::uint16_t>(value(16)), {}};
+        n.missing.resize((std::size_t{n.frag_count} + 7) / 8);
+        for (auto& b : n.missing) b = in_.u8();
+        if (n.frag_count % 8 != 0 && !n.missing.empty())
+          n.missing.back() &= static_cast<std::uint8_t>((1U << (n.frag_count % 8)) - 1);
+        return n;
+      }
+      default: {
+        w::Data d;
+        d.sender = member();
+        d.seq = value(20);
+        d.stable = value(20);
+        d.frag_count = static_cast<std::uint16_t>(1 + value(8) % 8);
+        d.frag_index = static_cast<std::uint16_t>(value(8) % d.frag_count);
+        d.payload = in_.bytes(in_.u8());
+        d.msg_len = static_cast<std::uint32_t>(d.payload.size() * d.frag_count);
+        d.offset = static_cast<std::uint32_t>(d.payload.size() * d.frag_index);
+        return w::FragmentRepair{d};
+      }
     }
   }
 

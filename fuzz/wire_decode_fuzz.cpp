@@ -30,6 +30,7 @@ using hmcast::testing::same_bytes;
 bool payload_inside(const w::Body& body, std::span<const std::byte> in) {
   std::span<const std::byte> p;
   if (const auto* d = std::get_if<w::Data>(&body)) p = d->payload;
+  else if (const auto* f = std::get_if<w::FragmentRepair>(&body)) p = f->fragment.payload;
   else if (const auto* r = std::get_if<w::Repair>(&body)) p = r->payload;
   if (p.empty()) return true;
   return p.data() >= in.data() && p.data() + p.size() <= in.data() + in.size();

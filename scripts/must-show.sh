@@ -58,6 +58,34 @@ else
   echo "NOT MET: members leaving under ASan needs build-asan (cmake --preset asan)"; exit 1
 fi
 
+# Issue 16: loss costs a round trip, not seconds. The 33-node table (1 and 8 senders,
+# 1500 B to 1 MiB, 0 / 1% / 3% loss): p99 at most 4x loss-free, with 8 senders repair
+# datagrams at most 2x the datagrams lost and none without loss (the script exits 1
+# on a miss and prints the table).
+echo "\$ bench/loss_matrix.py $HM"
+python3 bench/loss_matrix.py "$HM" --json build/loss-matrix.json || { echo "NOT MET: issue 16's loss table"; exit 1; }
+echo "met: every loss goal of the 33-node table"
+# 256 members, 8 senders of 64 KiB at 3% loss: within 2 minutes of wall time.
+run 'd["delivered_ok"] and d["completed"] == 1600 and d["wall_s"] < 120 and d["events_per_s"] > 0' \
+  sim small --nodes 256 --senders 8 --messages 200 --size 65536 --loss 0.03 --radix 4 --json
+# Real processes on sockets: 1% loss costs at most 4x the loss-free all-acked p99
+# (wall-clock figures on a shared machine: a miss is run once more).
+soak_ratio() {
+  local clean lossy
+  clean=$("$HM" soak --sizes 64KiB:10,512KiB:5 --json | tail -n 1)
+  lossy=$("$HM" soak --sizes 64KiB:10,512KiB:5 --loss 0.01 --json | tail -n 1)
+  echo "\$ $HM soak --sizes 64KiB:10,512KiB:5 [--loss 0.01] --json"
+  python3 -c '
+import json, sys
+c, l = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+r = l["latency_p99_us"] / c["latency_p99_us"]
+print(f"loss-free p99 {c['"'"'latency_p99_us'"'"']:.0f} us, 1% loss p99 {l['"'"'latency_p99_us'"'"']:.0f} us: {r:.2f}x; repairs {c['"'"'repairs_sent'"'"']} / {l['"'"'repairs_sent'"'"']}, datagrams dropped by the fault layer {l['"'"'faults_dropped'"'"']}")
+ok = c["delivered_ok"] and l["delivered_ok"] and l["faults_dropped"] > 0 and r <= 4
+print("met: 1% loss p99 <= 4x loss-free" if ok else "NOT MET: 1% loss p99 <= 4x loss-free")
+sys.exit(0 if ok else 1)' "$clean" "$lossy"
+}
+soak_ratio || { echo "the first soak pair missed; running it once more"; soak_ratio; }
+
 # Issue 3: the large path (RC block pipeline) over the bandwidth model.
 LARGE=(sim large --size 256MiB --block 1MiB --link-gbps 100 --latency-us 2 --json)
 run 'd["delivered_ok"] and d["steps"] == 264 and d["ratio_vs_unicast"] <= 1.05' \

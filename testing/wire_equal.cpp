@@ -13,28 +13,29 @@ bool same_bytes(std::span<const std::byte> a, std::span<const std::byte> b) {
 bool same_body(const wire::Body& a, const wire::Body& b) {
   if (a.index() != b.index()) return false;
   namespace w = wire;
+  auto same_data = [](const w::Data& x, const w::Data& y) {
+    return x.sender == y.sender && x.seq == y.seq && x.stable == y.stable && x.msg_len == y.msg_len &&
+           x.offset == y.offset && x.frag_index == y.frag_index && x.frag_count == y.frag_count &&
+           same_bytes(x.payload, y.payload);
+  };
   return std::visit(
       Overloaded{
-          [&](const w::Data& x) {
-            const auto& y = std::get<w::Data>(b);
-            return x.sender == y.sender && x.seq == y.seq && x.stable == y.stable && x.msg_len == y.msg_len &&
-                   x.offset == y.offset && x.frag_index == y.frag_index && x.frag_count == y.frag_count &&
-                   same_bytes(x.payload, y.payload);
-          },
+          [&](const w::Data& x) { return same_data(x, std::get<w::Data>(b)); },
+          [&](const w::FragmentRepair& x) { return same_data(x.fragment, std::get<w::FragmentRepair>(b).fragment); },
+          [&](const w::Nack& x) { return x == std::get<w::Nack>(b); },
           [&](const w::Repair& x) {
             const auto& y = std::get<w::Repair>(b);
             return x.sender == y.sender && x.seq == y.seq && x.stable == y.stable && same_bytes(x.payload, y.payload);
           },
           [&](const w::Ack& x) { return x.entries == std::get<w::Ack>(b).entries; },
-          [&](const w::Pull& x) {
-            const auto& y = std::get<w::Pull>(b);
-            return x.sender == y.sender && x.from == y.from && x.to == y.to;
-          },
           [&](const w::Stable& x) {
             const auto& y = std::get<w::Stable>(b);
             return x.sender == y.sender && x.stable == y.stable && x.highest == y.highest;
           },
-          [&](const w::AckQuery& x) { return x.sender == std::get<w::AckQuery>(b).sender; },
+          [&](const w::AckQuery& x) {
+            const auto& y = std::get<w::AckQuery>(b);
+            return x.sender == y.sender && x.seq == y.seq;
+          },
           [&](const w::Announce& x) {
             const auto& y = std::get<w::Announce>(b);
             return x.sender == y.sender && x.seq == y.seq && x.size == y.size && x.block_size == y.block_size &&

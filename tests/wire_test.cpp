@@ -74,12 +74,10 @@ std::string describe(const w::Body& body) {
           os << "Repair{sender " << x.sender << " seq " << x.seq << " payload " << x.payload.size() << "B}";
         } else if constexpr (std::is_same_v<T, w::Ack>) {
           os << "Ack{" << x.entries.size() << " entries}";
-        } else if constexpr (std::is_same_v<T, w::Pull>) {
-          os << "Pull{sender " << x.sender << " [" << x.from << ", " << x.to << "]}";
         } else if constexpr (std::is_same_v<T, w::Stable>) {
           os << "Stable{sender " << x.sender << " stable " << x.stable << " highest " << x.highest << "}";
         } else if constexpr (std::is_same_v<T, w::AckQuery>) {
-          os << "AckQuery{sender " << x.sender << "}";
+          os << "AckQuery{sender " << x.sender << " seq " << x.seq << "}";
         } else if constexpr (std::is_same_v<T, w::Announce>) {
           os << "Announce{sender " << x.sender << " seq " << x.seq << " size " << x.size << " block_size "
              << x.block_size << " algorithm " << int{x.algorithm} << "}";
@@ -102,6 +100,7 @@ std::string describe(const w::Body& body) {
 bool payload_inside(const w::Body& body, std::span<const std::byte> buf) {
   std::span<const std::byte> p;
   if (const auto* d = std::get_if<w::Data>(&body)) p = d->payload;
+  else if (const auto* f = std::get_if<w::FragmentRepair>(&body)) p = f->fragment.payload;
   else if (const auto* r = std::get_if<w::Repair>(&body)) p = r->payload;
   else if (const auto* k = std::get_if<w::Block>(&body)) p = k->payload;
   else return true;
@@ -191,10 +190,6 @@ std::vector<Sample> samples() {
     many.entries.push_back(w::AckEntry{kU32Max, kU64Max, kU64Max, 0xfffffffffffffffeULL});
     s.push_back(sample("ack 201 entries with masks", many));
   }
-  // Pull
-  s.push_back(sample("pull one message", w::Pull{2, 1, 1}));
-  s.push_back(sample("pull a range", w::Pull{7, 10, 20}));
-  s.push_back(sample("pull extreme values", w::Pull{kU32Max, 1, kU64Max}));
   // Stable
   s.push_back(sample("stable nothing", w::Stable{2, 0, 0}));
   s.push_back(sample("stable all", w::Stable{2, 5, 5}));
@@ -206,8 +201,9 @@ std::vector<Sample> samples() {
     s.push_back(sample("ack 1000 entries", big));
   }
   // AckQuery
-  s.push_back(sample("ack_query", w::AckQuery{3}));
-  s.push_back(sample("ack_query max", w::AckQuery{kU32Max}, kU64Max, kU64Max, kU32Max));
+  s.push_back(sample("ack_query", w::AckQuery{3, 0}));
+  s.push_back(sample("ack_query for a message", w::AckQuery{3, 17}));
+  s.push_back(sample("ack_query max", w::AckQuery{kU32Max, kU64Max}, kU64Max, kU64Max, kU32Max));
   // Announce
   s.push_back(sample("announce empty message", w::Announce{2, 1, 0, 4096, 0}));
   s.push_back(sample("announce 2^40 bytes in kMaxBlock blocks",
@@ -244,6 +240,16 @@ std::vector<Sample> samples() {
   s.push_back(sample("multicast probe, largest nonce", w::McastProbe{kU64Max}, kU64Max, kU64Max, kU32Max));
   s.push_back(sample("multicast confirmation", w::McastConfirm{7}));
   s.push_back(sample("multicast confirmation, nonce 0", w::McastConfirm{0}));
+  // Nack and FragmentRepair
+  s.push_back(sample("nack of a whole message", w::Nack{3, 9, 0, {}}));
+  s.push_back(sample("nack of fragments 0 and 9 of 10", w::Nack{3, 9, 10, {0x01, 0x02}}));
+  s.push_back(sample("nack of the last of 65535 fragments", [] {
+    w::Nack n{kU32Max, kU64Max, 0xffff, std::vector<std::uint8_t>(8192, 0)};
+    n.missing.back() = 0x40;
+    return n;
+  }(), kU64Max, kU64Max, kU32Max));
+  s.push_back(sample("fragment repair, fragment 2 of 3",
+                     w::FragmentRepair{w::Data{4, 5, 1, 2500, 2000, 2, 3, pool(10, 500)}}));
   return s;
 }
 
@@ -254,9 +260,8 @@ std::size_t expected_size(const w::Body& body) {
         if constexpr (std::is_same_v<T, w::Data>) return w::kDataOverhead + x.payload.size();
         else if constexpr (std::is_same_v<T, w::Repair>) return w::kHeaderSize + 24 + x.payload.size();
         else if constexpr (std::is_same_v<T, w::Ack>) return w::kHeaderSize + 4 + 28 * x.entries.size();
-        else if constexpr (std::is_same_v<T, w::Pull>) return w::kHeaderSize + 20;
         else if constexpr (std::is_same_v<T, w::Stable>) return w::kHeaderSize + 20;
-        else if constexpr (std::is_same_v<T, w::AckQuery>) return w::kHeaderSize + 4;
+        else if constexpr (std::is_same_v<T, w::AckQuery>) return w::kHeaderSize + 12;
         else if constexpr (std::is_same_v<T, w::Announce>) return w::kHeaderSize + 29;
         else if constexpr (std::is_same_v<T, w::Ready>) return w::kHeaderSize + 16;
         else if constexpr (std::is_same_v<T, w::Ping>) return w::kHeaderSize;
@@ -264,13 +269,21 @@ std::size_t expected_size(const w::Body& body) {
         else if constexpr (std::is_same_v<T, w::LargeAck>) return w::kHeaderSize + 12;
         else if constexpr (std::is_same_v<T, w::McastProbe> || std::is_same_v<T, w::McastConfirm>)
           return w::kHeaderSize + 8;
+        else if constexpr (std::is_same_v<T, w::Nack>) return w::kHeaderSize + 14 + x.missing.size();
+        else if constexpr (std::is_same_v<T, w::FragmentRepair>) return w::kDataOverhead + x.fragment.payload.size();
         else static_assert(!std::is_same_v<T, T>, "a new wire::Body type: give its encoded size");
       },
       body);
 }
 
+/// The fragment a Data or FragmentRepair carries (the two share their encoding).
+const w::Data* data_of(const w::Body& body) {
+  if (const auto* f = std::get_if<w::FragmentRepair>(&body)) return &f->fragment;
+  return std::get_if<w::Data>(&body);
+}
+
 bool is_multi_fragment(const w::Body& body) {
-  const auto* d = std::get_if<w::Data>(&body);
+  const auto* d = data_of(body);
   return d != nullptr && d->frag_count > 1;
 }
 
@@ -320,8 +333,8 @@ TEST_CASE("wire: every message type round-trips", "[wire]") {
 
 TEST_CASE("wire: header layout is the documented one", "[wire]") {
   const w::Header h{w::Type::ack_query, 0x1122334455667788ULL, 0x99aabbccddeeff00ULL, 0xcafebabe};
-  const Bytes b = w::encode(h, w::AckQuery{0x01020304});
-  REQUIRE(b.size() == 28);
+  const Bytes b = w::encode(h, w::AckQuery{0x01020304, 0});
+  REQUIRE(b.size() == 36);
   CHECK(b[0] == std::byte{'H'});
   CHECK(b[1] == std::byte{'M'});
   CHECK(b[2] == std::byte{w::kVersion});
@@ -337,9 +350,9 @@ TEST_CASE("wire: header layout is the documented one", "[wire]") {
 
 TEST_CASE("wire: encode takes the type from the body, not the header", "[wire]") {
   const w::Header lying{w::Type::ack_query, 5, 6, 7};
-  const auto res = w::decode(w::encode(lying, w::Pull{1, 2, 3}));
+  const auto res = w::decode(w::encode(lying, w::Stable{1, 2, 3}));
   REQUIRE(res.ok());
-  CHECK(res.packet.header.type == w::Type::pull);
+  CHECK(res.packet.header.type == w::Type::stable);
   CHECK(res.packet.header.group == 5);
   CHECK(res.packet.header.view == 6);
   CHECK(res.packet.header.src == 7);
@@ -385,7 +398,7 @@ TEST_CASE("wire: every truncation of every packet is refused", "[wire]") {
   std::size_t prefixes = 0;
   for (const auto& smp : samples()) {
     const Bytes bytes = w::encode(smp.header, smp.body);
-    const bool is_data = std::holds_alternative<w::Data>(smp.body);
+    const bool is_data = data_of(smp.body) != nullptr;
     const bool is_block = std::holds_alternative<w::Block>(smp.body);
     for (std::size_t len = 0; len < bytes.size(); ++len) {
       // A Data payload is "the rest of the datagram" (no length field): a non-final
@@ -511,7 +524,7 @@ TEST_CASE("wire: trailing bytes are refused", "[wire]") {
       Bytes b = w::encode(smp.header, smp.body);
       for (std::size_t i = 0; i < extra; ++i) b.push_back(static_cast<std::byte>(i));
       const auto err = decode_copy(b);
-      if (const auto* d = std::get_if<w::Data>(&smp.body)) {
+      if (const auto* d = data_of(smp.body)) {
         const bool room = std::uint64_t{d->offset} + d->payload.size() + extra <= d->msg_len;
         if (d->frag_count > 1 && room) continue;  // becomes payload: see "[wire][limitation]"
         CHECK(err == w::DecodeError::inconsistent);  // payload past msg_len
@@ -602,12 +615,6 @@ TEST_CASE("wire: inconsistent fields are refused", "[wire]") {
     a.entries[2].stable = 1;
     a.entries[4].mask = 5;
     CHECK(decode_body(a) == E::inconsistent);
-  }
-  SECTION("Pull") {
-    CHECK(decode_body(w::Pull{2, 5, 4}) == E::inconsistent);  // from > to
-    CHECK(decode_body(w::Pull{2, kU64Max, 1}) == E::inconsistent);
-    CHECK(decode_body(w::Pull{2, 0, 4}) == E::inconsistent);  // seqs start at 1
-    CHECK(decode_body(w::Pull{2, 4, 4}) == E::none);
   }
   SECTION("Stable") {
     CHECK(decode_body(w::Stable{2, 6, 5}) == E::inconsistent);  // stable beyond what was sent

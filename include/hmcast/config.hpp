@@ -64,6 +64,10 @@ struct ProtocolConfig {
   std::uint64_t segment_size = 64U << 10;
   /// First ACK after a quiet period goes at once; later ones are merged for this long.
   std::int64_t ack_interval_ns = 1'000;
+  /// A member that sees a later fragment or message than one it lacks waits this
+  /// long (datagrams may pass each other) before asking its parent for the fragments
+  /// it lacks.
+  std::int64_t nack_delay_ns = 10'000;
   /// Round trip of one hop assumed until measured (scaled by tree level for timeouts).
   std::int64_t initial_hop_rtt_ns = 10'000;
   /// Repair timeouts are clamped to [min_timeout_ns, max_timeout_ns].

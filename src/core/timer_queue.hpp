@@ -21,6 +21,7 @@ enum class TimerKind : std::uint8_t {
   ack_flush,        // small path: merged ACKs to a parent may go now (member: the parent)
   announce,         // small path: announce a stream's stable prefix
   pull,             // small path: fetch messages a child holds and we lack
+  nack,             // small path: ask the parent for the fragments we lack (member: the stream)
   large_stall,      // large path: nothing moved for a while, ping whom we wait on
   multicast_probe,  // the multicast probe's resend or deadline
 };

@@ -29,7 +29,6 @@ constexpr Type type_of() {
   if constexpr (std::is_same_v<T, Data>) return Type::data;
   else if constexpr (std::is_same_v<T, Repair>) return Type::repair;
   else if constexpr (std::is_same_v<T, Ack>) return Type::ack;
-  else if constexpr (std::is_same_v<T, Pull>) return Type::pull;
   else if constexpr (std::is_same_v<T, Stable>) return Type::stable;
   else if constexpr (std::is_same_v<T, AckQuery>) return Type::ack_query;
   else if constexpr (std::is_same_v<T, Announce>) return Type::announce;
@@ -38,6 +37,8 @@ constexpr Type type_of() {
   else if constexpr (std::is_same_v<T, LargeAck>) return Type::large_ack;
   else if constexpr (std::is_same_v<T, McastProbe>) return Type::mcast_probe;
   else if constexpr (std::is_same_v<T, McastConfirm>) return Type::mcast_confirm;
+  else if constexpr (std::is_same_v<T, Nack>) return Type::nack;
+  else if constexpr (std::is_same_v<T, FragmentRepair>) return Type::fragment_repair;
   else return Type::ping;
 }
 
@@ -50,6 +51,13 @@ void encode_body(Writer& w, const Data& d) {
   w.u16(d.frag_index);
   w.u16(d.frag_count);
   w.bytes(d.payload);
+}
+void encode_body(Writer& w, const FragmentRepair& f) { encode_body(w, f.fragment); }
+void encode_body(Writer& w, const Nack& n) {
+  w.u32(n.sender);
+  w.u64(n.seq);
+  w.u16(n.frag_count);
+  for (auto b : n.missing) w.u8(b);
 }
 void encode_body(Writer& w, const Repair& r) {
   w.u32(r.sender);
@@ -67,17 +75,15 @@ void encode_body(Writer& w, const Ack& a) {
     w.u64(e.mask);
   }
 }
-void encode_body(Writer& w, const Pull& p) {
-  w.u32(p.sender);
-  w.u64(p.from);
-  w.u64(p.to);
-}
 void encode_body(Writer& w, const Stable& s) {
   w.u32(s.sender);
   w.u64(s.stable);
   w.u64(s.highest);
 }
-void encode_body(Writer& w, const AckQuery& p) { w.u32(p.sender); }
+void encode_body(Writer& w, const AckQuery& p) {
+  w.u32(p.sender);
+  w.u64(p.seq);
+}
 void encode_body(Writer& w, const Announce& a) {
   w.u32(a.sender);
   w.u64(a.seq);
@@ -105,8 +111,7 @@ void encode_body(Writer& w, const LargeAck& a) {
   w.u32(a.sender);
   w.u64(a.seq);
 }
-DecodeError decode_data(Reader& r, Body& out) {
-  Data d;
+DecodeError decode_data_fields(Reader& r, Data& d) {
   d.sender = r.u32();
   d.seq = r.u64();
   d.stable = r.u64();
@@ -132,7 +137,40 @@ DecodeError decode_data(Reader& r, Body& out) {
              end >= d.msg_len) {
     return DecodeError::inconsistent;
   }
-  out = d;
+  return DecodeError::none;
+}
+
+DecodeError decode_data(Reader& r, Body& out) {
+  Data d;
+  const auto err = decode_data_fields(r, d);
+  if (err == DecodeError::none) out = d;
+  return err;
+}
+
+DecodeError decode_fragment_repair(Reader& r, Body& out) {
+  FragmentRepair f;
+  const auto err = decode_data_fields(r, f.fragment);
+  if (err == DecodeError::none) out = f;
+  return err;
+}
+
+DecodeError decode_nack(Reader& r, Body& out) {
+  Nack n;
+  n.sender = r.u32();
+  n.seq = r.u64();
+  n.frag_count = r.u16();
+  if (!r.ok()) return DecodeError::truncated;
+  const std::size_t bytes = (std::size_t{n.frag_count} + 7) / 8;
+  if (r.remaining() < bytes) return DecodeError::truncated;
+  if (n.seq == 0) return DecodeError::inconsistent;
+  n.missing.resize(bytes);
+  for (auto& b : n.missing) b = r.u8();
+  // Bits past frag_count would name fragments that do not exist; a nack names at
+  // least one fragment (or, with frag_count 0, the whole message).
+  if (n.frag_count % 8 != 0 && (n.missing.back() >> (n.frag_count % 8)) != 0) return DecodeError::inconsistent;
+  if (n.frag_count != 0 && std::all_of(n.missing.begin(), n.missing.end(), [](auto b) { return b == 0; }))
+    return DecodeError::inconsistent;
+  out = std::move(n);
   return DecodeError::none;
 }
 
@@ -172,17 +210,6 @@ DecodeError decode_ack(Reader& r, Body& out) {
   return DecodeError::none;
 }
 
-DecodeError decode_pull(Reader& r, Body& out) {
-  Pull p;
-  p.sender = r.u32();
-  p.from = r.u64();
-  p.to = r.u64();
-  if (!r.ok()) return DecodeError::truncated;
-  if (p.from == 0 || p.from > p.to) return DecodeError::inconsistent;
-  out = p;
-  return DecodeError::none;
-}
-
 DecodeError decode_stable(Reader& r, Body& out) {
   Stable s;
   s.sender = r.u32();
@@ -197,6 +224,7 @@ DecodeError decode_stable(Reader& r, Body& out) {
 DecodeError decode_ack_query(Reader& r, Body& out) {
   AckQuery p;
   p.sender = r.u32();
+  p.seq = r.u64();
   if (!r.ok()) return DecodeError::truncated;
   out = p;
   return DecodeError::none;
@@ -318,7 +346,6 @@ DecodeResult decode(std::span<const std::byte> bytes) {
     case static_cast<std::uint8_t>(Type::data): err = decode_data(r, res.packet.body); break;
     case static_cast<std::uint8_t>(Type::repair): err = decode_repair(r, res.packet.body); break;
     case static_cast<std::uint8_t>(Type::ack): err = decode_ack(r, res.packet.body); break;
-    case static_cast<std::uint8_t>(Type::pull): err = decode_pull(r, res.packet.body); break;
     case static_cast<std::uint8_t>(Type::stable): err = decode_stable(r, res.packet.body); break;
     case static_cast<std::uint8_t>(Type::ack_query): err = decode_ack_query(r, res.packet.body); break;
     case static_cast<std::uint8_t>(Type::announce): err = decode_announce(r, res.packet.body); break;
@@ -328,6 +355,8 @@ DecodeResult decode(std::span<const std::byte> bytes) {
     case static_cast<std::uint8_t>(Type::ping): res.packet.body = Ping{}; break;
     case static_cast<std::uint8_t>(Type::mcast_probe): err = decode_nonce<McastProbe>(r, res.packet.body); break;
     case static_cast<std::uint8_t>(Type::mcast_confirm): err = decode_nonce<McastConfirm>(r, res.packet.body); break;
+    case static_cast<std::uint8_t>(Type::nack): err = decode_nack(r, res.packet.body); break;
+    case static_cast<std::uint8_t>(Type::fragment_repair): err = decode_fragment_repair(r, res.packet.body); break;
     default: err = DecodeError::unknown_type; break;
   }
   if (err == DecodeError::none && r.remaining() != 0) err = DecodeError::trailing_bytes;

@@ -1,5 +1,6 @@
-// The hmcast wire format, version 2 (views come from the coordinator's control
-// protocol, membership/control_wire.hpp, so the v1 suspect and new_view frames are gone).
+// The hmcast wire format, version 3 (views come from the coordinator's control
+// protocol, membership/control_wire.hpp, so the v1 suspect and new_view frames are
+// gone; v3 adds fragment-granular repair: nack and fragment_repair).
 //
 // Every packet starts with a 24-byte header:
 //   magic u16 ("HM") | version u8 | type u8 | group u64 | view u64 | src u32
@@ -20,7 +21,7 @@
 namespace hmcast::wire {
 
 inline constexpr std::uint16_t kMagic = 0x4d48;  // "HM" little-endian
-inline constexpr std::uint8_t kVersion = 2;
+inline constexpr std::uint8_t kVersion = 3;
 inline constexpr std::size_t kHeaderSize = 24;
 /// Larger packets are refused before any field is read: no frame of ours is this big.
 inline constexpr std::size_t kMaxPacket = 64U << 20;
@@ -29,11 +30,11 @@ inline constexpr std::uint32_t kMaxListLength = 1U << 20;
 
 enum class Type : std::uint8_t {
   data = 1,     // one fragment of a small message, sent by datagram multicast
-  repair = 2,   // a whole small message, point-to-point (repair or pull answer)
+  repair = 2,   // a whole small message, point-to-point
   ack = 3,      // cumulative ACKs for one or more senders, child -> parent
-  pull = 4,     // parent asks a child for messages the child has and it lacks
   stable = 5,   // a sender announces its all-acked prefix (datagram; garbage collection)
-  // 6 and 7 were v1's suspect and new_view: never reused.
+  // 4 was v2's pull (a parent now nacks its child), 6 and 7 v1's suspect and
+  // new_view: never reused.
   ack_query = 8,  // parent -> child: your subtree is late, tell me where you stand
   // The large path (RC binomial pipeline):
   announce = 9,   // a large message exists: its size and layout (sent ahead of its blocks)
@@ -44,6 +45,9 @@ enum class Type : std::uint8_t {
   // Does multicast reach everyone? (group/multicast_probe.hpp)
   mcast_probe = 14,    // datagram: confirm this over your reliable link to me
   mcast_confirm = 15,  // point-to-point answer to an mcast_probe
+  // Fragment-granular repair of small messages:
+  nack = 16,             // child -> parent: the fragments of one message that I lack
+  fragment_repair = 17,  // one fragment, point-to-point (the answer to a nack)
 };
 
 /// Types that travel by datagram multicast (or its emulation); every other type
@@ -80,6 +84,23 @@ struct Repair {
   std::span<const std::byte> payload;  // the whole message
 };
 
+/// The fragments of message (sender, seq) that the nacking member lacks.
+struct Nack {
+  MemberId sender = 0;
+  Seq seq = 0;
+  /// The message's fragment count, and bit i of `missing` (byte i/8, bit i%8) set
+  /// for each fragment i lacked; 0 and no bits: the whole message (none of it came).
+  std::uint16_t frag_count = 0;
+  std::vector<std::uint8_t> missing;
+  friend bool operator==(const Nack&, const Nack&) = default;
+};
+
+/// One fragment of a small message sent point-to-point by a member that holds it:
+/// the same fields as the multicast Data, from a repairer instead of the sender.
+struct FragmentRepair {
+  Data fragment;
+};
+
 struct AckEntry {
   MemberId sender = 0;  // whose messages this acknowledges (the tree's root)
   Seq stable = 0;       // every member of the subtree holds [1, stable]
@@ -92,12 +113,6 @@ struct Ack {
   std::vector<AckEntry> entries;
 };
 
-struct Pull {
-  MemberId sender = 0;
-  Seq from = 0;  // inclusive
-  Seq to = 0;    // inclusive
-};
-
 struct Stable {
   MemberId sender = 0;
   Seq stable = 0;
@@ -106,6 +121,9 @@ struct Stable {
 
 struct AckQuery {
   MemberId sender = 0;  // the stream whose ACK is late
+  /// The message the child has not ACKed that we hold (0: none; its subtree is late):
+  /// the child answers with a nack for all of it that it lacks.
+  Seq seq = 0;
 };
 
 /// Largest block the pipeline uses; bounds what a receiver must accept per block.
@@ -158,8 +176,8 @@ struct McastConfirm {
   std::uint64_t nonce = 0;  // of the probe that arrived
 };
 
-using Body = std::variant<Data, Repair, Ack, Pull, Stable, AckQuery, Announce, Ready, Block, LargeAck,
-                          Ping, McastProbe, McastConfirm>;
+using Body = std::variant<Data, Repair, Ack, Stable, AckQuery, Announce, Ready, Block, LargeAck,
+                          Ping, McastProbe, McastConfirm, Nack, FragmentRepair>;
 
 struct Packet {
   Header header;

@@ -145,10 +145,11 @@ void GroupEngine::dispatch(const wire::Packet& p, MemberId from, TimeNs now, Out
   std::visit(Overloaded{
                  [&](const wire::Data& d) { small_.on_data(from, d, now, out); },
                  [&](const wire::Repair& r) { small_.on_repair(from, r, now, out); },
+                 [&](const wire::Nack& n) { small_.on_nack(from, n, now, out); },
+                 [&](const wire::FragmentRepair& f) { small_.on_fragment_repair(from, f.fragment, now, out); },
                  [&](const wire::Ack& a) { small_.on_ack(from, a, now, out); },
-                 [&](const wire::Pull& pl) { small_.on_pull(from, pl, out); },
-                 [&](const wire::Stable& s) { small_.on_stable(from, s); },
-                 [&](const wire::AckQuery& q) { small_.on_ack_query(from, q); },
+                 [&](const wire::Stable& s) { small_.on_stable(from, s, now); },
+                 [&](const wire::AckQuery& q) { small_.on_ack_query(from, q, now, out); },
                  [&](const wire::Announce& a) { large([&] { pipeline_.on_announce(from, a, out); }); },
                  [&](const wire::Ready& r) { large([&] { pipeline_.on_ready(from, r, out); }); },
                  [&](const wire::Block& b) { large([&] { pipeline_.on_block(from, b, out); }); },
@@ -187,7 +188,8 @@ void GroupEngine::on_timer(TimeNs now, Outbox& out) {
       case TimerKind::child_repair:
       case TimerKind::ack_flush:
       case TimerKind::announce:
-      case TimerKind::pull: small_.on_timer(e, now, out); break;
+      case TimerKind::pull:
+      case TimerKind::nack: small_.on_timer(e, now, out); break;
       case TimerKind::large_stall: on_stall(now, out); break;
       case TimerKind::multicast_probe:
         if (e.generation == probe_gen_) {
@@ -242,6 +244,12 @@ void GroupEngine::on_flush_request(ViewId view, Outbox& out) {
   if (removed_) return;
   paused_ = true;
   flush_view_ = view;
+  // The flush waits for every member of the view. One that crashed unseen by the
+  // view authority is found only by a link to it failing, and an idle group sends
+  // nothing: each member pings the next one in the view, so every member's link is
+  // tried once per flush.
+  if (const auto rank = view_.rank_of(self_); rank && view_.members.size() > 1)
+    emit_.frame(view_.members[(*rank + 1) % view_.members.size()], wire::Ping{}, out);
   if (small_.in_flight() == 0 && !pipeline_.sending()) {
     out.emplace_back(action::Flushed{view, small_.next_seq(), pipeline_.next_seq()});
     flush_view_.reset();

@@ -81,8 +81,10 @@ std::optional<std::string> check(const ProtocolConfig& c) {
   if (c.max_large_message == 0) return bad("max_large_message must be at least 1");
   if (c.min_timeout_ns <= 0 || c.max_timeout_ns < c.min_timeout_ns)
     return bad("min_timeout_ns must be positive and at most max_timeout_ns");
-  if (c.initial_hop_rtt_ns <= 0 || c.ack_interval_ns < 0 || c.stable_announce_ns <= 0 || c.large_stall_ns <= 0)
-    return bad("initial_hop_rtt_ns, stable_announce_ns and large_stall_ns must be positive, ack_interval_ns not negative");
+  if (c.initial_hop_rtt_ns <= 0 || c.ack_interval_ns < 0 || c.nack_delay_ns < 0 || c.stable_announce_ns <= 0 ||
+      c.large_stall_ns <= 0)
+    return bad("initial_hop_rtt_ns, stable_announce_ns and large_stall_ns must be positive, ack_interval_ns and "
+               "nack_delay_ns not negative");
   if (c.repair_budget == 0 || c.repair_batch == 0) return bad("repair_budget and repair_batch must be at least 1");
   return std::nullopt;
 }

@@ -24,6 +24,9 @@ inline std::uint32_t fragment_count(std::size_t msg_len, std::uint32_t mtu) {
   return msg_len == 0 ? 1U : static_cast<std::uint32_t>((msg_len + per - 1) / per);
 }
 
+/// Fragment `index` of message (sender, seq) (its payload points into `message`).
+wire::Data fragment_of(MemberId sender, Seq seq, Seq stable, std::span<const std::byte> message, std::uint32_t mtu,
+                       std::uint32_t index);
 /// Encoded datagrams of message (sender, seq), each at most `mtu` bytes.
 std::vector<std::vector<std::byte>> fragment(const wire::Header& header, MemberId sender, Seq seq, Seq stable,
                                              std::span<const std::byte> message, std::uint32_t mtu);

@@ -3,9 +3,12 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <algorithm>
 #include <memory>
+#include <span>
 #include <vector>
 
+#include "core/assert.hpp"
 #include "core/wire.hpp"
 
 namespace hmcast::small {
@@ -32,8 +35,35 @@ class Reassembly {
     if (have_[frag.frag_index]) return Result::duplicate;
     std::copy(frag.payload.begin(), frag.payload.end(), buffer_->begin() + frag.offset);
     have_[frag.frag_index] = true;
+    highest_ = std::max<std::uint32_t>(highest_, frag.frag_index);
     ++received_;
     return received_ == frag_count_ ? Result::complete : Result::added;
+  }
+  [[nodiscard]] std::uint16_t frag_count() const { return frag_count_; }
+  [[nodiscard]] bool has(std::uint32_t index) const { return index < frag_count_ && have_[index]; }
+  /// The highest fragment index received so far.
+  [[nodiscard]] std::uint32_t highest() const { return highest_; }
+  /// Bytes of fragment `index` (which has() must hold): repairers serve fragments
+  /// from a message they are still assembling.
+  [[nodiscard]] std::span<const std::byte> fragment(std::uint32_t index) const {
+    HMCAST_ASSERT(has(index) && piece_ != 0);
+    const std::uint64_t start = std::uint64_t{index} * piece_;
+    const std::uint64_t end = index + 1U == frag_count_ ? msg_len_ : start + piece_;
+    return std::span<const std::byte>(*buffer_).subspan(start, end - start);
+  }
+  [[nodiscard]] std::uint32_t received() const { return received_; }
+  /// Fragment `index` as the sender made it (has() must hold).
+  [[nodiscard]] wire::Data fragment_data(std::uint32_t index, MemberId sender, Seq seq, Seq stable) const {
+    wire::Data d;
+    d.sender = sender;
+    d.seq = seq;
+    d.stable = stable;
+    d.msg_len = msg_len_;
+    d.offset = static_cast<std::uint32_t>(std::uint64_t{index} * piece_);
+    d.frag_index = static_cast<std::uint16_t>(index);
+    d.frag_count = frag_count_;
+    d.payload = fragment(index);
+    return d;
   }
   /// The assembled message (valid once add() returned `complete`).
   [[nodiscard]] std::shared_ptr<std::vector<std::byte>> take() { return std::move(buffer_); }
@@ -42,6 +72,7 @@ class Reassembly {
   std::uint32_t msg_len_;
   std::uint16_t frag_count_;
   std::uint32_t received_ = 0;
+  std::uint32_t highest_ = 0;
   std::uint64_t piece_ = 0;  // bytes per non-final fragment, from the first fragment seen
   std::vector<bool> have_;
   std::shared_ptr<std::vector<std::byte>> buffer_;

@@ -35,6 +35,7 @@ BroadcastResult SmallPath::broadcast(MessageBuffer message, TimeNs now, Outbox& 
     emit_.datagram_bytes(std::move(dgram), out);
   s.last_announced = s.known_stable;
   s.last_data_ns = now;
+  arm_announce(s, now);  // announces `highest` once we pause, for a lost tail
   accept_message(s, seq, std::move(message), now, out);
   HMCAST_ASSERT(in_flight() <= cfg_.window_messages);
   return {BroadcastError::none, seq};
@@ -45,13 +46,43 @@ void SmallPath::want_ack(Stream& s) {
   acks_pending_.insert(s.sender);
 }
 
-void SmallPath::on_ack_query(MemberId from, const wire::AckQuery& q) {
+void SmallPath::on_ack_query(MemberId from, const wire::AckQuery& q, TimeNs now, Outbox& out) {
   Stream* s = stream_for(q.sender);
-  if (s != nullptr && s->parent && *s->parent == from) {
-    want_ack(*s);
-  } else {
+  if (s == nullptr || !s->parent || *s->parent != from) {
     ++stats_.invalid_dropped;  // only our parent in that stream's tree asks
+    return;
   }
+  want_ack(*s);
+  // The parent holds message q.seq and misses our ACK of it. What lies below the
+  // highest datagram we saw of the sender is lost (its datagrams reach us in order,
+  // give or take the nack delay) and is asked for now, asked before or not. What lies
+  // beyond it may still be queued on its way to us behind other senders' traffic, as
+  // long as datagrams keep arriving; once none has come for the nack delay, our queue
+  // is empty and the tail was lost too. A late ACK thus costs an AckQuery, never a
+  // message sent twice. The root's Stable announcements also name a lost tail
+  // (on_stable), under traffic that never pauses.
+  if (q.seq <= s->delivered || q.seq > s->delivered + cfg_.window_messages || s->held.count(q.seq) != 0) return;
+  const bool again = now - last_datagram_ns_ >= cfg_.nack_delay_ns;
+  wire::Nack n{s->sender, q.seq, 0, {}};
+  bool any = false;
+  if (auto p = s->partial.find(q.seq); p != s->partial.end()) {
+    const Reassembly& r = p->second;
+    const std::uint32_t limit = again || known_sent(*s, q.seq) ? r.frag_count() : r.highest();
+    n.frag_count = r.frag_count();
+    n.missing.assign((std::size_t{n.frag_count} + 7) / 8, 0);
+    for (std::uint32_t i = 0; i < limit; ++i)
+      if (!r.has(i)) {
+        n.missing[i / 8] |= static_cast<std::uint8_t>(1U << (i % 8));
+        any = true;
+      }
+  } else {
+    any = again || known_sent(*s, q.seq);  // the whole message
+  }
+  if (!any) return;
+  s->highest_seen = std::max(s->highest_seen, q.seq);
+  s->asked[q.seq] = n.missing;
+  ++stats_.nacks_sent;
+  emit_.frame(from, n, out);
 }
 
 // ---------------------------------------------------------------------------
@@ -67,6 +98,12 @@ void SmallPath::on_view(const View& view, TimeNs now, Outbox& out) {
     s.reported_stable = 0;
     s.reported_have = 0;
     s.pull_deadline = kNever;
+    // The new parent owes us nothing: ask it afresh for whatever we still lack.
+    s.asked.clear();
+    if (s.parent && std::max(s.highest_seen, s.sent_known) > s.delivered) {
+      s.nack_deadline = now + cfg_.nack_delay_ns;
+      s.nack_gen = timers_.arm(s.nack_deadline, TimerKey{TimerKind::nack, s.sender, 0});
+    }
     // Tell the new parent where we stand at once: it may be waiting on us already.
     if (s.parent && s.delivered > 0) want_ack(s);
   }
@@ -92,16 +129,32 @@ void SmallPath::on_timer(const TimerQueue::Entry& e, TimeNs now, Outbox& out) {
     case TimerKind::pull:
       if (s.pull_gen == e.generation) maybe_pull(s, now, out);
       break;
+    case TimerKind::nack:
+      if (s.nack_gen == e.generation) send_nacks(s, now, out);
+      break;
     case TimerKind::announce:
       s.announce_armed = false;
       if (s.sender == self_ && now < s.last_data_ns + cfg_.stable_announce_ns) {
         // Still sending: the next Data carries the stable prefix to everyone, so an
         // announcement now would only add a datagram per member; wait for a pause.
-        if (s.known_stable > s.last_announced) arm_announce(s, s.last_data_ns);
-      } else if (s.is_root && s.known_stable > s.last_announced) {
+        if (s.known_stable > s.last_announced || s.known_stable < next_seq_ - 1) arm_announce(s, s.last_data_ns);
+      } else if (s.is_root) {
+        // Our own stream also announces while some of it is not yet stable: the
+        // announcement names the highest message sent, so a member whose copy of the
+        // last ones was lost learns of it (no later message will show the gap) and
+        // nacks. Repeated at doubling waits, in case the announcement is lost too.
+        const bool unstable = s.sender == self_ && s.known_stable < next_seq_ - 1;
+        if (s.known_stable <= s.last_announced && !unstable) break;
         const Seq highest = s.sender == self_ ? next_seq_ - 1 : s.delivered;
+        s.heartbeat_wait = s.known_stable > s.last_announced
+                               ? cfg_.stable_announce_ns
+                               : std::clamp<TimeNs>(2 * s.heartbeat_wait, cfg_.stable_announce_ns, cfg_.max_timeout_ns);
         emit_.datagram(wire::Stable{s.sender, s.known_stable, highest}, out);
         s.last_announced = s.known_stable;
+        if (unstable) {
+          s.announce_armed = true;
+          timers_.arm(now + s.heartbeat_wait, TimerKey{TimerKind::announce, s.sender, 0});
+        }
       }
       break;
     case TimerKind::ack_flush:
@@ -208,7 +261,21 @@ void SmallPath::on_data(MemberId from, const wire::Data& d, TimeNs now, Outbox& 
     ++stats_.invalid_dropped;  // only a sender multicasts its own messages
     return;
   }
-  Stream& s = stream(d.sender);
+  on_fragment(stream(d.sender), d, now, out);
+}
+
+void SmallPath::on_fragment_repair(MemberId, const wire::Data& d, TimeNs now, Outbox& out) {
+  Stream* s = stream_for(d.sender);
+  // Nobody repairs our own messages to us: only we can have made them.
+  if (s == nullptr || d.sender == self_) {
+    ++stats_.invalid_dropped;
+    return;
+  }
+  on_fragment(*s, d, now, out);
+}
+
+void SmallPath::on_fragment(Stream& s, const wire::Data& d, TimeNs now, Outbox& out) {
+  last_datagram_ns_ = now;
   if (d.stable > s.known_stable) collect_garbage(s, d.stable);
   if (d.seq <= s.delivered || s.held.count(d.seq) != 0) {
     ++stats_.duplicates_dropped;
@@ -225,6 +292,7 @@ void SmallPath::on_data(MemberId from, const wire::Data& d, TimeNs now, Outbox& 
   if (d.frag_count == 1) {
     accept_message(s, d.seq, std::make_shared<const std::vector<std::byte>>(d.payload.begin(), d.payload.end()),
                    now, out);
+    note_gaps(s, d, now);  // a later message shows the earlier ones we lack were lost
     return;
   }
   auto it = s.partial.find(d.seq);
@@ -234,12 +302,180 @@ void SmallPath::on_data(MemberId from, const wire::Data& d, TimeNs now, Outbox& 
       MessageBuffer msg = it->second.take();
       s.partial.erase(it);
       accept_message(s, d.seq, std::move(msg), now, out);
+      note_gaps(s, d, now);
       break;
     }
     case Reassembly::Result::duplicate: ++stats_.duplicates_dropped; break;
     case Reassembly::Result::mismatch: ++stats_.invalid_dropped; break;
-    case Reassembly::Result::added: break;
+    case Reassembly::Result::added: note_gaps(s, d, now); break;
   }
+}
+
+// ---------------------------------------------------------------------------
+// Fragment-granular repair: a member that lacks fragments asks its parent for just
+// those (a nack), as soon as a later fragment or message shows they were lost. The
+// parent answers from the whole message or from the fragments it holds of one it is
+// still assembling; what it lacks too, its own nack fetches, and the child asks again
+// one wait later. Losing one datagram of a large message thus costs one datagram and
+// one round trip, not the whole message after a repair timeout.
+
+void SmallPath::note_gaps(Stream& s, const wire::Data& d, TimeNs now) {
+  s.highest_seen = std::max(s.highest_seen, d.seq);
+  if (!s.parent || s.nack_deadline <= now + cfg_.nack_delay_ns) return;  // a round is due soon anyway
+  bool gap = false;
+  auto partial = s.partial.find(d.seq);
+  if (partial != s.partial.end() && partial->second.received() <= partial->second.highest()) gap = true;
+  // delivered + 1 is never held (delivery would have passed it): any later seq is a gap.
+  if (d.seq > s.delivered + 1) gap = true;
+  if (!gap) return;
+  s.nack_deadline = now + cfg_.nack_delay_ns;
+  s.nack_gen = timers_.arm(s.nack_deadline, TimerKey{TimerKind::nack, s.sender, 0});
+}
+
+void SmallPath::send_nacks(Stream& s, TimeNs, Outbox& out) {
+  s.nack_deadline = kNever;
+  if (!s.parent) return;
+  // Each fragment is asked for once per view: the parent answers from what it holds
+  // and owes the rest until it holds the message, and repairs travel over reliable
+  // links, so asking again would only put duplicates in the parent's queue (under
+  // load, a storm). A new view (a new parent) starts the asking afresh; a parent
+  // that still misses our ACK repairs us on its own timer (fire_child).
+  bool lacking = false;
+  const Seq top = std::min<Seq>(std::max(s.highest_seen, s.sent_known), s.delivered + cfg_.window_messages);
+  for (Seq q = s.delivered + 1; q <= top; ++q) {
+    if (s.held.count(q) != 0) continue;
+    auto p = s.partial.find(q);
+    auto asked = s.asked.find(q);
+    wire::Nack n{s.sender, q, 0, {}};
+    if (p != s.partial.end()) {
+      // Of the last message seen only what lies below its highest fragment is known
+      // lost; the rest may still be on its way.
+      const Reassembly& r = p->second;
+      const std::uint32_t limit = known_sent(s, q) ? r.frag_count() : r.highest();
+      n.frag_count = r.frag_count();
+      n.missing.assign((std::size_t{r.frag_count()} + 7) / 8, 0);
+      const bool whole_asked = asked != s.asked.end() && asked->second.empty();
+      bool any = false;
+      for (std::uint32_t i = 0; i < limit; ++i) {
+        if (r.has(i)) continue;
+        lacking = true;
+        const auto bit = static_cast<std::uint8_t>(1U << (i % 8));
+        if (whole_asked || (asked != s.asked.end() && (asked->second[i / 8] & bit) != 0)) continue;
+        n.missing[i / 8] |= bit;
+        any = true;
+      }
+      if (!any) continue;
+      if (asked == s.asked.end() || whole_asked) {
+        s.asked[q] = n.missing;
+      } else {
+        for (std::size_t i = 0; i < n.missing.size(); ++i) asked->second[i] |= n.missing[i];
+      }
+    } else {
+      if (!known_sent(s, q)) continue;  // not yet begun
+      lacking = true;
+      if (asked != s.asked.end()) continue;
+      s.asked[q].clear();  // the whole message
+    }
+    ++stats_.nacks_sent;
+    emit_.frame(*s.parent, n, out);
+  }
+  if (!lacking) s.asked.clear();
+}
+
+void SmallPath::on_nack(MemberId from, const wire::Nack& n, TimeNs now, Outbox& out) {
+  Stream* s = stream_for(n.sender);
+  if (s == nullptr) {
+    ++stats_.invalid_dropped;
+    return;
+  }
+  auto child = std::find_if(s->children.begin(), s->children.end(), [&](const ChildLink& l) { return l.id == from; });
+  if (child == s->children.end()) {
+    // Besides our children, only our parent asks (a pull: we ACKed what it lacks),
+    // and only for what we hold.
+    if (!s->parent || *s->parent != from) {
+      ++stats_.invalid_dropped;
+      return;
+    }
+    if (n.seq <= s->known_stable) return;
+    if (auto held = s->held.find(n.seq); held != s->held.end()) {
+      if (n.frag_count == 0 || n.frag_count == fragment_count(held->second.msg->size(), cfg_.mtu))
+        send_fragments(*s, from, n.seq, n.missing, now, out);
+      else
+        ++stats_.invalid_dropped;
+    }
+    return;
+  }
+  // The child is alive and drives its own repair: our repair timer for it restarts.
+  child->last_heard = now;
+  child->last_progress = now;
+  child->attempts = 0;
+  child->deadline = kNever;
+  ++child->timer_gen;
+  rearm_child(*s, static_cast<std::uint32_t>(child - s->children.begin()), now);
+  // Late (everyone holds it), or beyond what the sender's window allows: what we owe
+  // stays within two windows of the stable prefix.
+  if (n.seq <= s->known_stable || n.seq > s->known_stable + 2ULL * cfg_.window_messages) return;
+  auto bit = [&](std::uint32_t i) { return (n.missing[i / 8] >> (i % 8)) & 1U; };
+  if (auto held = s->held.find(n.seq); held != s->held.end()) {
+    if (n.frag_count != 0 && n.frag_count != fragment_count(held->second.msg->size(), cfg_.mtu)) {
+      ++stats_.invalid_dropped;
+      return;
+    }
+    send_fragments(*s, from, n.seq, n.missing, now, out);
+    return;
+  }
+  // We lack (part of) it too: send what we hold now, and owe the rest until we hold
+  // the whole message (our own nack is fetching it).
+  auto p = s->partial.find(n.seq);
+  std::vector<std::uint8_t> rest = n.missing;
+  if (p != s->partial.end() && n.frag_count != 0) {
+    if (n.frag_count != p->second.frag_count()) {
+      ++stats_.invalid_dropped;
+      return;
+    }
+    for (std::uint32_t i = 0; i < n.frag_count; ++i)
+      if (bit(i) != 0 && p->second.has(i)) {
+        ++stats_.fragment_repairs_sent;
+        ++stats_.repair_datagrams;
+        rest[i / 8] &= static_cast<std::uint8_t>(~(1U << (i % 8)));
+        emit_.frame(from, wire::FragmentRepair{p->second.fragment_data(i, s->sender, n.seq, s->known_stable)}, out);
+      }
+    if (std::all_of(rest.begin(), rest.end(), [](auto b) { return b == 0; })) return;
+  }
+  auto& owed = child->owed[n.seq];
+  if (owed.empty() || rest.empty()) {
+    owed = rest;  // the first ask, or now the whole message
+  } else if (owed.size() == rest.size()) {
+    for (std::size_t i = 0; i < rest.size(); ++i) owed[i] |= rest[i];
+  }
+}
+
+void SmallPath::send_fragments(Stream& s, MemberId to, Seq seq, const std::vector<std::uint8_t>& missing,
+                               TimeNs now, Outbox& out) {
+  const auto& m = *s.held.at(seq).msg;
+  // A child we just repaired gets a full wait for its answer from now (the repair
+  // may queue behind our own traffic), and its answer gives no sample (Karn).
+  auto child = std::find_if(s.children.begin(), s.children.end(), [&](const ChildLink& l) { return l.id == to; });
+  if (child != s.children.end()) {
+    child->last_progress = now;
+    child->repaired_upto = std::max(child->repaired_upto, seq);
+    child->deadline = kNever;
+    ++child->timer_gen;
+    rearm_child(s, static_cast<std::uint32_t>(child - s.children.begin()), now);
+  }
+  if (missing.empty()) {
+    ++stats_.repairs_sent;
+    stats_.repair_datagrams += fragment_count(m.size(), cfg_.mtu);
+    emit_.frame(to, wire::Repair{s.sender, seq, s.known_stable, m}, out);
+    return;
+  }
+  const std::uint32_t count = fragment_count(m.size(), cfg_.mtu);
+  for (std::uint32_t i = 0; i < count && i / 8 < missing.size(); ++i)
+    if (((missing[i / 8] >> (i % 8)) & 1U) != 0) {
+      ++stats_.fragment_repairs_sent;
+      ++stats_.repair_datagrams;
+      emit_.frame(to, wire::FragmentRepair{fragment_of(s.sender, seq, s.known_stable, m, cfg_.mtu, i)}, out);
+    }
 }
 
 void SmallPath::on_repair(MemberId from, const wire::Repair& r, TimeNs now, Outbox& out) {
@@ -267,6 +503,12 @@ void SmallPath::accept_message(Stream& s, Seq seq, MessageBuffer msg, TimeNs now
   HMCAST_ASSERT(seq > s.delivered && seq <= s.delivered + cfg_.window_messages && s.held.count(seq) == 0);
   s.held.emplace(seq, Held{std::move(msg), now});
   s.partial.erase(seq);
+  s.asked.erase(seq);
+  for (auto& c : s.children)
+    if (auto owed = c.owed.find(seq); owed != c.owed.end()) {
+      send_fragments(s, c.id, seq, owed->second, now, out);
+      c.owed.erase(owed);
+    }
   for (auto it = s.held.find(s.delivered + 1); it != s.held.end(); it = s.held.find(s.delivered + 1)) {
     ++s.delivered;
     ++stats_.delivered;
@@ -315,6 +557,7 @@ void SmallPath::collect_garbage(Stream& s, Seq stable) {
   if (upto <= s.known_stable) return;
   s.known_stable = upto;
   s.held.erase(s.held.begin(), s.held.upper_bound(upto));
+  for (auto& c : s.children) c.owed.erase(c.owed.begin(), c.owed.upper_bound(upto));
 }
 
 void SmallPath::on_ack(MemberId from, const wire::Ack& a, TimeNs now, Outbox& out) {
@@ -355,6 +598,7 @@ void SmallPath::on_ack(MemberId from, const wire::Ack& a, TimeNs now, Outbox& ou
       ++c.timer_gen;
     }
     c.attempts = 0;
+    c.owed.erase(c.owed.begin(), c.owed.upper_bound(c.have));
     rearm_child(*s, idx, now);
     if (c.have > s->delivered) maybe_pull(*s, now, out);
     advance(*s, now, out);
@@ -427,7 +671,11 @@ void SmallPath::rearm_child(Stream& s, std::uint32_t idx, TimeNs now) {
     // the child's last progress (a child that keeps ACKing a backlog is not stuck).
     auto held = s.held.find(next);
     since = std::max({held != s.held.end() ? held->second.arrival : now, view_start_, c.last_progress});
-    wait = c.timeout.timeout(c.attempts);
+    // A child that lost fragments of a multi-datagram message sees it and asks
+    // (nack); for those this wait is only the backstop (a lost tail, a dead child), so
+    // it starts a step later and does not race the nack's answer with the whole message.
+    const bool child_sees_losses = held != s.held.end() && held->second.msg->size() > fragment_payload(cfg_.mtu);
+    wait = c.timeout.timeout(c.attempts + (child_sees_losses ? 1U : 0U));
   } else if (c.stable < std::min(c.have, s.delivered)) {
     // It holds everything, its subtree does not yet: that is the child's job, but
     // if the child itself died we would wait forever. Probe it after a wait scaled
@@ -448,21 +696,37 @@ void SmallPath::fire_child(Stream& s, std::uint32_t idx, TimeNs now, Outbox& out
   const Seq from = first_missing(s, c);
   const bool lagging = from == 0 && c.stable < std::min(c.have, s.delivered);
   if (c.suspected || (from == 0 && !lagging)) return;
-  if (c.attempts >= cfg_.repair_budget) {
+  // The wait doubles per round, so a child is suspected only after a long silence:
+  // our own questions may queue behind our repairs and multicast. A child that
+  // answered our last round is alive, only slow: we keep asking, for twice the
+  // budget (a member that answers but never catches up would stall every sender).
+  const bool silent = c.last_heard <= c.last_asked;
+  if (c.attempts >= 2 * cfg_.repair_budget || (c.attempts >= cfg_.repair_budget && silent)) {
     c.suspected = true;
     emit_.suspect(c.id, out);
     return;
   }
   ++c.attempts;
-  if (lagging) {
+  c.last_asked = now;  // every round asks for an answer: an ACK, or a repair's ACK
+  // A message of several datagrams is never pushed whole: we ask, and the child
+  // answers with its ACK and a nack of every fragment it lacks (all of the message if
+  // it saw none), which we answer from the message. A late ACK then costs a small
+  // frame and a lost tail one round trip; pushing whole messages at every timeout
+  // would only queue more behind what is already late.
+  const auto held = s.held.find(from);
+  const bool several = held != s.held.end() && held->second.msg->size() > fragment_payload(cfg_.mtu);
+  // A message of one datagram is also asked about first: its ACK may only be late.
+  if (lagging || several || c.attempts == 1) {
     ++stats_.ack_queries_sent;
-    emit_.frame(c.id, wire::AckQuery{s.sender}, out);
+    emit_.frame(c.id, wire::AckQuery{s.sender, lagging ? 0 : from}, out);
     c.deadline = now + c.timeout.timeout(c.attempts);
     c.timer_gen = timers_.arm(c.deadline, TimerKey{TimerKind::child_repair, s.sender, idx});
     return;
   }
   bool remulticasted = false;
-  if (s.is_root && s.sender == self_ && view_.size() > 2 &&
+  // Only a message of one datagram is multicast again: of a longer one each member
+  // lacks other fragments, and nacks fetch just those.
+  if (s.is_root && s.sender == self_ && view_.size() > 2 && !several &&
       (s.last_remulticast < 0 || now - s.last_remulticast >= c.timeout.timeout(0))) {
     // Children that lack it themselves probably lost it for their whole subtree
     // (a dropped multicast is dropped for everything behind the drop); if that is
@@ -482,13 +746,16 @@ void SmallPath::fire_child(Stream& s, std::uint32_t idx, TimeNs now, Outbox& out
     // to this repair will tell.
     const Seq known_top = c.mask == 0 ? c.have : c.have + 64 - static_cast<Seq>(std::countl_zero(c.mask));
     const TimeNs overdue = now - c.timeout.timeout(0);
-    std::uint32_t sent = 0;
-    for (auto it = s.held.lower_bound(from); it != s.held.end() && sent < cfg_.repair_batch; ++it) {
+    // At most repair_batch datagrams' worth per round (at least one message).
+    std::uint64_t sent = 0;
+    const std::uint64_t budget = std::uint64_t{cfg_.repair_batch} * fragment_payload(cfg_.mtu);
+    for (auto it = s.held.lower_bound(from); it != s.held.end() && (sent == 0 || sent < budget); ++it) {
       const Seq q = it->first;
       if (q > s.delivered || (q != from && (q > known_top || it->second.arrival > overdue))) break;
       if (child_holds(c, q)) continue;
       ++stats_.repairs_sent;
-      ++sent;
+      stats_.repair_datagrams += fragment_count(it->second.msg->size(), cfg_.mtu);
+      sent += std::max<std::size_t>(it->second.msg->size(), 1);
       c.repaired_upto = std::max(c.repaired_upto, q);
       emit_.frame(c.id, wire::Repair{s.sender, q, s.known_stable, *it->second.msg}, out);
     }
@@ -497,17 +764,11 @@ void SmallPath::fire_child(Stream& s, std::uint32_t idx, TimeNs now, Outbox& out
   c.timer_gen = timers_.arm(c.deadline, TimerKey{TimerKind::child_repair, s.sender, idx});
 }
 
-void SmallPath::send_repairs(Stream& s, MemberId to, Seq from, Seq to_seq, Outbox& out) {
-  for (auto it = s.held.lower_bound(from); it != s.held.end() && it->first <= to_seq; ++it) {
-    ++stats_.repairs_sent;
-    emit_.frame(to, wire::Repair{s.sender, it->first, s.known_stable, *it->second.msg}, out);
-  }
-}
-
 void SmallPath::remulticast(Stream& s, Seq seq, Outbox& out) {
   auto it = s.held.find(seq);
   if (it == s.held.end()) return;
   ++stats_.remulticasts;
+  stats_.repair_datagrams += fragment_count(it->second.msg->size(), cfg_.mtu);
   for (auto& dgram : fragment(emit_.header(), s.sender, seq, s.known_stable, *it->second.msg, cfg_.mtu))
     emit_.datagram_bytes(std::move(dgram), out);
 }
@@ -536,22 +797,22 @@ void SmallPath::maybe_pull(Stream& s, TimeNs now, Outbox& out) {
     s.pull_deadline = kNever;
     return;
   }
-  const Seq from = s.delivered + 1;
   const Seq to = std::min<Seq>({best->have, next_held->first - 1, s.delivered + cfg_.window_messages});
   ++stats_.pulls_sent;
-  emit_.frame(best->id, wire::Pull{s.sender, from, to}, out);
+  for (Seq q = s.delivered + 1; q <= to; ++q) {
+    // Only the fragments we lack, as a nack to the child (which answers what it holds).
+    wire::Nack n{s.sender, q, 0, {}};
+    if (auto p = s.partial.find(q); p != s.partial.end()) {
+      n.frag_count = p->second.frag_count();
+      n.missing.assign((std::size_t{n.frag_count} + 7) / 8, 0);
+      for (std::uint32_t i = 0; i < n.frag_count; ++i)
+        if (!p->second.has(i)) n.missing[i / 8] |= static_cast<std::uint8_t>(1U << (i % 8));
+    }
+    ++stats_.nacks_sent;
+    emit_.frame(best->id, n, out);
+  }
   s.pull_deadline = now + best->timeout.timeout(0);
   s.pull_gen = timers_.arm(s.pull_deadline, TimerKey{TimerKind::pull, s.sender, 0});
-}
-
-void SmallPath::on_pull(MemberId from, const wire::Pull& p, Outbox& out) {
-  Stream* s = stream_for(p.sender);
-  if (s == nullptr) {
-    ++stats_.invalid_dropped;
-    return;
-  }
-  const Seq to = std::min<Seq>(p.to, p.from + cfg_.window_messages - 1);
-  send_repairs(*s, from, p.from, to, out);
 }
 
 // ---------------------------------------------------------------------------
@@ -563,13 +824,24 @@ void SmallPath::arm_announce(Stream& s, TimeNs now) {
   timers_.arm(now + cfg_.stable_announce_ns, TimerKey{TimerKind::announce, s.sender, 0});
 }
 
-void SmallPath::on_stable(MemberId from, const wire::Stable& st) {
+void SmallPath::on_stable(MemberId from, const wire::Stable& st, TimeNs now) {
   Stream* s = stream_for(st.sender);
   if (s == nullptr || from != root_of(st.sender)) {
     ++stats_.invalid_dropped;  // only the stream's root knows what is stable
     return;
   }
   collect_garbage(*s, st.stable);
+  // The root's announcement follows its data on the same path: whatever it sent up to
+  // `highest` that we still lack was lost (a lost tail no later message would show).
+  if (st.highest > s->sent_known) {
+    s->sent_known = st.highest;
+    if (s->parent && st.highest > s->delivered && s->nack_deadline == kNever) {
+      s->nack_deadline = now + cfg_.nack_delay_ns;
+      s->nack_gen = timers_.arm(s->nack_deadline, TimerKey{TimerKind::nack, s->sender, 0});
+    }
+  }
 }
+
+bool SmallPath::known_sent(const Stream& s, Seq seq) { return seq < s.highest_seen || seq <= s.sent_known; }
 
 }  // namespace hmcast::small

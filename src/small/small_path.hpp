@@ -2,13 +2,18 @@
 //
 // Datagrams go out once by multicast; every member ACKs up a k-nomial tree rooted
 // at the sender, and an ACK means "I and my whole subtree hold [1, stable]"
-// (cumulative, so one ACK covers a run of messages). A parent that misses a
-// child's ACK for longer than a measured, level-scaled timeout repairs that child
-// point-to-point; the child then repairs its own children. A parent that sees a
-// child holding messages it lacks pulls them from the child. The sender, when
-// most of the group lacks a message, multicasts it again instead. A member that
-// ignores a whole repair budget is suspected (the coordinator removes it by a new
-// view, and messages in flight complete against the survivors). A departed
+// (cumulative, so one ACK covers a run of messages). Repair is driven by the one
+// who lacks: a member that sees a later datagram of a sender than one it lacks
+// (a sender's datagrams arrive in order, give or take the nack delay), or hears
+// from the sender's announcement that more was sent, asks its parent for just
+// the fragments it lacks (a nack); the parent answers from what it holds and owes
+// the rest. A parent that misses a child's ACK for longer than a measured,
+// level-scaled timeout asks the child (AckQuery), which answers with its ACK and
+// a nack; only a one-datagram message is pushed whole, or multicast again by the
+// sender when most of the group lacks it. A parent that sees a child holding
+// messages it lacks nacks the child for them. A member silent through a whole
+// repair budget is suspected (the coordinator removes it by a new view, and
+// messages in flight complete against the survivors). A departed
 // sender's stream is finished by a proxy root, the view's first member.
 //
 // The group engine (group/group_engine.hpp) admits frames (group, view, member)
@@ -39,6 +44,11 @@ struct SmallStats {
   std::uint64_t repairs_sent = 0;
   std::uint64_t remulticasts = 0;
   std::uint64_t pulls_sent = 0;
+  std::uint64_t nacks_sent = 0;              // one per message we lacked fragments of, per round
+  std::uint64_t fragment_repairs_sent = 0;   // fragments sent point-to-point in answer to nacks
+  /// Datagrams' worth of repair sent: a fragment repair is one, a whole-message repair
+  /// or re-multicast as many as the message has fragments (to set against what was lost).
+  std::uint64_t repair_datagrams = 0;
   std::uint64_t ack_queries_sent = 0;  // AckQuery frames to children whose subtree is late
   std::uint64_t delivered = 0;
   std::uint64_t completed = 0;
@@ -69,11 +79,13 @@ class SmallPath {
   // Admitted input (group, view and member already checked by the group engine).
   void on_data(MemberId from, const wire::Data& d, TimeNs now, Outbox& out);
   void on_repair(MemberId from, const wire::Repair& r, TimeNs now, Outbox& out);
+  /// A child lacks fragments of a message: send those we hold.
+  void on_nack(MemberId from, const wire::Nack& n, TimeNs now, Outbox& out);
+  void on_fragment_repair(MemberId from, const wire::Data& fragment, TimeNs now, Outbox& out);
   void on_ack(MemberId from, const wire::Ack& a, TimeNs now, Outbox& out);
-  void on_pull(MemberId from, const wire::Pull& p, Outbox& out);
-  void on_stable(MemberId from, const wire::Stable& s);
-  void on_ack_query(MemberId from, const wire::AckQuery& q);
-  /// A timer of this path fired (kinds child_repair, ack_flush, announce, pull).
+  void on_stable(MemberId from, const wire::Stable& s, TimeNs now);
+  void on_ack_query(MemberId from, const wire::AckQuery& q, TimeNs now, Outbox& out);
+  /// A timer of this path fired (kinds child_repair, ack_flush, announce, pull, nack).
   void on_timer(const TimerQueue::Entry& e, TimeNs now, Outbox& out);
   /// Sends the ACKs that became due; the group engine calls it after every input.
   void flush_acks(TimeNs now, Outbox& out);
@@ -114,9 +126,13 @@ class SmallPath {
     TimeNs last_progress = 0;  // when its ACKed `have` last grew
     Seq repaired_upto = 0;     // highest message we repaired to it (Karn: no samples across it)
     TimeNs last_heard = 0;     // its last ACK of any kind
+    TimeNs last_asked = -1;    // when a repair round last asked it to answer
     TimeNs stable_progress = 0;  // when its subtree's `stable` last grew
     std::uint32_t subtree_height = 0;
     bool suspected = false;
+    /// Fragments it nacked that we lacked too (bit i of the bitmap: fragment i; an
+    /// empty bitmap: the whole message), sent as soon as we hold the message.
+    std::map<Seq, std::vector<std::uint8_t>> owed;
   };
   struct Stream {
     MemberId sender = 0;
@@ -136,7 +152,16 @@ class SmallPath {
     std::uint64_t pull_gen = 0;
     Seq last_announced = 0;
     bool announce_armed = false;
+    TimeNs heartbeat_wait = 0;  // own stream: wait before announcing again while unstable
     TimeNs last_data_ns = 0;  // own stream: when a Data last carried our stable prefix
+    // Fragment-granular repair from the parent (nacks).
+    Seq highest_seen = 0;          // highest seq of which a fragment reached us
+    Seq sent_known = 0;            // highest seq the root announced it had sent
+    TimeNs nack_deadline = kNever;
+    std::uint64_t nack_gen = 0;
+    /// What we asked the parent for, per message: a fragment bitmap, or empty for
+    /// the whole message. Within the receive window, cleared as messages complete.
+    std::map<Seq, std::vector<std::uint8_t>> asked;
     TimeNs last_remulticast = -1;
   };
 
@@ -147,7 +172,17 @@ class SmallPath {
   [[nodiscard]] MemberId root_of(MemberId sender) const;
   [[nodiscard]] Seq floor_of(MemberId sender) const;
   [[nodiscard]] static Seq subtree_stable(const Stream& s);
+  /// Whether all of message `seq` should have reached us (a later one did, or the root said so).
+  [[nodiscard]] static bool known_sent(const Stream& s, Seq seq);
   void accept_message(Stream& s, Seq seq, MessageBuffer msg, TimeNs now, Outbox& out);
+  /// A fragment from the sender's multicast or a repairer (checked for its stream).
+  void on_fragment(Stream& s, const wire::Data& d, TimeNs now, Outbox& out);
+  /// Arms the nack timer if we now know of fragments we lack.
+  void note_gaps(Stream& s, const wire::Data& d, TimeNs now);
+  void send_nacks(Stream& s, TimeNs now, Outbox& out);
+  /// Sends `to` the fragments of held message `seq` that `missing` names (empty: all of it).
+  void send_fragments(Stream& s, MemberId to, Seq seq, const std::vector<std::uint8_t>& missing, TimeNs now,
+                      Outbox& out);
   void advance(Stream& s, TimeNs now, Outbox& out);
   void collect_garbage(Stream& s, Seq stable);
   void rearm_child(Stream& s, std::uint32_t idx, TimeNs now);
@@ -156,7 +191,6 @@ class SmallPath {
   [[nodiscard]] static bool child_holds(const ChildLink& c, Seq seq);
   [[nodiscard]] static std::uint64_t held_mask(const Stream& s);
   void fire_child(Stream& s, std::uint32_t idx, TimeNs now, Outbox& out);
-  void send_repairs(Stream& s, MemberId to, Seq from, Seq to_seq, Outbox& out);
   void maybe_pull(Stream& s, TimeNs now, Outbox& out);
   void arm_announce(Stream& s, TimeNs now);
   void remulticast(Stream& s, Seq seq, Outbox& out);
@@ -175,6 +209,7 @@ class SmallPath {
   std::map<MemberId, TimeNs> last_ack_to_;      // coalescing per parent
   std::map<MemberId, std::uint64_t> ack_flush_gen_;
   std::set<MemberId> ack_flush_armed_;
+  TimeNs last_datagram_ns_ = 0;                 // when a fragment of any stream last reached us
   // Own sending state.
   Seq next_seq_ = 1;
   Seq own_completed_ = 0;

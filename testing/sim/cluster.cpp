@@ -41,7 +41,7 @@ class Cluster::Control final : public membership::ControlSink {
  public:
   Control(Cluster& c, std::uint32_t node) : c_(c), node_(node) {}
   void send(const membership::ControlMessage& m) override {
-    c_.fabric_.unicast(node_, c_.coordinator_node(), membership::encode(m));
+    c_.fabric_.control(node_, c_.coordinator_node(), membership::encode(m));
   }
 
  private:
@@ -233,7 +233,7 @@ void Cluster::coordinator_out(std::vector<membership::ControlOut> outs) {
   views_issued_ += coordinator_.take_issued().size();
   for (auto& o : outs) {
     const auto to = node_of_conn(o.conn);
-    if (o.message) fabric_.unicast(coordinator_node(), to, membership::encode(*o.message));
+    if (o.message) fabric_.control(coordinator_node(), to, membership::encode(*o.message));
     if (o.close) coordinator_out(coordinator_.on_disconnect(o.conn));
   }
 }

@@ -10,6 +10,7 @@ Fabric::Fabric(std::uint32_t nodes, NetworkModel model, std::uint64_t seed)
     : model_(model), rng_(seed), crashed_(nodes, false), multicast_blocked_(nodes, false), tx_free_(nodes, 0), post_free_(nodes, 0), rx_busy_(nodes),
       fifo_(nodes),
       bulk_fifo_(nodes),
+      mcast_fifo_(nodes),
       node_speed_(nodes, 1.0) {}
 
 TimeNs Fabric::serialize_ns(std::uint64_t bytes, double speed) const {
@@ -102,9 +103,20 @@ void Fabric::multicast(std::uint32_t from, std::vector<std::byte> bytes) {
     const int copies = rng_.chance(model_.duplicate) ? 2 : 1;
     for (int c = 0; c < copies; ++c) {
       TimeNs delay = static_cast<TimeNs>(rng_.below(static_cast<std::uint64_t>(model_.jitter_ns) + 1));
-      if (rng_.chance(model_.reorder))
-        delay += static_cast<TimeNs>(rng_.below(static_cast<std::uint64_t>(model_.reorder_delay_ns) + 1));
-      push(receive(to, tx, shared->size(), 1.0, delay), Kind::datagram, to, from, shared);
+      const bool held_back = rng_.chance(model_.reorder);
+      if (held_back) delay += static_cast<TimeNs>(rng_.below(static_cast<std::uint64_t>(model_.reorder_delay_ns) + 1));
+      TimeNs at = receive(to, tx, shared->size(), 1.0, delay);
+      // One sender's datagrams take one path to a receiver and leave its queue in
+      // order: only those the model holds back overtake or are overtaken (a short
+      // datagram must not slip into a gap of the receiver's bookings ahead of a
+      // longer one sent before it, which no switch does).
+      if (!held_back) {
+        auto& last = mcast_fifo_[from];
+        if (last.empty()) last.assign(crashed_.size(), 0);
+        at = std::max(at, last[to]);
+        last[to] = at;
+      }
+      push(at, Kind::datagram, to, from, shared);
     }
   }
 }
@@ -136,6 +148,11 @@ void Fabric::unicast(std::uint32_t from, std::uint32_t to, std::vector<std::byte
   // Frames too big to slip between data packets (whole-message repairs) go the bulk way.
   send_reliable(from, to, std::move(bytes), size, 0,
                 size > model_.control_bytes * 16 ? Channel::bulk : Channel::control);
+}
+
+void Fabric::control(std::uint32_t from, std::uint32_t to, std::vector<std::byte> bytes) {
+  const auto size = bytes.size();
+  send_reliable(from, to, std::move(bytes), size, 0, Channel::bulk);
 }
 
 void Fabric::transfer(std::uint32_t from, std::uint32_t to, std::vector<std::byte> frame, std::uint64_t wire_bytes) {

@@ -68,6 +68,9 @@ class Fabric {
 
   void multicast(std::uint32_t from, std::vector<std::byte> bytes);
   void unicast(std::uint32_t from, std::uint32_t to, std::vector<std::byte> bytes);
+  /// A message between a member and the view authority: one connection, so in order
+  /// whatever its size (a small FlushRequest must not pass a large ViewPush).
+  void control(std::uint32_t from, std::uint32_t to, std::vector<std::byte> bytes);
   /// A bulk transfer (one segment of a block): `frame` (its description) arrives as a
   /// p2p frame once `wire_bytes` have crossed the link; the payload itself is not
   /// simulated. Each transfer is booked on both NICs on its own, so a relay that
@@ -139,6 +142,7 @@ class Fabric {
   std::vector<std::map<TimeNs, TimeNs>> rx_busy_;  // each NIC's booked receive intervals: start -> end
   std::vector<std::vector<TimeNs>> fifo_;  // last arrival per (from, to) control channel, for FIFO order
   std::vector<std::vector<TimeNs>> bulk_fifo_;  // the same for the bulk (block) channel
+  std::vector<std::vector<TimeNs>> mcast_fifo_;  // last arrival per (from, to) of multicast not held back
   std::vector<double> node_speed_;
   std::map<std::pair<std::uint32_t, std::uint32_t>, double> link_speed_;
   std::priority_queue<Event, std::vector<Event>, Later> events_;

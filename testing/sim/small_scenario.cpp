@@ -259,6 +259,9 @@ class SmallRun {
       r.repairs += st.repairs_sent;
       r.remulticasts += st.remulticasts;
       r.pulls += st.pulls_sent;
+      r.nacks += st.nacks_sent;
+      r.fragment_repairs += st.fragment_repairs_sent;
+      r.repair_datagrams += st.repair_datagrams;
       r.bad_packets_dropped += rt->engine().admission().bad_packets() + st.invalid_dropped;
     }
     r.views_installed = cluster_.views_issued();
@@ -325,6 +328,9 @@ std::string SmallResult::to_json() const {
   j["repairs"] = repairs;
   j["remulticasts"] = remulticasts;
   j["pulls"] = pulls;
+  j["nacks"] = nacks;
+  j["fragment_repairs"] = fragment_repairs;
+  j["repair_datagrams"] = repair_datagrams;
   j["datagrams_lost"] = datagrams_lost;
   j["bad_packets_dropped"] = bad_packets_dropped;
   j["max_held_messages"] = max_held_messages;

@@ -63,6 +63,9 @@ struct SmallResult : RunResult {
   std::uint64_t repairs = 0;
   std::uint64_t remulticasts = 0;
   std::uint64_t pulls = 0;
+  std::uint64_t nacks = 0;
+  std::uint64_t fragment_repairs = 0;
+  std::uint64_t repair_datagrams = 0;  // SmallStats::repair_datagrams over all members
   std::uint64_t datagrams_lost = 0;    // datagram copies the fabric dropped (per receiver)
   double wall_s = 0;                   // the simulator's own run time
   double events_per_s = 0;
