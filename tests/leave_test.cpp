@@ -89,5 +89,12 @@ TEST_CASE("leave: from inside a callback it returns, and that callback is the la
     self.leave();  // on the progress thread: must not wait for itself
   });
   for (int i = 0; i < 20; ++i) groups[1].broadcast(std::vector<std::byte>(16)).get();
+  // All-acked means every member holds the messages; its callbacks may still be on
+  // their way (a member ACKs before its callback runs). Wait for the first, then
+  // give any wrong second one time to show.
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (calls == 0 && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
   CHECK(calls == 1);
 }
