@@ -165,21 +165,24 @@ class Messages {
   MemberId member() { return static_cast<MemberId>(value(5)); }
   std::uint32_t u32(std::uint64_t small_range) { return static_cast<std::uint32_t>(value(small_range)); }
 
+  /// One fragment of a message of up to 8, consistent in itself (its values at the edges).
+  w::Data fragment() {
+    w::Data d;
+    d.sender = member();
+    d.seq = value(20);
+    d.stable = value(20);
+    d.frag_count = static_cast<std::uint16_t>(1 + value(8) % 8);
+    d.frag_index = static_cast<std::uint16_t>(value(8) % d.frag_count);
+    d.payload = in_.bytes(in_.u8());
+    d.msg_len = static_cast<std::uint32_t>(d.payload.size() * d.frag_count);
+    d.offset = static_cast<std::uint32_t>(d.payload.size() * d.frag_index);
+    return d;
+  }
+
   w::Body make(std::size_t kind) {
     static_assert(std::variant_size_v<w::Body> == 14, "a new wire::Body type: make() must build it");
     switch (kind % std::variant_size_v<w::Body>) {
-      case 0: {
-        w::Data d;
-        d.sender = member();
-        d.seq = value(20);
-        d.stable = value(20);
-        d.frag_count = static_cast<std::uint16_t>(1 + value(8) % 8);
-        d.frag_index = static_cast<std::uint16_t>(value(8) % d.frag_count);
-        d.payload = in_.bytes(in_.u8());
-        d.msg_len = static_cast<std::uint32_t>(d.payload.size() * d.frag_count);
-        d.offset = static_cast<std::uint32_t>(d.payload.size() * d.frag_index);
-        return d;
-      }
+      case 0: return fragment();
       case 1: return w::Repair{member(), value(20), value(20), in_.bytes(in_.u8())};
       case 2: {
         w::Ack a;
@@ -209,18 +212,7 @@ class Messages {
           n.missing.back() &= static_cast<std::uint8_t>((1U << (n.frag_count % 8)) - 1);
         return n;
       }
-      default: {
-        w::Data d;
-        d.sender = member();
-        d.seq = value(20);
-        d.stable = value(20);
-        d.frag_count = static_cast<std::uint16_t>(1 + value(8) % 8);
-        d.frag_index = static_cast<std::uint16_t>(value(8) % d.frag_count);
-        d.payload = in_.bytes(in_.u8());
-        d.msg_len = static_cast<std::uint32_t>(d.payload.size() * d.frag_count);
-        d.offset = static_cast<std::uint32_t>(d.payload.size() * d.frag_index);
-        return w::FragmentRepair{d};
-      }
+      default: return w::FragmentRepair{fragment()};
     }
   }
 

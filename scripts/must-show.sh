@@ -58,6 +58,17 @@ else
   echo "NOT MET: members leaving under ASan needs build-asan (cmake --preset asan)"; exit 1
 fi
 
+# Issue 20 (first part): an installed copy is usable from CMake and pkg-config
+# (scripts/test.sh ran tests/install/run.sh after the default build).
+echo "\$ tests/install/run.sh"
+INSTALL_OUT=$(cat build/install-summary.log 2>/dev/null || true)
+[ -n "$INSTALL_OUT" ] || INSTALL_OUT=$(tests/install/run.sh)
+echo "$INSTALL_OUT"
+{ echo "$INSTALL_OUT" | grep -q "find_package(hmcast): shared and static consumers built and ran" &&
+  echo "$INSTALL_OUT" | grep -q "pkg-config hmcast: shared and static consumers built and ran"; } \
+  || { echo "NOT MET: consumers of an installed hmcast build and run"; exit 1; }
+echo "met: find_package and pkg-config consumers of the installed library build and run"
+
 # Issue 16: loss costs a round trip, not seconds. The 33-node table (1 and 8 senders,
 # 1500 B to 1 MiB, 0 / 1% / 3% loss): p99 at most 4x loss-free, with 8 senders repair
 # datagrams at most 2x the datagrams lost and none without loss (the script exits 1

@@ -14,6 +14,8 @@ for preset in default asan tsan; do
   echo "=== $preset: test"
   ctest --preset "$preset" -j "$jobs"
   if [ "$preset" = default ]; then
+    echo "=== default: install into a temporary prefix, build and run consumers (tests/install/run.sh)"
+    tests/install/run.sh | tee build/install-summary.log
     echo "=== default: the MPI_Bcast shim under mpirun (tests/mpi/run.sh)"
     tests/mpi/run.sh | tee build/mpi-summary.log
     export HMCAST_MPI_SUMMARY="$PWD/build/mpi-summary.log"  # must-show checks this run's figures
