@@ -415,7 +415,7 @@ void SmallPath::on_nack(MemberId from, const wire::Nack& n, TimeNs now, Outbox& 
   // Late (everyone holds it), or beyond what the sender's window allows: what we owe
   // stays within two windows of the stable prefix.
   if (n.seq <= s->known_stable || n.seq > s->known_stable + 2ULL * cfg_.window_messages) return;
-  auto bit = [&](std::uint32_t i) { return (n.missing[i / 8] >> (i % 8)) & 1U; };
+  auto bit = [&](std::uint32_t i) { return (static_cast<unsigned>(n.missing[i / 8]) >> (i % 8)) & 1U; };
   if (auto held = s->held.find(n.seq); held != s->held.end()) {
     if (n.frag_count != 0 && n.frag_count != fragment_count(held->second.msg->size(), cfg_.mtu)) {
       ++stats_.invalid_dropped;
@@ -471,7 +471,7 @@ void SmallPath::send_fragments(Stream& s, MemberId to, Seq seq, const std::vecto
   }
   const std::uint32_t count = fragment_count(m.size(), cfg_.mtu);
   for (std::uint32_t i = 0; i < count && i / 8 < missing.size(); ++i)
-    if (((missing[i / 8] >> (i % 8)) & 1U) != 0) {
+    if (((static_cast<unsigned>(missing[i / 8]) >> (i % 8)) & 1U) != 0) {
       ++stats_.fragment_repairs_sent;
       ++stats_.repair_datagrams;
       emit_.frame(to, wire::FragmentRepair{fragment_of(s.sender, seq, s.known_stable, m, cfg_.mtu, i)}, out);
