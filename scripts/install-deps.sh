@@ -17,6 +17,8 @@ PACKAGES=(
   libibverbs-dev librdmacm-dev rdma-core ibverbs-providers ibverbs-utils rdmacm-utils
   qemu-system-x86 linux-image-amd64 busybox-static python3-venv kmod
   python3-matplotlib
+  # the Python module (python/) and its tests
+  pybind11-dev python3-dev python3-pytest python3-numpy
 )
 missing=()
 for p in "${PACKAGES[@]}"; do

@@ -65,9 +65,16 @@ INSTALL_OUT=$(cat build/install-summary.log 2>/dev/null || true)
 [ -n "$INSTALL_OUT" ] || INSTALL_OUT=$(tests/install/run.sh)
 echo "$INSTALL_OUT"
 { echo "$INSTALL_OUT" | grep -q "find_package(hmcast): shared and static consumers built and ran" &&
-  echo "$INSTALL_OUT" | grep -q "pkg-config hmcast: shared and static consumers built and ran"; } \
+  echo "$INSTALL_OUT" | grep -q "pkg-config hmcast: shared and static consumers built and ran" &&
+  echo "$INSTALL_OUT" | grep -q "python3 -c 'import hmcast' from the installed tree: it ran"; } \
   || { echo "NOT MET: consumers of an installed hmcast build and run"; exit 1; }
-echo "met: find_package and pkg-config consumers of the installed library build and run"
+echo "met: find_package, pkg-config and Python consumers of the installed library build and run"
+# The Python module in 4 member processes: NumPy arrays and bytes, every byte checked,
+# a killed member seen as a view change.
+echo "\$ python3 -m pytest tests/python"
+PYTHONPATH=build/python HMCAST_TOOL="$HM" /usr/bin/python3 -m pytest -q -p no:cacheprovider tests/python \
+  || { echo "NOT MET: the Python tests"; exit 1; }
+echo "met: tests/python passes"
 
 # Issue 16: loss costs a round trip, not seconds. The 33-node table (1 and 8 senders,
 # 1500 B to 1 MiB, 0 / 1% / 3% loss): p99 at most 4x loss-free, with 8 senders repair

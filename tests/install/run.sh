@@ -41,3 +41,12 @@ c++ examples/hello_group.cpp -o "$work/pc_static" -static-libstdc++ $(pkg-config
   "$prefix/lib/libhmcast.a" $(pkg-config --static --libs-only-l hmcast | sed 's/-lhmcast//')
 "$work/pc_static" | tail -n 1
 echo "pkg-config hmcast: shared and static consumers built and ran"
+
+# The Python module from the installed tree.
+if [ -d "$prefix/lib/python3/dist-packages" ]; then
+  PYTHONPATH="$prefix/lib/python3/dist-packages" /usr/bin/python3 -c \
+    "import hmcast; n = hmcast.Node(transport='inproc'); g = n.join('x'); g.broadcast(b'hi').result(5); print('python:', g.receive(5))"
+  echo "python3 -c 'import hmcast' from the installed tree: it ran"
+else
+  fail "the Python module was not installed (apt-get install pybind11-dev python3-dev)"
+fi

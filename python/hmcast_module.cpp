@@ -1,0 +1,246 @@
+// `import hmcast`: the C++ API for Python. Deliveries and view changes wait in a
+// queue that the node's progress thread fills without the GIL; Python takes them
+// with Group.receive() (or by iterating the group), which releases the GIL while it
+// waits, as do broadcast(), Completion.result() and join(). A delivery exposes its
+// bytes through the buffer protocol (memoryview(d), numpy.frombuffer(d)), without a
+// copy, and keeps the message alive for as long as a view of it exists.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "hmcast/hmcast.hpp"
+
+namespace py = pybind11;
+
+namespace {
+
+struct ViewChange {
+  hmcast::View view;
+  std::vector<hmcast::MemberId> left;
+};
+
+/// What the progress thread hands to Python, in the order it happened.
+class Inbox {
+ public:
+  using Event = std::variant<hmcast::Delivery, ViewChange>;
+  void push(Event e) {
+    {
+      std::lock_guard lock(mu_);
+      events_.push_back(std::move(e));
+    }
+    cv_.notify_one();
+  }
+  /// The next event, or nothing after `timeout` (none: wait for ever).
+  std::optional<Event> pop(std::optional<double> timeout) {
+    std::unique_lock lock(mu_);
+    auto ready = [&] { return !events_.empty(); };
+    if (timeout) {
+      if (!cv_.wait_for(lock, std::chrono::duration<double>(*timeout), ready)) return std::nullopt;
+    } else {
+      cv_.wait(lock, ready);
+    }
+    Event e = std::move(events_.front());
+    events_.pop_front();
+    return e;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Event> events_;
+};
+
+/// A Group with its inbox: callbacks are registered once, at join.
+struct PyGroup {
+  hmcast::Group group;
+  std::shared_ptr<Inbox> inbox = std::make_shared<Inbox>();
+};
+
+hmcast::TransportKind transport_of(const std::string& name) {
+  if (name == "socket") return hmcast::TransportKind::socket;
+  if (name == "inproc") return hmcast::TransportKind::inproc;
+  if (name == "verbs") return hmcast::TransportKind::verbs;
+  throw py::value_error("transport must be 'socket', 'inproc' or 'verbs', not '" + name + "'");
+}
+
+py::object event_to_python(Inbox::Event e) {
+  if (auto* d = std::get_if<hmcast::Delivery>(&e)) return py::cast(std::move(*d));
+  return py::cast(std::get<ViewChange>(std::move(e)));
+}
+
+py::dict stats_dict(const hmcast::GroupStats& s) {
+  py::dict d;
+  d["delivered"] = s.delivered;
+  d["completed"] = s.completed;
+  d["large_delivered"] = s.large_delivered;
+  d["large_completed"] = s.large_completed;
+  d["repairs_sent"] = s.repairs_sent;
+  d["views_installed"] = s.views_installed;
+  d["duplicates_dropped"] = s.duplicates_dropped;
+  d["bad_packets_dropped"] = s.bad_packets_dropped;
+  d["multicast_datagrams_sent"] = s.multicast_datagrams_sent;
+  d["link_bytes_sent"] = s.link_bytes_sent;
+  d["multicast_probe"] = s.multicast_probe;
+  d["multicast_emulated"] = s.multicast_emulated;
+  d["max_small_message"] = s.max_small_message;
+  d["large_algorithm"] = s.large_algorithm;
+  return d;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(hmcast, m) {
+  m.doc() = "Reliable broadcast over hardware multicast and RDMA (hmcast)";
+  // hmcast::Error keeps its message, which says what to do.
+  static py::exception<hmcast::Error> error(m, "Error");
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const hmcast::Error& e) {
+      error(e.what());
+    }
+  });
+
+  py::class_<hmcast::Delivery>(m, "Delivery", py::buffer_protocol(),
+                               "One message as delivered: read its bytes through memoryview(d) or "
+                               "numpy.frombuffer(d) (no copy)")
+      .def_readonly("sender", &hmcast::Delivery::sender)
+      .def_readonly("seq", &hmcast::Delivery::seq)
+      .def_readonly("large", &hmcast::Delivery::large)
+      .def("__len__", [](const hmcast::Delivery& d) { return d.bytes.size(); })
+      .def("tobytes", [](const hmcast::Delivery& d) {
+        return py::bytes(reinterpret_cast<const char*>(d.bytes.data()), d.bytes.size());
+      })
+      .def_buffer([](hmcast::Delivery& d) {
+        return py::buffer_info(const_cast<std::byte*>(d.bytes.data()), 1, "B", 1, {d.bytes.size()}, {1},
+                               /*readonly=*/true);
+      })
+      .def("__repr__", [](const hmcast::Delivery& d) {
+        return "<hmcast.Delivery from " + std::to_string(d.sender) + " seq " + std::to_string(d.seq) + ", " +
+               std::to_string(d.bytes.size()) + " bytes>";
+      });
+
+  py::class_<ViewChange>(m, "ViewChange", "A new view: its id, its members, and who left")
+      .def_property_readonly("id", [](const ViewChange& v) { return v.view.id; })
+      .def_property_readonly("members", [](const ViewChange& v) { return v.view.members; })
+      .def_readonly("left", &ViewChange::left)
+      .def("__repr__", [](const ViewChange& v) {
+        return "<hmcast.ViewChange " + std::to_string(v.view.id) + ": " + std::to_string(v.view.members.size()) +
+               " members, " + std::to_string(v.left.size()) + " left>";
+      });
+
+  py::class_<hmcast::Completion>(m, "Completion", "Done once every member of the current view holds the message")
+      .def_property_readonly("seq", &hmcast::Completion::seq)
+      .def("done", [](const hmcast::Completion& c) { return c.wait_for(std::chrono::seconds(0)); })
+      .def(
+          "result",
+          [](const hmcast::Completion& c, std::optional<double> timeout) {
+            bool ready = true;
+            {
+              py::gil_scoped_release unlocked;
+              if (timeout) ready = c.wait_for(std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::duration<double>(*timeout)));
+              if (ready) c.get();  // throws hmcast::Error if the message could not complete
+            }
+            if (!ready) {
+              PyErr_SetString(PyExc_TimeoutError, "the message is not yet held by every member");
+              throw py::error_already_set();
+            }
+          },
+          py::arg("timeout") = py::none(),
+          "Waits until every member holds the message (raises TimeoutError after `timeout` seconds)");
+
+  py::class_<PyGroup>(m, "Group")
+      .def_property_readonly("self", [](const PyGroup& g) { return g.group.self(); })
+      .def_property_readonly("view", [](const PyGroup& g) {
+        const auto v = g.group.view();
+        return py::make_tuple(v.id, v.members);
+      })
+      .def(
+          "broadcast",
+          [](PyGroup& g, py::buffer data, bool wait) {
+            py::buffer_info info = data.request();
+            if (!PyBuffer_IsContiguous(info.view(), 'C'))
+              throw py::value_error("broadcast() needs a contiguous buffer");
+            const auto bytes = std::span<const std::byte>(static_cast<const std::byte*>(info.ptr),
+                                                          static_cast<std::size_t>(info.size * info.itemsize));
+            py::gil_scoped_release unlocked;  // the bytes are copied before broadcast() returns
+            return g.group.broadcast(bytes, wait ? hmcast::SendMode::wait : hmcast::SendMode::fail);
+          },
+          py::arg("data"), py::arg("wait") = true,
+          "Sends any buffer (bytes, bytearray, memoryview, a NumPy array) to every member; returns a Completion")
+      .def(
+          "receive",
+          [](PyGroup& g, std::optional<double> timeout) -> py::object {
+            std::optional<Inbox::Event> e;
+            {
+              py::gil_scoped_release unlocked;
+              e = g.inbox->pop(timeout);
+            }
+            if (!e) return py::none();
+            return event_to_python(std::move(*e));
+          },
+          py::arg("timeout") = py::none(),
+          "The next Delivery or ViewChange, or None after `timeout` seconds")
+      .def("__iter__", [](py::object self) { return self; })
+      .def("__next__",
+           [](PyGroup& g) {
+             std::optional<Inbox::Event> e;
+             {
+               py::gil_scoped_release unlocked;
+               e = g.inbox->pop(std::nullopt);
+             }
+             return event_to_python(std::move(*e));
+           })
+      .def("stats", [](const PyGroup& g) { return stats_dict(g.group.stats()); })
+      .def("leave", [](PyGroup& g) {
+        py::gil_scoped_release unlocked;
+        g.group.leave();
+      });
+
+  py::class_<hmcast::Node>(m, "Node")
+      .def(py::init([](const std::string& transport, std::uint32_t group_size, const std::string& manager,
+                       bool embed_manager, const std::string& interface, const std::string& fabric,
+                       double join_timeout) {
+             hmcast::Config c;
+             c.transport = transport_of(transport);
+             c.group_size = group_size;
+             c.socket.manager = manager;
+             c.socket.embed_manager = embed_manager;
+             c.socket.interface_address = interface;
+             c.fabric = fabric;
+             c.join_timeout = std::chrono::milliseconds(static_cast<std::int64_t>(join_timeout * 1000));
+             py::gil_scoped_release unlocked;
+             return std::make_unique<hmcast::Node>(c);
+           }),
+           py::arg("transport") = "socket", py::arg("group_size") = 1, py::arg("manager") = "127.0.0.1:17700",
+           py::arg("embed_manager") = false, py::arg("interface") = "127.0.0.1", py::arg("fabric") = "default",
+           py::arg("join_timeout") = 10.0)
+      .def_property_readonly("id", &hmcast::Node::id)
+      .def(
+          "join",
+          [](hmcast::Node& n, const std::string& name) {
+            auto g = std::make_unique<PyGroup>();
+            {
+              py::gil_scoped_release unlocked;
+              g->group = n.join(name);
+            }
+            std::weak_ptr<Inbox> inbox = g->inbox;
+            g->group.on_deliver([inbox](const hmcast::Delivery& d) {
+              if (auto in = inbox.lock()) in->push(d);
+            });
+            g->group.on_view_change([inbox](const hmcast::View& v, std::span<const hmcast::MemberId> left) {
+              if (auto in = inbox.lock()) in->push(ViewChange{v, {left.begin(), left.end()}});
+            });
+            return g;
+          },
+          py::arg("name"), py::keep_alive<0, 1>(), "Joins a group; returns once this node is in a view");
+}

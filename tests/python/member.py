@@ -1,0 +1,62 @@
+"""One member process for tests/python: joins a socket-transport group, broadcasts
+NumPy arrays and bytes if it is a sender, checks every byte it receives, and prints
+JSON lines (joined, done). It stays a member until its stdin closes."""
+import argparse
+import json
+import sys
+
+import numpy as np
+
+import hmcast
+
+
+def content(sender, seq):
+    """What message `seq` of `sender` holds: any member can regenerate it."""
+    rng = np.random.default_rng(sender * 1_000_003 + seq)
+    size = int(rng.integers(1, 300_000))  # datagrams and, past the policy's crossover, the large path
+    return rng.integers(0, 256, size, dtype=np.uint8)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--manager", required=True)
+    ap.add_argument("--procs", type=int, required=True)
+    ap.add_argument("--send", type=int, default=0, help="messages to broadcast (0: none)")
+    ap.add_argument("--expect", type=int, required=True, help="messages to receive from the others")
+    ap.add_argument("--expect-left", type=int, default=0, help="members whose departure must be seen")
+    args = ap.parse_args()
+
+    node = hmcast.Node(transport="socket", group_size=args.procs, manager=args.manager, join_timeout=30)
+    g = node.join("pytest")
+    print(json.dumps({"event": "joined", "self": g.self}), flush=True)
+
+    done = []
+    for seq in range(1, args.send + 1):
+        a = content(g.self, seq)
+        # NumPy arrays and bytes alike: anything with the buffer protocol.
+        done.append(g.broadcast(a if seq % 2 else a.tobytes()))
+    for c in done:
+        c.result(timeout=60)
+
+    got, bad, left, views = 0, 0, [], 0
+    while got < args.expect or len(left) < args.expect_left:
+        e = g.receive(timeout=60)
+        if e is None:
+            break
+        if isinstance(e, hmcast.ViewChange):
+            views += 1
+            left += list(e.left)
+            continue
+        got += 1
+        # The delivery's bytes without a copy, against the regenerated message.
+        if not np.array_equal(np.frombuffer(e, dtype=np.uint8), content(e.sender, e.seq)):
+            bad += 1
+    print(json.dumps({"event": "done", "self": g.self, "received": got, "bad": bad, "views": views,
+                      "left": left, "completed": g.stats()["completed"] + g.stats()["large_completed"]}),
+          flush=True)
+    sys.stdin.read()  # stay a member until the test says all are done
+    g.leave()
+
+
+if __name__ == "__main__":
+    main()
