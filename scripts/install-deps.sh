@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs everything hmcast needs on Debian 12, from Debian's packages only.
-# Safe to run again; uses sudo when not root. What each package is for: README, "Dependencies".
+# Safe to run again; uses sudo when not root. --demo installs only what the demo needs. What each package is for: README, "Dependencies".
 set -euo pipefail
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
@@ -20,6 +20,10 @@ PACKAGES=(
   # the Python module (python/) and its tests
   pybind11-dev python3-dev python3-pytest python3-numpy
 )
+# --demo: only what quick start 1 needs to build and run the demo (the hmcast tool).
+if [ "${1:-}" = "--demo" ]; then
+  PACKAGES=(cmake ninja-build g++ nlohmann-json3-dev libcli11-dev libibverbs-dev librdmacm-dev)
+fi
 missing=()
 for p in "${PACKAGES[@]}"; do
   case "$p" in \#*) continue;; esac

@@ -7,6 +7,7 @@
 
 #include "commands.hpp"
 #include "group_runner.hpp"
+#include "size_text.hpp"
 #include "sim/small_scenario.hpp"
 #include "workload.hpp"
 
@@ -38,8 +39,8 @@ bool run_sim_demo(std::uint32_t nodes) {
     const auto r = sim::run_small(sc);
     std::cout << "\n" << st.what << ":\n"
               << "  " << r.completed << "/" << r.messages_sent << " broadcasts of " << sc.size
-              << " B all-acked by every member; all-acked latency p50 " << r.completion_p50_us << " us, p99 "
-              << r.completion_p99_us << " us\n"
+              << " B all-acked by every member; all-acked latency p50 " << tools::format_duration_us(r.completion_p50_us)
+              << ", p99 " << tools::format_duration_us(r.completion_p99_us) << "\n"
               << "  " << r.datagrams_sent << " datagrams, " << r.acks_sent << " ACK packets (cumulative), "
               << r.repairs << " repairs, " << r.views_installed - 1 << " view change(s)\n"
               << "  every surviving member delivered each message once, in order, intact: "
@@ -83,8 +84,9 @@ void add_demo_command(CLI::App& app) {
               << "\n"
               << "bytes:      " << static_cast<double>(r.bytes_broadcast) / 1e6 << " MB broadcast, delivered to each of "
               << r.survivors << " members\n"
-              << "latency:    all-acked p50 " << r.latency_p50_us << " us, p99 " << r.latency_p99_us << " us, max "
-              << r.latency_max_us << " us\n"
+              << "latency:    all-acked p50 " << tools::format_duration_us(r.latency_p50_us) << ", p99 "
+              << tools::format_duration_us(r.latency_p99_us) << ", max " << tools::format_duration_us(r.latency_max_us)
+              << "\n"
               << "throughput: " << r.throughput_mb_s << " MB/s into every member (" << r.wall_s << " s)\n"
               << "repairs:    " << r.repairs_sent << " point-to-point; bad packets dropped: " << r.bad_packets_dropped
               << "\n"

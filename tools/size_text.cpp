@@ -1,6 +1,7 @@
 #include "size_text.hpp"
 
 #include <cctype>
+#include <cstdio>
 #include <sstream>
 #include <stdexcept>
 
@@ -26,6 +27,21 @@ std::string format_size(std::uint64_t b) {
   if (b >= (1ULL << 20) && b % (1ULL << 20) == 0) return std::to_string(b >> 20) + "MiB";
   if (b >= (1ULL << 10) && b % (1ULL << 10) == 0) return std::to_string(b >> 10) + "KiB";
   return std::to_string(b) + "B";
+}
+
+std::string format_duration_us(double us) {
+  const char* unit = "us";
+  double v = us;
+  if (us >= 1e6) {
+    v = us / 1e6;
+    unit = "s";
+  } else if (us >= 1e3) {
+    v = us / 1e3;
+    unit = "ms";
+  }
+  char text[32];
+  std::snprintf(text, sizeof text, v >= 100 ? "%.0f %s" : v >= 10 ? "%.1f %s" : "%.2f %s", v, unit);
+  return text;
 }
 
 std::vector<std::string> split_list(const std::string& text) {

@@ -11,6 +11,8 @@ namespace hmcast::tools {
 /// Parses "4096", "2KiB", "1MiB", "3GiB" (also K, M, G and KB, MB, GB as powers of 1024).
 std::uint64_t parse_size(const std::string& text);
 std::string format_size(std::uint64_t bytes);
+/// A time in the unit that reads: "850 us", "12.3 ms", "1.27 s" (three significant digits).
+std::string format_duration_us(double us);
 /// "a,b,,c" -> {"a", "b", "c"}: the non-empty comma-separated items.
 std::vector<std::string> split_list(const std::string& text);
 
