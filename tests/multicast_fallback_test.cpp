@@ -176,9 +176,15 @@ TEST_CASE("socket: a member multicast cannot reach makes the whole group emulate
       if (!m.stats().multicast_emulated) return false;
     return true;
   }));
-  const auto silent_of_1 = g.groups[0].stats();
-  CHECK(silent_of_1.multicast_probe == "failed");
-  CHECK(silent_of_1.multicast_probe_silent == std::vector<MemberId>{g.groups[2].self()});
+  // The first of 1 and 2 to reach its probe deadline switched the whole group; the
+  // other's probe, resent over the links from then on, may be confirmed by 3 after
+  // all (a loaded TSan run saw member 1 still probing). One of them failed, naming 3.
+  const std::vector<MemberId> silent{g.groups[2].self()};
+  const auto s1 = g.groups[0].stats();
+  const auto s2 = g.groups[1].stats();
+  INFO("member 1: " << s1.multicast_probe << ", member 2: " << s2.multicast_probe);
+  CHECK(((s1.multicast_probe == "failed" && s1.multicast_probe_silent == silent) ||
+         (s2.multicast_probe == "failed" && s2.multicast_probe_silent == silent)));
   CHECK(g.groups[2].stats().multicast_probe == "confirmed");
   // Datagrams multicast before a member switched may still wait in member 3's socket
   // and be dropped when it reads them: start counting once that count is still.
