@@ -10,6 +10,7 @@
 
 #include "core/assert.hpp"
 #include "core/wire.hpp"
+#include "small/fragment_bits.hpp"
 
 namespace hmcast::small {
 
@@ -52,6 +53,13 @@ class Reassembly {
     return std::span<const std::byte>(*buffer_).subspan(start, end - start);
   }
   [[nodiscard]] std::uint32_t received() const { return received_; }
+  /// A Nack bitmap of the fragments below `limit` not yet received.
+  [[nodiscard]] std::vector<std::uint8_t> missing(std::uint32_t limit) const {
+    std::vector<std::uint8_t> bits(bitmap_bytes(frag_count_), 0);
+    for (std::uint32_t i = 0; i < std::min<std::uint32_t>(limit, frag_count_); ++i)
+      if (!have_[i]) set_bit(bits, i);
+    return bits;
+  }
   /// Fragment `index` as the sender made it (has() must hold).
   [[nodiscard]] wire::Data fragment_data(std::uint32_t index, MemberId sender, Seq seq, Seq stable) const {
     wire::Data d;

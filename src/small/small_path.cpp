@@ -5,6 +5,7 @@
 
 #include "ack_tree/tree.hpp"
 #include "core/assert.hpp"
+#include "small/fragment_bits.hpp"
 #include "small/fragmenter.hpp"
 
 namespace hmcast::small {
@@ -69,12 +70,8 @@ void SmallPath::on_ack_query(MemberId from, const wire::AckQuery& q, TimeNs now,
     const Reassembly& r = p->second;
     const std::uint32_t limit = again || known_sent(*s, q.seq) ? r.frag_count() : r.highest();
     n.frag_count = r.frag_count();
-    n.missing.assign((std::size_t{n.frag_count} + 7) / 8, 0);
-    for (std::uint32_t i = 0; i < limit; ++i)
-      if (!r.has(i)) {
-        n.missing[i / 8] |= static_cast<std::uint8_t>(1U << (i % 8));
-        any = true;
-      }
+    n.missing = r.missing(limit);
+    any = any_bit(n.missing);
   } else {
     any = again || known_sent(*s, q.seq);  // the whole message
   }
@@ -351,24 +348,21 @@ void SmallPath::send_nacks(Stream& s, TimeNs, Outbox& out) {
       // Of the last message seen only what lies below its highest fragment is known
       // lost; the rest may still be on its way.
       const Reassembly& r = p->second;
-      const std::uint32_t limit = known_sent(s, q) ? r.frag_count() : r.highest();
-      n.frag_count = r.frag_count();
-      n.missing.assign((std::size_t{r.frag_count()} + 7) / 8, 0);
+      std::vector<std::uint8_t> lack = r.missing(known_sent(s, q) ? r.frag_count() : r.highest());
+      if (!any_bit(lack)) continue;
+      lacking = true;
       const bool whole_asked = asked != s.asked.end() && asked->second.empty();
-      bool any = false;
-      for (std::uint32_t i = 0; i < limit; ++i) {
-        if (r.has(i)) continue;
-        lacking = true;
-        const auto bit = static_cast<std::uint8_t>(1U << (i % 8));
-        if (whole_asked || (asked != s.asked.end() && (asked->second[i / 8] & bit) != 0)) continue;
-        n.missing[i / 8] |= bit;
-        any = true;
-      }
-      if (!any) continue;
-      if (asked == s.asked.end() || whole_asked) {
+      if (whole_asked) continue;
+      if (asked != s.asked.end())  // only what we have not asked for yet
+        for (std::size_t i = 0; i < std::min(lack.size(), asked->second.size()); ++i)
+          lack[i] &= static_cast<std::uint8_t>(~asked->second[i]);
+      if (!any_bit(lack)) continue;
+      n.frag_count = r.frag_count();
+      n.missing = std::move(lack);
+      if (asked == s.asked.end()) {
         s.asked[q] = n.missing;
       } else {
-        for (std::size_t i = 0; i < n.missing.size(); ++i) asked->second[i] |= n.missing[i];
+        merge_bits(asked->second, n.missing);
       }
     } else {
       if (!known_sent(s, q)) continue;  // not yet begun
@@ -415,7 +409,6 @@ void SmallPath::on_nack(MemberId from, const wire::Nack& n, TimeNs now, Outbox& 
   // Late (everyone holds it), or beyond what the sender's window allows: what we owe
   // stays within two windows of the stable prefix.
   if (n.seq <= s->known_stable || n.seq > s->known_stable + 2ULL * cfg_.window_messages) return;
-  auto bit = [&](std::uint32_t i) { return (static_cast<unsigned>(n.missing[i / 8]) >> (i % 8)) & 1U; };
   if (auto held = s->held.find(n.seq); held != s->held.end()) {
     if (n.frag_count != 0 && n.frag_count != fragment_count(held->second.msg->size(), cfg_.mtu)) {
       ++stats_.invalid_dropped;
@@ -434,19 +427,19 @@ void SmallPath::on_nack(MemberId from, const wire::Nack& n, TimeNs now, Outbox& 
       return;
     }
     for (std::uint32_t i = 0; i < n.frag_count; ++i)
-      if (bit(i) != 0 && p->second.has(i)) {
+      if (has_bit(n.missing, i) && p->second.has(i)) {
         ++stats_.fragment_repairs_sent;
         ++stats_.repair_datagrams;
-        rest[i / 8] &= static_cast<std::uint8_t>(~(1U << (i % 8)));
+        clear_bit(rest, i);
         emit_.frame(from, wire::FragmentRepair{p->second.fragment_data(i, s->sender, n.seq, s->known_stable)}, out);
       }
-    if (std::all_of(rest.begin(), rest.end(), [](auto b) { return b == 0; })) return;
+    if (!any_bit(rest)) return;
   }
   auto& owed = child->owed[n.seq];
   if (owed.empty() || rest.empty()) {
     owed = rest;  // the first ask, or now the whole message
   } else if (owed.size() == rest.size()) {
-    for (std::size_t i = 0; i < rest.size(); ++i) owed[i] |= rest[i];
+    merge_bits(owed, rest);
   }
 }
 
@@ -470,8 +463,8 @@ void SmallPath::send_fragments(Stream& s, MemberId to, Seq seq, const std::vecto
     return;
   }
   const std::uint32_t count = fragment_count(m.size(), cfg_.mtu);
-  for (std::uint32_t i = 0; i < count && i / 8 < missing.size(); ++i)
-    if (((static_cast<unsigned>(missing[i / 8]) >> (i % 8)) & 1U) != 0) {
+  for (std::uint32_t i = 0; i < count; ++i)
+    if (has_bit(missing, i)) {
       ++stats_.fragment_repairs_sent;
       ++stats_.repair_datagrams;
       emit_.frame(to, wire::FragmentRepair{fragment_of(s.sender, seq, s.known_stable, m, cfg_.mtu, i)}, out);
@@ -804,9 +797,7 @@ void SmallPath::maybe_pull(Stream& s, TimeNs now, Outbox& out) {
     wire::Nack n{s.sender, q, 0, {}};
     if (auto p = s.partial.find(q); p != s.partial.end()) {
       n.frag_count = p->second.frag_count();
-      n.missing.assign((std::size_t{n.frag_count} + 7) / 8, 0);
-      for (std::uint32_t i = 0; i < n.frag_count; ++i)
-        if (!p->second.has(i)) n.missing[i / 8] |= static_cast<std::uint8_t>(1U << (i % 8));
+      n.missing = p->second.missing(n.frag_count);
     }
     ++stats_.nacks_sent;
     emit_.frame(best->id, n, out);
