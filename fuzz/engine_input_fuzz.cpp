@@ -20,16 +20,19 @@
 //     then a kind byte: bit 7 set, a raw body of that type (u8 length + bytes); clear,
 //     a well-formed message of wire::Body alternative (kind % alternatives), every
 //     field drawn from the input, so every message type, extreme counts and sizes
-//     included (an Announce of 2^32-1 blocks), reaches the engine)
+//     included (an Announce of 2^32-1 blocks; a Batch whose items now and then name
+//     another sender or view), reaches the engine)
 //   4 time passes (u8 amount, scaled) and timers fire
 //   5 broadcast a message (u8 size * 17 bytes; more than max_small_message refuses)
-//   6 the transport reports the link to `who` failed
+//   6 the transport reports the link to `who` failed (bits 6-7 of c both set: its
+//     queue of input ran empty instead, on_drained)
 //   7 jump to the engine's next wakeup and fire timers
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <deque>
 #include <map>
 #include <memory>
 #include <span>
@@ -179,8 +182,9 @@ class Messages {
     return d;
   }
 
-  w::Body make(std::size_t kind) {
-    static_assert(std::variant_size_v<w::Body> == 14, "a new wire::Body type: make() must build it");
+  /// `h`: the header the message will carry (a Batch's items mostly carry it too).
+  w::Body make(std::size_t kind, const w::Header& h) {
+    static_assert(std::variant_size_v<w::Body> == 15, "a new wire::Body type: make() must build it");
     switch (kind % std::variant_size_v<w::Body>) {
       case 0: return fragment();
       case 1: return w::Repair{member(), value(20), value(20), in_.bytes(in_.u8())};
@@ -212,12 +216,28 @@ class Messages {
           n.missing.back() &= static_cast<std::uint8_t>((1U << (n.frag_count % 8)) - 1);
         return n;
       }
-      default: return w::FragmentRepair{fragment()};
+      case 13: return w::FragmentRepair{fragment()};
+      default: {
+        // Datagrams of the batch's sender (now and then of another member, or of
+        // another view), kept alive in items_ while the engine reads them.
+        w::Batch b;
+        const auto n = 1 + value(4) % 4;
+        for (std::uint64_t i = 0; i < n; ++i) {
+          w::Header ih = h;
+          const std::uint8_t twist = in_.u8();
+          if ((twist & 0x30U) == 0x10U) ih.src = member();
+          if ((twist & 0x30U) == 0x20U) ih.view = value(8);
+          const w::Body item = (twist & 1U) != 0 ? w::Body{w::Stable{member(), value(20), value(20)}} : w::Body{fragment()};
+          b.items.emplace_back(items_.emplace_back(w::encode(ih, item)));
+        }
+        return b;
+      }
     }
   }
 
  private:
   Input& in_;
+  std::deque<std::vector<std::byte>> items_;
 };
 
 /// The runtime answers a NeedBuffer at once (runtime/runtime.cpp); what that
@@ -289,7 +309,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         if ((kind & 0x80U) != 0) {
           bytes = framed(kind & 0x7fU, group, view, who, in.bytes(in.u8()));
         } else {
-          bytes = w::encode(w::Header{{}, group, view, who}, messages.make(kind));
+          const w::Header h{{}, group, view, who};
+          bytes = w::encode(h, messages.make(kind, h));
         }
         if ((c & 7U) == 2) engine.on_datagram(bytes, now, out);
         else engine.on_frame(who, bytes, now, out);
@@ -311,7 +332,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         }
         break;
       }
-      case 6: engine.on_link_failed(who, now, out); break;
+      case 6:
+        if ((c >> 6) == 3) engine.on_drained(now, out);  // the transport's queue ran empty
+        else engine.on_link_failed(who, now, out);
+        break;
       default: {
         const TimeNs next = engine.next_wakeup();
         if (next != kNever && next > now) now = next;

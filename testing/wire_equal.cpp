@@ -57,6 +57,13 @@ bool same_body(const wire::Body& a, const wire::Body& b) {
           [&](const w::Ping&) { return true; },
           [&](const w::McastProbe& x) { return x.nonce == std::get<w::McastProbe>(b).nonce; },
           [&](const w::McastConfirm& x) { return x.nonce == std::get<w::McastConfirm>(b).nonce; },
+          [&](const w::Batch& x) {
+            const auto& y = std::get<w::Batch>(b);
+            if (x.items.size() != y.items.size()) return false;
+            for (std::size_t i = 0; i < x.items.size(); ++i)
+              if (!std::equal(x.items[i].begin(), x.items[i].end(), y.items[i].begin(), y.items[i].end())) return false;
+            return true;
+          },
       },
       a);
 }

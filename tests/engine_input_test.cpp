@@ -157,6 +157,38 @@ TEST_CASE("engine: a valid Data datagram is delivered exactly once", "[engine]")
   CHECK(counts(e).bad_packets() == 0);
 }
 
+TEST_CASE("engine: an ACK held back by the ACK interval goes when the input queue runs empty", "[engine]") {
+  ProtocolConfig cfg;
+  cfg.ack_interval_ns = 1'000'000;
+  GroupEngine e(kGroup, 1, first(view3()), cfg, 0);
+  Outbox out;
+  e.on_datagram(data_datagram(2, 1, message(10, 1)), 10, out);
+  REQUIRE(actions<action::SendP2P>(out).size() == 1);  // the first ACK to a parent goes at once
+  out.clear();
+  // The next message within the interval: its ACK waits to merge with later input ...
+  e.on_datagram(data_datagram(2, 2, message(10, 2)), 20, out);
+  CHECK(delivers(out).size() == 1);
+  CHECK(actions<action::SendP2P>(out).empty());
+  out.clear();
+  e.on_datagram(data_datagram(2, 3, message(10, 3)), 30, out);
+  CHECK(actions<action::SendP2P>(out).empty());
+  out.clear();
+  // ... until the transport says nothing more is queued: one ACK covers both.
+  e.on_drained(40, out);
+  const auto acks = actions<action::SendP2P>(out);
+  REQUIRE(acks.size() == 1);
+  CHECK(acks[0].to == 2);
+  const auto ack = wire::decode(acks[0].bytes);
+  REQUIRE(ack.ok());
+  const auto& entries = std::get<wire::Ack>(ack.packet.body).entries;
+  REQUIRE(entries.size() == 1);
+  CHECK(entries[0] == wire::AckEntry{2, 3, 3, 0});
+  // Nothing is due any more: draining again sends nothing.
+  out.clear();
+  e.on_drained(50, out);
+  CHECK(actions<action::SendP2P>(out).empty());
+}
+
 TEST_CASE("engine: bad datagrams are counted and produce no action", "[engine]") {
   GroupEngine e(kGroup, 1, first(view3()), ProtocolConfig{}, 0);
   const auto msg = message(64, 2);
@@ -456,4 +488,94 @@ TEST_CASE("engine: a cut or padded fragment is not reassembled into a corrupt me
   Outbox rx;
   for (const auto& f : frags) receiver.on_datagram(f.bytes, 100, rx);
   for (const auto& d : delivers(rx)) CHECK(diff(*d.message, *msg) == "");
+}
+
+TEST_CASE("engine: a streaming sender batches its small messages; a quiet one sends at once", "[engine][batch]") {
+  ProtocolConfig cfg;
+  cfg.mtu = 1024;
+  cfg.batch_delay_ns = 5'000;
+  cfg.initial_window_messages = cfg.window_messages;
+  GroupEngine e(kGroup, 1, first(view3()), cfg, 0);
+  Outbox out;
+  // Nothing in flight: the first message goes at once, alone.
+  REQUIRE(e.broadcast(message(100, 1), 0, out).error == BroadcastError::none);
+  auto sent = actions<action::SendDatagram>(out);
+  REQUIRE(sent.size() == 1);
+  CHECK(wire::peek_type(sent[0].bytes) == wire::Type::data);
+  out.clear();
+  // Message 1 is in flight: 2 and 3 wait for the batch timer ...
+  REQUIRE(e.broadcast(message(100, 2), 100, out).error == BroadcastError::none);
+  REQUIRE(e.broadcast(message(100, 3), 200, out).error == BroadcastError::none);
+  CHECK(actions<action::SendDatagram>(out).empty());
+  CHECK(e.next_wakeup() <= 100 + cfg.batch_delay_ns);
+  // ... and go as one Batch datagram when it fires, in order, each whole.
+  e.on_timer(100 + cfg.batch_delay_ns, out);
+  sent = actions<action::SendDatagram>(out);
+  REQUIRE(sent.size() == 1);
+  CHECK(sent[0].bytes.size() <= cfg.mtu);
+  const auto batch = wire::decode(sent[0].bytes);
+  REQUIRE(batch.ok());
+  CHECK(batch.packet.header == header(wire::Type::batch, 1));
+  const auto& items = std::get<wire::Batch>(batch.packet.body).items;
+  REQUIRE(items.size() == 2);
+  for (std::size_t i = 0; i < 2; ++i) {
+    const auto item = wire::decode(items[i]);
+    REQUIRE(item.ok());
+    const auto& d = std::get<wire::Data>(item.packet.body);
+    CHECK(d.seq == i + 2);
+    CHECK(diff(Bytes(d.payload.begin(), d.payload.end()), *message(100, static_cast<std::uint32_t>(i + 2))) == "");
+  }
+  CHECK(e.sent().batches_sent == 1);
+  CHECK(e.sent().datagrams_batched == 2);
+  out.clear();
+  // A batch that would pass the MTU goes first: 400-byte messages, two per datagram.
+  for (std::uint32_t s = 4; s <= 8; ++s) REQUIRE(e.broadcast(message(400, s), 300, out).error == BroadcastError::none);
+  e.on_timer(300 + cfg.batch_delay_ns, out);
+  sent = actions<action::SendDatagram>(out);
+  REQUIRE(sent.size() == 3);  // 4+5, 6+7, then 8 alone
+  for (const auto& d : sent) CHECK(d.bytes.size() <= cfg.mtu);
+  CHECK(wire::peek_type(sent[2].bytes) == wire::Type::data);
+  out.clear();
+  // A held batch goes before a new view is installed (it names the old view).
+  REQUIRE(e.broadcast(message(10, 9), 400, out).error == BroadcastError::none);
+  CHECK(actions<action::SendDatagram>(out).empty());
+  e.on_view(first(View{kView + 1, {1, 2, 3}}), 500, out);
+  sent = actions<action::SendDatagram>(out);
+  REQUIRE(!sent.empty());
+  const auto held = wire::decode(sent[0].bytes);
+  REQUIRE(held.ok());
+  CHECK(held.packet.header.view == kView);
+}
+
+TEST_CASE("engine: a received Batch delivers each item; items that name another sender or view are dropped",
+          "[engine][batch]") {
+  GroupEngine e(kGroup, 1, first(view3()), ProtocolConfig{}, 0);
+  const auto m1 = message(50, 1);
+  const auto m2 = message(60, 2);
+  const Bytes d1 = data_datagram(2, 1, m1);
+  const Bytes d2 = data_datagram(2, 2, m2);
+  const Bytes forged = data_datagram(3, 1, message(70, 3));           // member 3's, in member 2's batch
+  const Bytes stale = data_datagram(2, 3, message(80, 4), kGroup, kView - 1);  // an old view's
+  const Bytes b = wire::encode(header(wire::Type::batch, 2), wire::Batch{{d1, forged, stale, d2}});
+  Outbox out;
+  e.on_datagram(b, 10, out);
+  const auto got = delivers(out);
+  REQUIRE(got.size() == 2);
+  CHECK(got[0].sender == 2);
+  CHECK(got[0].seq == 1);
+  CHECK(diff(*got[0].message, *m1) == "");
+  CHECK(got[1].seq == 2);
+  CHECK(diff(*got[1].message, *m2) == "");
+  CHECK(e.admission().misrouted_dropped == 2);
+  // One ACK for the batch, covering both.
+  const auto acks = actions<action::SendP2P>(out);
+  REQUIRE(acks.size() == 1);
+  const auto ack = wire::decode(acks[0].bytes);
+  REQUIRE(ack.ok());
+  CHECK(std::get<wire::Ack>(ack.packet.body).entries.at(0).have == 2);
+  // The same batch again: duplicates, counted, nothing delivered.
+  out.clear();
+  e.on_datagram(b, 20, out);
+  CHECK(delivers(out).empty());
+  CHECK(counts(e).duplicates_dropped == 2);
 }

@@ -2,6 +2,7 @@
 // file: round trip, version, bounds and malformed input.
 #include <catch2/catch.hpp>
 
+#include "policy/defaults.hpp"
 #include "policy/policy.hpp"
 #include "policy/profile.hpp"
 
@@ -23,6 +24,7 @@ TEST_CASE("small groups ACK straight to the sender; larger ones use the profile'
 TEST_CASE("the path follows the crossover and the fragment count the MTU", "[policy]") {
   Profile p = builtin_profile("socket");
   p.max_small_message = 1U << 20;
+  p.small_bytes_per_member = 0;  // one crossover for every group size
   const auto small = choose(p, 2048, 8, 8192);
   CHECK(small.path == Path::small);
   CHECK(small.fragments == 1);
@@ -81,12 +83,37 @@ TEST_CASE("built-in profiles exist for socket, verbs, sim and inproc, and are va
   CHECK(builtin_profile("verbs").flat_tree_max_group < builtin_profile("socket").flat_tree_max_group);
 }
 
+TEST_CASE("the crossover grows with the group, up to max_small_message", "[policy]") {
+  Profile p = builtin_profile("socket");
+  p.max_small_message = 1U << 20;
+  p.small_bytes_per_member = 64U << 10;
+  CHECK(small_route_for(p, 1) == 128U << 10);  // a group of one is treated as two
+  CHECK(small_route_for(p, 2) == 128U << 10);
+  CHECK(small_route_for(p, 8) == 512U << 10);
+  CHECK(small_route_for(p, 1000) == 1U << 20);
+  CHECK(choose(p, 128U << 10, 2, 8192).path == Path::small);
+  CHECK(choose(p, (128U << 10) + 1, 2, 8192).path == Path::large);
+  CHECK(choose(p, (128U << 10) + 1, 8, 8192).path == Path::small);
+  CHECK(choose(p, (512U << 10) + 1, 8, 8192).path == Path::large);
+  // tuned() routes by the group's crossover; members still accept up to max_small_message.
+  const ProtocolConfig c2 = tuned(p, 2, ProtocolConfig{});
+  CHECK(c2.small_route_max == 128U << 10);
+  CHECK(c2.max_small_message == 1U << 20);
+  CHECK_FALSE(hmcast::policy::check(c2).has_value());
+  ProtocolConfig bad = c2;
+  bad.small_route_max = bad.max_small_message + 1;
+  CHECK(hmcast::policy::check(bad).has_value());
+  p.small_bytes_per_member = 0;
+  CHECK(small_route_for(p, 8) == 1U << 20);
+}
+
 TEST_CASE("a profile file round-trips and rejects what it cannot trust", "[policy]") {
   Profile p = builtin_profile("verbs");
   p.max_small_message = 300'000;
   p.tree_radix = 3;
   p.target_blocks = 17;
   p.credit_lead_bytes = 12345;
+  p.small_bytes_per_member = 99'999;
   const std::string text = format_profile(p);
   CHECK(parse_profile(text) == p);
   CHECK(parse_profile("# comment\n\n" + text + "  # trailing comment\n") == p);
@@ -106,7 +133,15 @@ TEST_CASE("a profile file round-trips and rejects what it cannot trust", "[polic
   CHECK_THROWS_WITH(parse_profile(text + "tree_radix 3\n"), Catch::Contains("appears twice"));
   CHECK_THROWS_WITH(parse_profile(text + "color blue\n"), Catch::Contains("unknown key"));
   CHECK_THROWS_WITH(parse_profile(""), Catch::Contains("first line"));
-  CHECK_THROWS_WITH(parse_profile("hmcast-profile 2\n"), Catch::Contains("version 2 is not supported"));
+  CHECK_THROWS_WITH(parse_profile("hmcast-profile 3\n"), Catch::Contains("version 3 is not supported"));
+  CHECK_THROWS_WITH(parse_profile(without("small_bytes_per_member")), Catch::Contains("missing key 'small_bytes_per_member'"));
+  // A version-1 file (before the per-member crossover) still reads, as 0; it may not name the key.
+  std::string v1 = without("small_bytes_per_member");
+  v1.replace(0, v1.find('\n'), "hmcast-profile 1");
+  Profile old = p;
+  old.small_bytes_per_member = 0;
+  CHECK(parse_profile(v1) == old);
+  CHECK_THROWS_WITH(parse_profile(v1 + "small_bytes_per_member 5\n"), Catch::Contains("unknown key"));
   CHECK_THROWS_WITH(parse_profile(without("tree_radix") + "tree_radix 1\n"), Catch::Contains("tree_radix"));
   CHECK_THROWS_WITH(parse_profile(without("tree_radix") + "tree_radix -3\n"), Catch::Contains("whole number"));
   CHECK_THROWS_WITH(parse_profile(without("tree_radix") + "tree_radix 99999999999999999999\n"),

@@ -80,7 +80,7 @@ bool has(const Outbox& out) {
 
 /// A pipeline with the emitter its frames go out through (as the group engine lends it).
 struct Member {
-  Member(MemberId self, const ProtocolConfig& cfg) : emit(kGroup, self, kView), p(self, kView, cfg, emit) {}
+  Member(MemberId self, const ProtocolConfig& cfg) : emit(kGroup, self, kView, cfg.mtu), p(self, kView, cfg, emit) {}
   hmcast::Emitter emit;
   Pipeline p;
 };

@@ -88,6 +88,8 @@ std::string describe(const w::Body& body) {
              << " length " << x.length << " payload " << x.payload.size() << "B}";
         } else if constexpr (std::is_same_v<T, w::LargeAck>) {
           os << "LargeAck{sender " << x.sender << " seq " << x.seq << "}";
+        } else if constexpr (std::is_same_v<T, w::Batch>) {
+          os << "Batch{" << x.items.size() << " items}";
         } else {
           os << "type " << static_cast<int>(type_of(body));
         }
@@ -103,7 +105,11 @@ bool payload_inside(const w::Body& body, std::span<const std::byte> buf) {
   else if (const auto* f = std::get_if<w::FragmentRepair>(&body)) p = f->fragment.payload;
   else if (const auto* r = std::get_if<w::Repair>(&body)) p = r->payload;
   else if (const auto* k = std::get_if<w::Block>(&body)) p = k->payload;
-  else return true;
+  else if (const auto* b = std::get_if<w::Batch>(&body)) {
+    for (const auto& item : b->items)
+      if (item.data() < buf.data() || item.data() + item.size() > buf.data() + buf.size()) return false;
+    return true;
+  } else return true;
   if (p.empty()) return true;
   return p.data() >= buf.data() && p.data() + p.size() <= buf.data() + buf.size();
 }
@@ -250,6 +256,16 @@ std::vector<Sample> samples() {
   }(), kU64Max, kU64Max, kU32Max));
   s.push_back(sample("fragment repair, fragment 2 of 3",
                      w::FragmentRepair{w::Data{4, 5, 1, 2500, 2000, 2, 3, pool(10, 500)}}));
+  // Batch: whole encoded datagrams (spans into storage that lives for the run)
+  static const std::vector<Bytes> kItems = [] {
+    const w::Header h{w::Type::data, 0x0123456789abcdefULL, 7, 3};
+    return std::vector<Bytes>{w::encode(h, data(3, 1, 0, 64, 0, 0, 1, pool(5, 64))),
+                              w::encode(h, data(3, 2, 1, 1, 0, 0, 1, pool(6, 1))),
+                              w::encode(h, w::Stable{3, 2, 2})};
+  }();
+  s.push_back(sample("batch of one datagram", w::Batch{{kItems[0]}}));
+  s.push_back(sample("batch of two messages and a stability announcement",
+                     w::Batch{{kItems[0], kItems[1], kItems[2]}}));
   return s;
 }
 
@@ -271,6 +287,11 @@ std::size_t expected_size(const w::Body& body) {
           return w::kHeaderSize + 8;
         else if constexpr (std::is_same_v<T, w::Nack>) return w::kHeaderSize + 14 + x.missing.size();
         else if constexpr (std::is_same_v<T, w::FragmentRepair>) return w::kDataOverhead + x.fragment.payload.size();
+        else if constexpr (std::is_same_v<T, w::Batch>) {
+          std::size_t n = w::kBatchOverhead;
+          for (const auto& item : x.items) n += w::kBatchItemOverhead + item.size();
+          return n;
+        }
         else static_assert(!std::is_same_v<T, T>, "a new wire::Body type: give its encoded size");
       },
       body);

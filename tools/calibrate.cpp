@@ -2,12 +2,13 @@
 // after the other on the same transport, never by a constant:
 //   radix        2 KiB all-acked p50 latency with radix 2, 4 and flat (radix n);
 //   crossover    per size, all-acked p50 over the small path against the large
-//                path; the profile's max_small_message is the largest size up to
-//                which the small path is not slower;
+//                path; the largest size up to which the small path is not slower,
+//                divided by the group size, is the profile's small_bytes_per_member;
 //   block size   a 16 MiB message with 256 KiB and 1 MiB blocks; target_blocks
 //                follows from the faster one.
 #include "calibrate.hpp"
 
+#include <algorithm>
 #include <fstream>
 #include <iomanip>
 #include <iostream>
@@ -82,7 +83,9 @@ void run_calibration(std::uint32_t procs, const GroupRunOptions& base, const std
     if (small.complete_p50_us > large.complete_p50_us) break;
     crossover = static_cast<std::uint32_t>(size);
   }
-  p.max_small_message = crossover;
+  // What members accept stays at least the built-in limit; the route scales with the group.
+  p.max_small_message = std::max(p.max_small_message, crossover);
+  p.small_bytes_per_member = std::max<std::uint32_t>(1, crossover / std::max<std::uint32_t>(procs, 2));
 
   // 3. Block size for a 16 MiB message.
   constexpr std::uint64_t kBig = 16ULL << 20;
@@ -106,7 +109,7 @@ void run_calibration(std::uint32_t procs, const GroupRunOptions& base, const std
   std::cout << "profile written to " << out_path << ":\n" << text;
   if (json) {
     log["profile_file"] = out_path;
-    log["profile"] = {{"max_small_message", p.max_small_message}, {"flat_tree_max_group", p.flat_tree_max_group},
+    log["profile"] = {{"max_small_message", p.max_small_message}, {"small_bytes_per_member", p.small_bytes_per_member}, {"flat_tree_max_group", p.flat_tree_max_group},
                       {"tree_radix", p.tree_radix}, {"target_blocks", p.target_blocks},
                       {"min_block_size", p.min_block_size}, {"max_block_size", p.max_block_size}};
     std::cout << log.dump() << std::endl;

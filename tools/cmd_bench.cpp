@@ -31,6 +31,11 @@ struct Row {
   double deliver_p50_us = 0, deliver_p99_us = 0;
   std::uint32_t throughput_messages = 0;
   double throughput_mb_s = 0;
+  // The same stream timed to its last message's all-acked completion at the sender.
+  double stream_msgs_per_s = 0;
+  // CPU seconds all members used (user + system, the run's whole life: joining, polling,
+  // leaving) per GB delivered to the receivers, in the latency and the throughput run.
+  double latency_cpu_s_per_gb = 0, throughput_cpu_s_per_gb = 0;
   bool ok = false;
   nlohmann::json policy = nlohmann::json::object();  // what the policy chose (socket)
 };
@@ -49,6 +54,13 @@ std::uint32_t latency_count(std::uint64_t size, double scale) {
 std::uint32_t throughput_count(std::uint64_t size, double scale) {
   const double n = size <= 4096 ? 5000 : size <= (2U << 20) ? 200 : 8;
   return std::max<std::uint32_t>(3, static_cast<std::uint32_t>(n * scale));
+}
+
+/// CPU seconds per GB that `rep`'s receivers got (bytes broadcast x receivers).
+double cpu_per_gb(const GroupRunReport& rep, std::uint32_t procs) {
+  const double receivers = procs > 1 ? procs - 1 : 1;
+  const double gb = static_cast<double>(rep.bytes_broadcast) * receivers / 1e9;
+  return gb > 0 ? rep.members_cpu_s / gb : 0;
 }
 
 Row socket_row(std::uint32_t procs, std::uint64_t size, double scale, const GroupRunOptions& base, const Knobs& k) {
@@ -71,6 +83,7 @@ Row socket_row(std::uint32_t procs, std::uint64_t size, double scale, const Grou
   r.deliver_p50_us = lat.last_delivery_p50_us;
   r.deliver_p99_us = lat.last_delivery_p99_us;
   r.policy = lat.policy;
+  r.latency_cpu_s_per_gb = cpu_per_gb(lat, procs);
   if (k.latency_only) {
     r.ok = lat.delivered_ok;
     return r;
@@ -78,6 +91,8 @@ Row socket_row(std::uint32_t procs, std::uint64_t size, double scale, const Grou
   o.serial = false;
   o.messages = r.throughput_messages = throughput_count(size, scale);
   const auto tp = run_group(o);
+  r.throughput_cpu_s_per_gb = cpu_per_gb(tp, procs);
+  r.stream_msgs_per_s = tp.acked_span_s > 0 ? static_cast<double>(tp.messages_sent) / tp.acked_span_s : 0;
   r.throughput_mb_s = tp.send_span_s > 0 ? static_cast<double>(tp.bytes_broadcast) / 1e6 / tp.send_span_s : 0;
   r.ok = lat.delivered_ok && tp.delivered_ok;
   return r;
@@ -119,6 +134,8 @@ nlohmann::json to_json(const Row& r) {
           {"complete_p50_us", r.complete_p50_us}, {"complete_p99_us", r.complete_p99_us},
           {"deliver_p50_us", r.deliver_p50_us},   {"deliver_p99_us", r.deliver_p99_us},
           {"throughput_messages", r.throughput_messages}, {"throughput_mb_s", r.throughput_mb_s},
+          {"stream_msgs_per_s", r.stream_msgs_per_s},
+          {"latency_cpu_s_per_gb", r.latency_cpu_s_per_gb}, {"throughput_cpu_s_per_gb", r.throughput_cpu_s_per_gb},
           {"ok", r.ok}, {"policy", r.policy}};
 }
 
@@ -163,7 +180,11 @@ void add_bench_command(CLI::App& app) {
                 "Measure the policy's crossover points on the socket transport (--procs: the group size) and "
                 "write a profile file (--profile-out)");
   cmd->add_option("--profile-out", *profile_out, "Where --calibrate writes the profile")->capture_default_str();
+  auto no_bind = std::make_shared<bool>(false);
+  cmd->add_flag("--no-bind", *no_bind,
+                "socket: never bind members to CPUs (by default each gets one when there are enough, as mpirun does)");
   cmd->callback([=] {
+    base->bind = !*no_bind;
     if (!profile->empty()) base->member_args.insert(base->member_args.end(), {"--profile", *profile});
     if (*radix != 0) base->member_args.insert(base->member_args.end(), {"--radix", std::to_string(*radix)});
     if (!algo->empty()) base->member_args.insert(base->member_args.end(), {"--algo", *algo});
@@ -180,7 +201,7 @@ void add_bench_command(CLI::App& app) {
     std::vector<Row> rows;
     std::cout << std::left << std::setw(8) << "path" << std::setw(7) << "procs" << std::setw(8) << "size"
               << std::right << std::setw(14) << "complete p50" << std::setw(13) << "p99" << std::setw(15)
-              << "last-dlv p50" << std::setw(13) << "p99" << std::setw(12) << "MB/s" << "\n";
+              << "last-dlv p50" << std::setw(13) << "p99" << std::setw(12) << "MB/s" << std::setw(12) << "CPU s/GB" << "\n";
     for (const auto& p : split_list(*procs)) {
       const auto n = static_cast<std::uint32_t>(std::stoul(p));
       for (const auto& s : split_list(*sizes)) {
@@ -192,7 +213,8 @@ void add_bench_command(CLI::App& app) {
                     << format_size(r.size) << std::right << std::fixed << std::setprecision(1) << std::setw(11)
                     << r.complete_p50_us << " us" << std::setw(10) << r.complete_p99_us << " us" << std::setw(12)
                     << r.deliver_p50_us << " us" << std::setw(10) << r.deliver_p99_us << " us" << std::setw(12)
-                    << r.throughput_mb_s << (r.ok ? "" : "  FAILED") << std::endl;
+                    << r.throughput_mb_s << std::setw(12) << std::setprecision(2) << r.latency_cpu_s_per_gb
+                    << (r.ok ? "" : "  FAILED") << std::endl;
           rows.push_back(r);
         }
       }

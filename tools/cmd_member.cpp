@@ -4,10 +4,12 @@
 // every byte it delivers, and reports on stdout as JSON lines:
 //   {"event":"joined", ...}  {"event":"view", ...}  {"event":"progress", ...}  {"event":"done", ...}
 // then stays (serving repairs to the others) until its stdin closes.
+#include <sched.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstring>
 #include <atomic>
 #include <condition_variable>
 #include <deque>
@@ -16,6 +18,7 @@
 #include <mutex>
 #include <optional>
 #include <nlohmann/json.hpp>
+#include <stdexcept>
 #include <thread>
 
 #include "commands.hpp"
@@ -77,6 +80,7 @@ struct MemberOptions {
   std::uint32_t window = 0;  // large path: blocks a receiver lets come at once
   std::string credit_lead;   // large path: ask for the next block this many bytes early
   std::string link_buffer;   // SocketOptions::link_buffer_bytes
+  std::optional<std::uint32_t> cpu;  // run on this CPU only (the launcher spreads members, as mpirun binds ranks)
 };
 
 LargeAlgorithm parse_large_algorithm(const std::string& name) {
@@ -117,6 +121,15 @@ struct Ledger {
 int run_member(const MemberOptions& o) {
   const SizeMix mix = SizeMix::parse(o.sizes);
   Reporter out;
+  if (o.cpu) {
+    // Before any thread starts: the progress thread inherits the mask.
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(*o.cpu, &set);
+    if (::sched_setaffinity(0, sizeof set, &set) != 0)
+      throw std::runtime_error("cannot run on CPU " + std::to_string(*o.cpu) + ": " + std::strerror(errno) +
+                               " (leave out --cpu, or name a CPU this process may use)");
+  }
   Config cfg;
   cfg.transport = o.transport == "verbs" ? TransportKind::verbs : TransportKind::socket;
   cfg.verbs.device = o.device;
@@ -157,7 +170,10 @@ int run_member(const MemberOptions& o) {
       p.target_blocks = 0;  // exactly this block size for every message
     }
     if (!o.segment.empty()) p.segment_size = parse_size(o.segment);
-    if (!o.max_small.empty()) p.max_small_message = static_cast<std::uint32_t>(parse_size(o.max_small));
+    if (!o.max_small.empty()) {
+      p.max_small_message = static_cast<std::uint32_t>(parse_size(o.max_small));
+      p.small_route_max = 0;  // exactly this crossover, whatever the group size
+    }
     if (!o.algo.empty()) p.large_algorithm = parse_large_algorithm(o.algo);
     cfg.protocol = p;
   }
@@ -232,8 +248,10 @@ int run_member(const MemberOptions& o) {
     std::int64_t t0;
   };
   // Called by one thread at a time: the sender in serial runs, the waiter otherwise.
+  std::int64_t last_complete_ns = 0;  // when the last completion was seen (the stream's end)
   const auto record_completion = [&](double latency_us) {
     latencies_us.push_back(latency_us);
+    last_complete_ns = mono_ns();
     if (++completed == o.messages) {
       std::lock_guard lock(led.mu);  // the main thread may be about to wait: no lost wake-up
       led.changed.notify_all();
@@ -391,6 +409,7 @@ int run_member(const MemberOptions& o) {
             {"send_error", send_error},
             {"latencies_us", latencies_us},
             {"send_ns", send_ns},
+            {"last_complete_ns", last_complete_ns},
             {"deliver_ns", led.deliver_ns},
             {"elapsed_s", static_cast<double>(t_done - t_start) / 1e9},
             {"cpu_user_s", cpu.user},
@@ -464,6 +483,8 @@ void add_member_command(CLI::App& app) {
   cmd->add_option("--busy-poll-us", o->busy_poll_us,
                   "hybrid: keep polling this long after the last arrival (default: socket 200, verbs 50)")
       ->check(CLI::Range(0U, 1'000'000U));
+  cmd->add_option("--cpu", o->cpu, "Run on this CPU only (hmcast bench, soak and demo spread members when there "
+                                   "are as many CPUs as members, as mpirun binds ranks)");
   cmd->add_flag("--no-zero-copy", o->no_zero_copy,
                 "verbs: large blocks are SENT and copied instead of RDMA WRITTEN into the final buffer");
   cmd->add_option("--progress-ms", o->progress_ms, "Progress report interval")->check(CLI::Range(10U, 60000U));

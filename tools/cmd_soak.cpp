@@ -58,7 +58,11 @@ void add_soak_command(CLI::App& app) {
   auto no_zero_copy = std::make_shared<bool>(false);
   cmd->add_flag("--no-zero-copy", *no_zero_copy,
                 "verbs: members SEND and copy large blocks instead of RDMA WRITING them into the final buffer");
-  cmd->callback([cmd, o, json, transport, no_zero_copy] {
+  auto no_bind = std::make_shared<bool>(false);
+  cmd->add_flag("--no-bind", *no_bind,
+                "Never bind members to CPUs (by default each gets one when there are enough, as mpirun does)");
+  cmd->callback([cmd, o, json, transport, no_zero_copy, no_bind] {
+    o->bind = !*no_bind;
     if (*no_zero_copy) o->member_args.emplace_back("--no-zero-copy");
     if (*transport != "socket" && *transport != "verbs")
       throw CLI::ValidationError("--transport",

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -88,6 +89,17 @@ pid_t spawn(const std::vector<std::string>& argv, int& in_fd, int& out_fd) {
   in_fd = in_pipe[1];
   out_fd = out_pipe[0];
   return pid;
+}
+
+/// The CPUs this process may run on, in order.
+std::vector<std::uint32_t> usable_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  std::vector<std::uint32_t> cpus;
+  if (::sched_getaffinity(0, sizeof set, &set) != 0) return cpus;
+  for (std::uint32_t c = 0; c < CPU_SETSIZE; ++c)
+    if (CPU_ISSET(c, &set)) cpus.push_back(c);
+  return cpus;
 }
 
 /// `v` sorted ascending.
@@ -187,6 +199,8 @@ GroupRunReport run_group(const GroupRunOptions& o) {
   std::vector<Child> kids;
   kids.reserve(o.procs + o.join);  // references into it stay valid while joiners are added
   const std::uint64_t expected = rep.messages_sent;
+  const std::vector<std::uint32_t> cpus = usable_cpus();
+  const bool bind = o.bind && !cpus.empty() && o.procs + o.join <= cpus.size();
   const auto start_member = [&](bool joiner) {
     Child& c = kids.emplace_back();
     c.index = static_cast<std::uint32_t>(kids.size());
@@ -208,6 +222,7 @@ GroupRunReport run_group(const GroupRunOptions& o) {
     if (o.timestamps) argv.emplace_back("--timestamps");
     if (o.verify != "full") argv.insert(argv.end(), {"--verify", o.verify});
     if (joiner) argv.emplace_back("--joiner");
+    if (bind) argv.insert(argv.end(), {"--cpu", std::to_string(cpus[(c.index - 1) % cpus.size()])});
     argv.insert(argv.end(), o.member_args.begin(), o.member_args.end());
     c.pid = spawn(argv, c.in_fd, c.out_fd);
   };
@@ -508,6 +523,11 @@ GroupRunReport run_group(const GroupRunOptions& o) {
     if (!sent.empty() && sent.front() > 0) {
       const auto end = *std::max_element(last.begin(), last.end());
       rep.send_span_s = static_cast<double>(end - sent.front()) / 1e9;
+      for (const auto& c : kids)
+        if (c.member == 1u && c.done && !c.killed && c.done_report.contains("last_complete_ns")) {
+          const auto acked = c.done_report["last_complete_ns"].get<std::int64_t>();
+          if (acked > sent.front()) rep.acked_span_s = static_cast<double>(acked - sent.front()) / 1e9;
+        }
     }
   }
   std::sort(lat.begin(), lat.end());

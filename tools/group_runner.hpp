@@ -57,6 +57,10 @@ struct GroupRunOptions {
   bool block_multicast = false;
   std::uint32_t probe_deadline_ms = 0;  // members' multicast probe deadline (0: the default)
   bool spray = false;       // a hostile peer sprays bad input at the group while it runs (sprayer.hpp)
+  /// Bind member i to CPU i (mod the CPUs this process may use) when every member
+  /// has a CPU of its own, as mpirun binds ranks to cores: on fewer CPUs than
+  /// members nothing is bound (the scheduler moves them to whichever core is idle).
+  bool bind = true;
 };
 
 struct GroupRunReport {
@@ -107,6 +111,7 @@ struct GroupRunReport {
   // With timestamps: broadcast() call -> the last member's delivery, member 1's messages.
   double last_delivery_p50_us = 0, last_delivery_p99_us = 0;
   double send_span_s = 0;  // member 1's first broadcast -> its last message's last delivery
+  double acked_span_s = 0;  // member 1's first broadcast -> its last completion (all-acked)
   bool timed_out = false;
   std::uint64_t spray_datagrams = 0;        // bad datagrams sprayed at the group
   std::uint64_t spray_tcp_attempts = 0;     // bad TCP streams sent to members' link ports

@@ -11,6 +11,11 @@
 // by its own start would under-report, as data can reach a rank before it leaves
 // the barrier that precedes each broadcast.
 //
+// With --stream, instead: the root broadcasts a stream of messages back to back
+// (the counts of `hmcast bench`'s throughput runs), then MPI_Barrier; from the first
+// MPI_Bcast to the barrier's return at the root (the analogue of a stream of hmcast
+// broadcasts whose last one is all-acked): messages/s and MB/s.
+//
 // Output: a table on stdout, CSV with --csv FILE, and with --json one JSON object as
 // the last line. Every received buffer is checked against the pattern the root
 // wrote; a mismatch makes the run fail (exit 1) and shows in the "ok" field.
@@ -36,6 +41,12 @@ namespace {
 using hmcast::tools::mono_ns;
 using hmcast::tools::parse_size;
 using hmcast::tools::split_list;
+
+/// The same message counts as `hmcast bench` uses for its throughput runs.
+int stream_count(std::uint64_t size, double scale) {
+  const double n = size <= 4096 ? 5000 : size <= (2U << 20) ? 200 : 8;
+  return std::max(3, static_cast<int>(n * scale));
+}
 
 /// The same message counts as `hmcast bench` uses for its latency runs.
 int iterations(std::uint64_t size, double scale) {
@@ -77,6 +88,7 @@ struct Options {
   std::string label = "MPI_Bcast";
   std::string csv;
   bool json = false;
+  bool stream = false;
 };
 
 Options parse(int argc, char** argv) {
@@ -101,9 +113,11 @@ Options parse(int argc, char** argv) {
       o.csv = value();
     } else if (a == "--json") {
       o.json = true;
+    } else if (a == "--stream") {
+      o.stream = true;
     } else if (a == "--help" || a == "-h") {
       std::cout << "usage: mpirun ... hmcast_mpi_bench [--sizes 8,2KiB,64MiB] [--scale S] [--warmup W]\n"
-                   "                 [--label NAME] [--csv FILE] [--json]\n";
+                   "                 [--label NAME] [--csv FILE] [--json] [--stream]\n";
       std::exit(0);
     } else {
       throw std::invalid_argument("unknown option '" + a + "' (see --help)");
@@ -116,8 +130,49 @@ struct Row {
   std::uint64_t size = 0;
   int iters = 0;
   double bcast_p50 = 0, bcast_p99 = 0, barrier_p50 = 0, barrier_p99 = 0;
+  double stream_s = 0;  // --stream: first MPI_Bcast to the barrier's return at the root
   bool ok = true;
 };
+
+/// --stream: `iters` broadcasts back to back, then one barrier. Each message carries
+/// its number in its first 4 bytes (the rest is the pattern of message 0), which every
+/// rank checks; the last message is checked like the latency runs' buffers.
+Row measure_stream(std::uint64_t size, const Options& o, int rank) {
+  Row r;
+  r.size = size;
+  r.iters = stream_count(size, o.scale);
+  std::vector<unsigned char> buf(size);
+  fill(buf, 0);
+  const int count = static_cast<int>(size);
+  int bad = 0;
+  const auto stamp = [&](int k) {
+    if (size >= 4) std::memcpy(buf.data(), &k, 4);
+  };
+  const auto stamped = [&](int k) {
+    int got = 0;
+    if (size >= 4) std::memcpy(&got, buf.data(), 4);
+    return size < 4 || got == k;
+  };
+  for (int k = 0; k < o.warmup; ++k) MPI_Bcast(buf.data(), count, MPI_BYTE, 0, MPI_COMM_WORLD);
+  MPI_Barrier(MPI_COMM_WORLD);
+  const std::int64_t t0 = mono_ns();
+  for (int k = 0; k < r.iters; ++k) {
+    if (rank == 0) stamp(k);
+    MPI_Bcast(buf.data(), count, MPI_BYTE, 0, MPI_COMM_WORLD);
+    if (rank != 0 && !stamped(k)) ++bad;
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  r.stream_s = static_cast<double>(mono_ns() - t0) / 1e9;
+  if (rank != 0) {
+    // Past the stamp, the last message holds the pattern of message 0.
+    for (std::uint64_t i = 0; i < std::min<std::uint64_t>(4, size); ++i) buf[i] = pattern(i, 0);
+    if (!check(buf, 0)) ++bad;
+  }
+  int bad_total = 0;
+  MPI_Reduce(&bad, &bad_total, 1, MPI_INT, MPI_SUM, 0, MPI_COMM_WORLD);
+  r.ok = bad_total == 0;
+  return r;
+}
 
 Row measure(std::uint64_t size, const Options& o, int rank, int ranks) {
   Row r;
@@ -184,8 +239,14 @@ int main(int argc, char** argv) {
       if (rank == 0) std::cerr << "hmcast_mpi_bench: size " << size << " is over MPI's int count; skipped\n";
       continue;
     }
-    rows.push_back(measure(size, o, rank, ranks));
-    if (rank == 0) {
+    rows.push_back(o.stream ? measure_stream(size, o, rank) : measure(size, o, rank, ranks));
+    if (rank == 0 && o.stream) {
+      const auto& r = rows.back();
+      std::printf("%-10s procs %2d size %10llu  stream of %d: %.3f s, %.0f messages/s, %.1f MB/s%s\n", o.label.c_str(),
+                  ranks, static_cast<unsigned long long>(r.size), r.iters, r.stream_s, r.iters / r.stream_s,
+                  static_cast<double>(r.size) * r.iters / 1e6 / r.stream_s, r.ok ? "" : "  DATA MISMATCH");
+      std::fflush(stdout);
+    } else if (rank == 0) {
       const auto& r = rows.back();
       std::printf("%-10s procs %2d size %10llu  bcast p50 %10.1f us p99 %10.1f us  bcast+barrier p50 %10.1f us p99 "
                   "%10.1f us%s\n",
@@ -212,7 +273,9 @@ int main(int argc, char** argv) {
         const auto& r = rows[k];
         j << (k ? "," : "") << "{\"size\":" << r.size << ",\"iters\":" << r.iters << ",\"bcast_p50_us\":" << r.bcast_p50
           << ",\"bcast_p99_us\":" << r.bcast_p99 << ",\"bcast_barrier_p50_us\":" << r.barrier_p50
-          << ",\"bcast_barrier_p99_us\":" << r.barrier_p99 << ",\"ok\":" << (r.ok ? "true" : "false") << "}";
+          << ",\"bcast_barrier_p99_us\":" << r.barrier_p99 << ",\"stream_s\":" << r.stream_s
+          << ",\"stream_msgs_per_s\":" << (r.stream_s > 0 ? r.iters / r.stream_s : 0)
+          << ",\"ok\":" << (r.ok ? "true" : "false") << "}";
       }
       j << "]}";
       std::cout << j.str() << std::endl;

@@ -32,6 +32,10 @@ struct ProtocolConfig {
   /// Largest message the small (datagram) path carries; larger ones take the large
   /// path (blocks over reliable links, RDMC's binomial pipeline).
   std::uint32_t max_small_message = 1U << 20;
+  /// Messages up to this size take the small path, larger ones the large path
+  /// (0: max_small_message). The policy sets it from the transport's profile and the
+  /// group size; at most max_small_message, which stays what members accept.
+  std::uint32_t small_route_max = 0;
   /// Largest message a member accepts on the large path (it allocates this much).
   std::uint64_t max_large_message = 16ULL << 30;
   /// Block size of the large path; with target_blocks, the largest block.
@@ -62,8 +66,14 @@ struct ProtocolConfig {
   /// block. Smaller segments cut the delay each relay adds; each one is a separate
   /// transfer, so it should take longer on the wire than posting it costs.
   std::uint64_t segment_size = 64U << 10;
-  /// First ACK after a quiet period goes at once; later ones are merged for this long.
+  /// First ACK after a quiet period goes at once; later ones are merged for this long,
+  /// or until the transport has no more input queued.
   std::int64_t ack_interval_ns = 1'000;
+  /// A small message sent while earlier ones of this member are not yet all-acked
+  /// waits up to this long to share one datagram with the next ones (up to the MTU),
+  /// so a stream of small messages costs a send and a receive per batch, not per
+  /// message. A message sent when none is in flight goes at once. 0: never wait.
+  std::int64_t batch_delay_ns = 0;
   /// A member that sees a later fragment or message than one it lacks waits this
   /// long (datagrams may pass each other) before asking its parent for the fragments
   /// it lacks.

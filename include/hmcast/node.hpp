@@ -11,7 +11,7 @@
 // Promises:
 // - Every member delivers each message exactly once, in its sender's order, intact;
 //   a member also delivers its own messages. Messages up to
-//   ProtocolConfig::max_small_message take the small path (datagram multicast);
+//   ProtocolConfig::small_route_max (0: max_small_message) take the small path (datagram multicast);
 //   larger ones the large path (blocks over reliable links). Order holds within each
 //   path; a small and a large message of one sender may be delivered either way round.
 // - A large message cut by a view change is started again by its sender over the new

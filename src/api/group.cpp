@@ -81,7 +81,7 @@ GroupStats Group::stats() const {
     out.multicast_probe_round_ns = probe.last_round_ns();
     const auto& cfg = e.config();
     out.ack_radix = cfg.radix;
-    out.max_small_message = cfg.max_small_message;
+    out.max_small_message = cfg.small_route_max != 0 ? cfg.small_route_max : cfg.max_small_message;
     out.large_algorithm = std::string(large::to_string(cfg.large_algorithm));
     out.last_block_size = rt.stats().last_block_size;
   }
@@ -143,7 +143,8 @@ Completion register_completion(detail::GroupState& g, std::map<Seq, std::promise
 
 Completion Group::broadcast(std::span<const std::byte> bytes, SendMode mode) {
   const auto& cfg = state_->node->protocol;
-  if (bytes.size() > cfg.max_small_message) return broadcast_large(bytes, mode);
+  const std::uint32_t route = cfg.small_route_max != 0 ? cfg.small_route_max : cfg.max_small_message;
+  if (bytes.size() > route) return broadcast_large(bytes, mode);
   auto msg = std::make_shared<const std::vector<std::byte>>(bytes.begin(), bytes.end());
   auto lock = wait_for_room(*state_, mode, false, [&] { return state_->runtime->engine().can_broadcast(msg->size()); });
   AppEvents app;

@@ -53,9 +53,16 @@ void NodeState::run() {
     }
     try {
       auto in = link->wait(deadline);
+      const bool had_input = in.has_value();
       while (in) {
         dispatch(g, *in);
         in = link->wait(std::chrono::steady_clock::now());  // drain what is queued
+      }
+      if (had_input) {
+        std::lock_guard lock(g.mu);
+        AppEvents app;
+        g.runtime->on_drained(now_ns(), app);
+        queue_for_app(g, app);
       }
     } catch (const Error& e) {
       // The transport is gone; nothing can complete any more.

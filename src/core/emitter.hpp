@@ -4,6 +4,11 @@
 // a suspicion goes to the view authority once per member and view. The group
 // engine owns one Emitter and lends it to its paths, so no path builds a header
 // or decides how a datagram travels.
+//
+// Batching: a datagram offered with `may_hold` waits in a batch with others of this
+// member, up to one MTU, and goes out as one Batch datagram when flush_batch() is
+// called (the group engine's timer bounds the wait), when it is full, or ahead of
+// any datagram that may not wait (the sender's datagrams keep their order).
 #pragma once
 
 #include <cstdint>
@@ -12,6 +17,7 @@
 #include <vector>
 
 #include "core/actions.hpp"
+#include "core/assert.hpp"
 #include "core/wire.hpp"
 #include "hmcast/types.hpp"
 
@@ -22,14 +28,20 @@ struct EmitterStats {
   std::uint64_t frames_sent = 0;          // point-to-point frames, emulated datagrams included
   std::uint64_t emulated_datagrams = 0;   // copies of datagrams sent over links instead of multicast
   std::uint64_t suspicions = 0;
+  std::uint64_t batches_sent = 0;         // Batch datagrams (of two or more datagrams each)
+  std::uint64_t datagrams_batched = 0;    // datagrams that went out inside a Batch
 };
 
 class Emitter {
  public:
-  Emitter(GroupId group, MemberId self, View view) : group_(group), self_(self), view_(std::move(view)) {}
+  /// `mtu`: the largest datagram (a batch fills up to it).
+  Emitter(GroupId group, MemberId self, View view, std::uint32_t mtu)
+      : group_(group), self_(self), view_(std::move(view)), mtu_(mtu) {}
 
-  /// Frames from now on carry `view`'s id; suspicions start afresh.
+  /// Frames from now on carry `view`'s id; suspicions start afresh. A held batch
+  /// (encoded for the old view) must have been flushed.
   void set_view(const View& view) {
+    HMCAST_ASSERT(held_.empty());
     view_ = view;
     suspected_.clear();
   }
@@ -43,7 +55,12 @@ class Emitter {
 
   void datagram(const wire::Body& body, Outbox& out) { datagram_bytes(wire::encode(header(), body), out); }
   /// An encoded datagram (fragments are encoded by the small path's fragmenter).
-  void datagram_bytes(std::vector<std::byte> bytes, Outbox& out);
+  /// `may_hold`: it may wait in the batch (a Data or Stable small enough to share
+  /// a datagram); otherwise the batch goes first, then this.
+  void datagram_bytes(std::vector<std::byte> bytes, Outbox& out, bool may_hold = false);
+  /// Sends what the batch holds (nothing if empty).
+  void flush_batch(Outbox& out);
+  [[nodiscard]] bool batch_held() const { return !held_.empty(); }
   void frame(MemberId to, const wire::Body& body, Outbox& out) {
     ++stats_.frames_sent;
     out.emplace_back(action::SendP2P{to, wire::encode(header(), body)});
@@ -61,8 +78,12 @@ class Emitter {
   GroupId group_;
   MemberId self_;
   View view_;
+  std::uint32_t mtu_;
   bool emulated_ = false;
   std::set<MemberId> suspected_;
+  std::vector<std::vector<std::byte>> held_;  // encoded datagrams waiting in the batch
+  std::size_t held_size_ = 0;                 // the Batch datagram they would make
+  void send(std::vector<std::byte> bytes, Outbox& out);
   EmitterStats stats_;
 };
 

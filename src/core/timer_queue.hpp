@@ -24,6 +24,7 @@ enum class TimerKind : std::uint8_t {
   nack,             // small path: ask the parent for the fragments we lack (member: the stream)
   large_stall,      // large path: nothing moved for a while, ping whom we wait on
   multicast_probe,  // the multicast probe's resend or deadline
+  batch_flush,      // the held batch of own datagrams goes now
 };
 
 struct TimerKey {

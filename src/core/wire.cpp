@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <type_traits>
 
+#include "core/assert.hpp"
 #include "core/byte_io.hpp"
 
 namespace hmcast::wire {
@@ -39,6 +40,7 @@ constexpr Type type_of() {
   else if constexpr (std::is_same_v<T, McastConfirm>) return Type::mcast_confirm;
   else if constexpr (std::is_same_v<T, Nack>) return Type::nack;
   else if constexpr (std::is_same_v<T, FragmentRepair>) return Type::fragment_repair;
+  else if constexpr (std::is_same_v<T, Batch>) return Type::batch;
   else return Type::ping;
 }
 
@@ -53,6 +55,16 @@ void encode_body(Writer& w, const Data& d) {
   w.bytes(d.payload);
 }
 void encode_body(Writer& w, const FragmentRepair& f) { encode_body(w, f.fragment); }
+void encode_body(Writer& w, const Batch& b) {
+  // An empty batch encodes (every Body alternative does), and no decoder accepts it.
+  HMCAST_ASSERT(b.items.size() <= kMaxBatchItems);
+  w.u16(static_cast<std::uint16_t>(b.items.size()));
+  for (const auto& item : b.items) {
+    HMCAST_ASSERT(item.size() >= kHeaderSize && item.size() <= 0xffff && is_batchable_type(peek_type(item)));
+    w.u16(static_cast<std::uint16_t>(item.size()));
+    w.bytes(item);
+  }
+}
 void encode_body(Writer& w, const Nack& n) {
   w.u32(n.sender);
   w.u64(n.seq);
@@ -291,6 +303,27 @@ DecodeError decode_block(Reader& r, Body& out) {
   return DecodeError::none;
 }
 
+DecodeError decode_batch(Reader& r, Body& out) {
+  const std::size_t count = r.u16();
+  if (!r.ok()) return DecodeError::truncated;
+  if (count == 0 || count > kMaxBatchItems) return DecodeError::inconsistent;
+  // Each item takes at least its length and a header: check before reserving.
+  if (count * (kBatchItemOverhead + kHeaderSize) > r.remaining()) return DecodeError::truncated;
+  Batch b;
+  b.items.reserve(count);
+  for (std::size_t i = 0; i < count; ++i) {
+    const std::size_t len = r.u16();
+    if (!r.ok()) return DecodeError::truncated;
+    if (len < kHeaderSize) return DecodeError::inconsistent;
+    const auto item = r.bytes(len);
+    if (!r.ok()) return DecodeError::truncated;
+    if (!is_batchable_type(peek_type(item))) return DecodeError::inconsistent;
+    b.items.push_back(item);
+  }
+  out = std::move(b);
+  return DecodeError::none;
+}
+
 DecodeError decode_large_ack(Reader& r, Body& out) {
   LargeAck a;
   a.sender = r.u32();
@@ -357,6 +390,7 @@ DecodeResult decode(std::span<const std::byte> bytes) {
     case static_cast<std::uint8_t>(Type::mcast_confirm): err = decode_nonce<McastConfirm>(r, res.packet.body); break;
     case static_cast<std::uint8_t>(Type::nack): err = decode_nack(r, res.packet.body); break;
     case static_cast<std::uint8_t>(Type::fragment_repair): err = decode_fragment_repair(r, res.packet.body); break;
+    case static_cast<std::uint8_t>(Type::batch): err = decode_batch(r, res.packet.body); break;
     default: err = DecodeError::unknown_type; break;
   }
   if (err == DecodeError::none && r.remaining() != 0) err = DecodeError::trailing_bytes;

@@ -21,7 +21,7 @@
 namespace hmcast::wire {
 
 inline constexpr std::uint16_t kMagic = 0x4d48;  // "HM" little-endian
-inline constexpr std::uint8_t kVersion = 3;
+inline constexpr std::uint8_t kVersion = 4;
 inline constexpr std::size_t kHeaderSize = 24;
 /// Larger packets are refused before any field is read: no frame of ours is this big.
 inline constexpr std::size_t kMaxPacket = 64U << 20;
@@ -48,13 +48,20 @@ enum class Type : std::uint8_t {
   // Fragment-granular repair of small messages:
   nack = 16,             // child -> parent: the fragments of one message that I lack
   fragment_repair = 17,  // one fragment, point-to-point (the answer to a nack)
+  // v4: several datagrams of one sender in one (a stream of small messages pays one
+  // send and one receive per batch, not per message):
+  batch = 18,
 };
 
 /// Types that travel by datagram multicast (or its emulation); every other type
 /// travels over reliable links only.
 constexpr bool is_datagram_type(Type t) {
-  return t == Type::data || t == Type::stable || t == Type::mcast_probe;
+  return t == Type::data || t == Type::stable || t == Type::mcast_probe || t == Type::batch;
 }
+
+/// Types a Batch may carry: the sender's data and stability announcements (never a
+/// batch, and never a probe, which must arrive as sent to prove multicast works).
+constexpr bool is_batchable_type(Type t) { return t == Type::data || t == Type::stable; }
 
 struct Header {
   Type type{};
@@ -176,8 +183,18 @@ struct McastConfirm {
   std::uint64_t nonce = 0;  // of the probe that arrived
 };
 
+/// Whole encoded datagrams of the batch's sender (each with its own header, which
+/// the receiver checks against the batch's), sent as one datagram.
+inline constexpr std::size_t kMaxBatchItems = 1024;
+struct Batch {
+  std::vector<std::span<const std::byte>> items;
+};
+/// Bytes a batch adds to its items: its header and count, and a length per item.
+inline constexpr std::size_t kBatchOverhead = kHeaderSize + 2;
+inline constexpr std::size_t kBatchItemOverhead = 2;
+
 using Body = std::variant<Data, Repair, Ack, Stable, AckQuery, Announce, Ready, Block, LargeAck,
-                          Ping, McastProbe, McastConfirm, Nack, FragmentRepair>;
+                          Ping, McastProbe, McastConfirm, Nack, FragmentRepair, Batch>;
 
 struct Packet {
   Header header;

@@ -11,7 +11,7 @@ namespace hmcast::group {
 
 GroupEngine::GroupEngine(GroupId group, MemberId self, const ViewChange& first, const ProtocolConfig& config,
                          TimeNs now)
-    : self_(self), view_(first.view), cfg_(config), emit_(group, self, first.view),
+    : self_(self), view_(first.view), cfg_(config), emit_(group, self, first.view, config.mtu),
       small_(self, first.view, cfg_, emit_, timers_, now), pipeline_(self, first.view, cfg_, emit_),
       probe_(ProbeConfig{cfg_.multicast_probe_resend_ns, cfg_.multicast_probe_deadline_ns}) {
   HMCAST_ASSERT(!policy::check(cfg_));
@@ -35,6 +35,10 @@ small::BroadcastResult GroupEngine::broadcast(MessageBuffer message, TimeNs now,
   if (removed_) return {small::BroadcastError::not_member, 0};
   if (paused_) return {small::BroadcastError::paused, 0};
   const auto r = small_.broadcast(std::move(message), now, out);
+  if (emit_.batch_held() && !batch_armed_) {
+    batch_armed_ = true;
+    batch_gen_ = timers_.arm(now + cfg_.batch_delay_ns, TimerKey{TimerKind::batch_flush, 0, 0});
+  }
   settle(now, out);
   return r;
 }
@@ -156,11 +160,38 @@ void GroupEngine::dispatch(const wire::Packet& p, MemberId from, TimeNs now, Out
                  [&](const wire::LargeAck& a) { large([&] { pipeline_.on_ack(from, a, out); }); },
                  [&](const wire::Ping&) {},  // nothing to do: that it arrived is the answer
                  [&](const wire::McastProbe& pr) { emit_.frame(from, wire::McastConfirm{pr.nonce}, out); },
+                 [&](const wire::Batch& b) { dispatch_batch(p.header, b, from, now, out); },
                  [&](const wire::McastConfirm&) {
                    if (probe_enabled_) apply_probe(probe_.on_confirm(from, now), out);
                  },
              },
              p.body);
+}
+
+void GroupEngine::on_drained(TimeNs now, Outbox& out) {
+  if (removed_) return;
+  small_.flush_acks(now, out, /*drained=*/true);
+  settle(now, out);
+}
+
+void GroupEngine::dispatch_batch(const wire::Header& outer, const wire::Batch& b, MemberId from, TimeNs now,
+                                 Outbox& out) {
+  // Each item is a datagram its sender could have sent alone: the same admission,
+  // and it must name the batch's group, view and sender (a batch speaks for one member).
+  for (const auto item : b.items) {
+    auto res = wire::decode(item);
+    if (!res.ok()) {
+      ++admission_.decode_errors;
+      continue;
+    }
+    const wire::Header& h = res.packet.header;
+    if (h.group != outer.group || h.view != outer.view || h.src != outer.src || !wire::is_batchable_type(h.type)) {
+      ++admission_.misrouted_dropped;
+      continue;
+    }
+    dispatch(res.packet, from, now, out);
+    if (removed_) return;
+  }
 }
 
 void GroupEngine::settle(TimeNs now, Outbox& out) {
@@ -191,6 +222,12 @@ void GroupEngine::on_timer(TimeNs now, Outbox& out) {
       case TimerKind::pull:
       case TimerKind::nack: small_.on_timer(e, now, out); break;
       case TimerKind::large_stall: on_stall(now, out); break;
+      case TimerKind::batch_flush:
+        if (e.generation == batch_gen_) {
+          batch_armed_ = false;
+          emit_.flush_batch(out);
+        }
+        break;
       case TimerKind::multicast_probe:
         if (e.generation == probe_gen_) {
           probe_armed_at_ = kNever;
@@ -261,6 +298,7 @@ void GroupEngine::on_view(const ViewChange& next, TimeNs now, Outbox& out) {
   std::vector<MemberId> left;
   std::set_difference(view_.members.begin(), view_.members.end(), next.view.members.begin(),
                       next.view.members.end(), std::back_inserter(left));
+  emit_.flush_batch(out);  // held datagrams name the old view: they go as they are, before it ends
   view_ = next.view;
   ++admission_.views_installed;
   emit_.set_view(view_);

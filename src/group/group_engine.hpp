@@ -95,6 +95,10 @@ class GroupEngine {
   void on_timer(TimeNs now, Outbox& out);
   /// The transport lost its reliable link to `peer`: suspect it.
   void on_link_failed(MemberId peer, TimeNs now, Outbox& out);
+  /// The transport has no more input queued: ACKs held back to merge with later
+  /// input go now (under load input comes in batches, so ACKs still merge; an idle
+  /// member answers at once instead of after the ACK interval).
+  void on_drained(TimeNs now, Outbox& out);
 
   // The view authority.
   /// Installs `next` (ignored unless newer than the current view).
@@ -129,6 +133,8 @@ class GroupEngine {
   [[nodiscard]] std::optional<wire::Packet> decoded(std::span<const std::byte> bytes);
   [[nodiscard]] bool admit(const wire::Header& h, MemberId from);
   void dispatch(const wire::Packet& p, MemberId from, TimeNs now, Outbox& out);
+  /// The datagrams a Batch carries, each admitted as if it came alone.
+  void dispatch_batch(const wire::Header& outer, const wire::Batch& b, MemberId from, TimeNs now, Outbox& out);
   /// After every input: merged ACKs, the flush answer, the stall and probe timers.
   void settle(TimeNs now, Outbox& out);
   void apply_probe(const MulticastProbe::Step& step, Outbox& out);
@@ -151,6 +157,8 @@ class GroupEngine {
   std::optional<ViewId> flush_view_;  // a flush request not yet answered
   TimeNs large_activity_ = 0;         // last frame of the large path
   bool stall_armed_ = false;
+  bool batch_armed_ = false;       // a batch_flush timer is pending
+  std::uint64_t batch_gen_ = 0;
   std::deque<std::pair<MemberId, std::vector<std::byte>>> future_;  // frames of a later view
   AdmissionStats admission_;
 };

@@ -15,6 +15,12 @@ std::uint32_t radix_for(const Profile& p, std::uint32_t group_size) noexcept {
   return std::max<std::uint32_t>(2, p.tree_radix);
 }
 
+std::uint32_t small_route_for(const Profile& p, std::uint32_t group_size) noexcept {
+  if (p.small_bytes_per_member == 0) return p.max_small_message;
+  const std::uint64_t by_size = std::uint64_t{p.small_bytes_per_member} * std::max<std::uint32_t>(group_size, 2);
+  return static_cast<std::uint32_t>(std::min<std::uint64_t>(by_size, p.max_small_message));
+}
+
 std::uint64_t block_size_for(const Profile& p, std::uint64_t size) noexcept {
   const std::uint64_t want = (size + p.target_blocks - 1) / std::max<std::uint32_t>(1, p.target_blocks);
   const std::uint64_t aligned = (want + kBlockAlign - 1) / kBlockAlign * kBlockAlign;
@@ -31,7 +37,7 @@ std::uint64_t block_size_for(const ProtocolConfig& c, std::uint64_t size) noexce
 Choice choose(const Profile& p, std::uint64_t size, std::uint32_t group_size, std::uint32_t mtu) noexcept {
   Choice c;
   c.radix = radix_for(p, group_size);
-  if (size <= p.max_small_message) {
+  if (size <= small_route_for(p, group_size)) {
     c.path = Path::small;
     const std::uint64_t room = mtu > kDatagramOverhead ? mtu - kDatagramOverhead : 1;
     c.fragments = static_cast<std::uint32_t>(std::max<std::uint64_t>(1, (size + room - 1) / room));
@@ -45,6 +51,7 @@ Choice choose(const Profile& p, std::uint64_t size, std::uint32_t group_size, st
 
 ProtocolConfig tuned(const Profile& p, std::uint32_t group_size, ProtocolConfig base) {
   base.max_small_message = p.max_small_message;
+  base.small_route_max = small_route_for(p, group_size);
   base.radix = radix_for(p, group_size);
   base.block_size = p.max_block_size;
   base.min_block_size = p.min_block_size;

@@ -34,6 +34,9 @@ struct Choice {
 
 /// ACK-tree radix for a group of `group_size` members.
 [[nodiscard]] std::uint32_t radix_for(const Profile& p, std::uint32_t group_size) noexcept;
+/// The largest message that takes the small path in a group of this size
+/// (Profile::small_bytes_per_member, capped at max_small_message).
+[[nodiscard]] std::uint32_t small_route_for(const Profile& p, std::uint32_t group_size) noexcept;
 /// Block size of a large message of `size` bytes.
 [[nodiscard]] std::uint64_t block_size_for(const Profile& p, std::uint64_t size) noexcept;
 /// The same rule with a ProtocolConfig's fields (block_size is the largest block;

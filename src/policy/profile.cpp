@@ -47,6 +47,10 @@ Profile builtin_profile(std::string_view transport) {
     p.flat_tree_max_group = 16;
     p.tree_radix = 4;
     p.ack_interval_ns = 20'000;
+    // Where the large path overtakes the small one grows with the group: on loopback
+    // about 64 KiB at 2 members, 64-256 KiB at 4 and 256 KiB-1 MiB at 8
+    // (docs/benchmarks.md, "The small/large crossover").
+    p.small_bytes_per_member = 48U << 10;
     // A member process may be descheduled for tens of milliseconds on shared cores
     // (and a host's own sending queues its credits behind its data): two blocks of
     // credit asked 512 KiB early keep the links busier than one asked 256 KiB early;
@@ -81,6 +85,7 @@ void validate(const Profile& p) {
   if (p.transport.empty() || p.transport.size() > 32 || p.transport.find_first_of(" \t\r\n#") != std::string::npos)
     fail("transport must be one word of at most 32 characters");
   check_range("max_small_message", p.max_small_message, bounds::kMinSmall, bounds::kMaxSmall);
+  check_range("small_bytes_per_member", p.small_bytes_per_member, 0U, bounds::kMaxSmall);
   check_range("flat_tree_max_group", p.flat_tree_max_group, 1U, bounds::kMaxFlatGroup);
   check_range("tree_radix", p.tree_radix, 2U, bounds::kMaxRadix);
   check_range("min_block_size", p.min_block_size, bounds::kMinBlock, bounds::kMaxBlock);
@@ -97,6 +102,7 @@ std::string format_profile(const Profile& p) {
   out << "hmcast-profile " << kProfileVersion << "\n"
       << "transport " << p.transport << "\n"
       << "max_small_message " << p.max_small_message << "\n"
+      << "small_bytes_per_member " << p.small_bytes_per_member << "\n"
       << "flat_tree_max_group " << p.flat_tree_max_group << "\n"
       << "tree_radix " << p.tree_radix << "\n"
       << "min_block_size " << p.min_block_size << "\n"
@@ -114,6 +120,7 @@ Profile parse_profile(std::string_view text) {
   std::map<std::string, int> seen;
   int line_no = 0;
   bool have_version = false;
+  int version = 0;
   while (!text.empty()) {
     const auto nl = text.find('\n');
     std::string_view line = text.substr(0, nl);
@@ -131,7 +138,8 @@ Profile parse_profile(std::string_view text) {
         fail("line " + std::to_string(line_no) + ": the first line must be 'hmcast-profile " +
              std::to_string(kProfileVersion) + "'");
       const int v = number<int>(key, value, line_no);
-      if (v != kProfileVersion)
+      version = v;
+      if (v != kProfileVersion && v != 1)
         fail("version " + std::to_string(v) + " is not supported (this build reads version " +
              std::to_string(kProfileVersion) + "): calibrate again with `hmcast bench --calibrate`");
       have_version = true;
@@ -142,6 +150,8 @@ Profile parse_profile(std::string_view text) {
       p.transport = std::string(value);
     } else if (key == "max_small_message") {
       p.max_small_message = number<std::uint32_t>(key, value, line_no);
+    } else if (key == "small_bytes_per_member" && version >= 2) {
+      p.small_bytes_per_member = number<std::uint32_t>(key, value, line_no);
     } else if (key == "flat_tree_max_group") {
       p.flat_tree_max_group = number<std::uint32_t>(key, value, line_no);
     } else if (key == "tree_radix") {
@@ -166,6 +176,7 @@ Profile parse_profile(std::string_view text) {
   for (const char* k : {"transport", "max_small_message", "flat_tree_max_group", "tree_radix", "min_block_size",
                         "max_block_size", "target_blocks", "ack_interval_ns", "receive_window", "credit_lead_bytes"})
     if (seen[k] != 1) fail(std::string("missing key '") + k + "'");
+  if (version >= 2 && seen["small_bytes_per_member"] != 1) fail("missing key 'small_bytes_per_member'");
   validate(p);
   return p;
 }

@@ -5,9 +5,15 @@
 // a profile file (format below), which a Node loads through Config::profile_file.
 //
 // File format (text, one "key value" per line, '#' starts a comment):
-//   hmcast-profile 1            first line: the format version
+//   hmcast-profile 2            first line: the format version (1: without
+//                               small_bytes_per_member, read as 0)
 //   transport socket
-//   max_small_message 1048576   above this size a message takes the large path
+//   max_small_message 1048576   the largest message the small path carries (and accepts)
+//   small_bytes_per_member 65536  messages up to this times the group size (and at most
+//                               max_small_message) take the small path; 0: all up to
+//                               max_small_message. The small path's one multicast wins more
+//                               the more members there are; the large path's fixed costs
+//                               per hop lose less the larger the message.
 //   flat_tree_max_group 16      groups up to this size ACK straight to the sender
 //   tree_radix 4                ACK-tree radix in larger groups (>= 2)
 //   min_block_size 65536        a large message is cut into about target_blocks
@@ -30,6 +36,7 @@ namespace hmcast::policy {
 struct Profile {
   std::string transport = "socket";
   std::uint32_t max_small_message = 1U << 20;
+  std::uint32_t small_bytes_per_member = 0;
   std::uint32_t flat_tree_max_group = 16;
   std::uint32_t tree_radix = 4;
   std::uint64_t min_block_size = 64U << 10;
@@ -57,7 +64,7 @@ struct ProfileError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-inline constexpr int kProfileVersion = 1;
+inline constexpr int kProfileVersion = 2;
 
 /// The built-in profile of "socket", "verbs", "sim" or "inproc". Throws
 /// ProfileError for another name.

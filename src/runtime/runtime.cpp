@@ -58,6 +58,12 @@ void Runtime::on_timer(TimeNs now, AppEvents& app) {
   execute(out, now, app);
 }
 
+void Runtime::on_drained(TimeNs now, AppEvents& app) {
+  Outbox out;
+  engine_.on_drained(now, out);
+  execute(out, now, app);
+}
+
 void Runtime::on_link_failed(MemberId peer, TimeNs now, AppEvents& app) {
   Outbox out;
   engine_.on_link_failed(peer, now, out);

@@ -47,6 +47,8 @@ class Runtime {
   void on_timer(TimeNs now, AppEvents& app);
   /// The transport lost its reliable link to `peer` (found outside a send).
   void on_link_failed(MemberId peer, TimeNs now, AppEvents& app);
+  /// The transport has nothing more queued (GroupEngine::on_drained).
+  void on_drained(TimeNs now, AppEvents& app);
   /// A message from the coordinator (views, flush requests, the multicast fallback).
   void on_control(const membership::ControlMessage& m, TimeNs now, AppEvents& app);
   /// Checks that multicast reaches every member (group/multicast_probe.hpp).

@@ -30,10 +30,14 @@ BroadcastResult SmallPath::broadcast(MessageBuffer message, TimeNs now, Outbox& 
   if (message->size() > cfg_.max_small_message) return {BroadcastError::too_large, 0};
   if (!window_has_room(message->size())) return {BroadcastError::window_full, 0};
   Stream& s = stream(self_);
+  // While earlier messages are in flight the sender is streaming: a one-datagram
+  // message may wait (batch_delay_ns at most) to share a datagram with the next.
+  const bool may_hold = cfg_.batch_delay_ns > 0 && in_flight() > 0;
   const Seq seq = next_seq_++;
   own_bytes_in_flight_ += message->size();
-  for (auto& dgram : fragment(emit_.header(), self_, seq, s.known_stable, *message, cfg_.mtu))
-    emit_.datagram_bytes(std::move(dgram), out);
+  auto dgrams = fragment(emit_.header(), self_, seq, s.known_stable, *message, cfg_.mtu);
+  const bool one = dgrams.size() == 1;
+  for (auto& dgram : dgrams) emit_.datagram_bytes(std::move(dgram), out, may_hold && one);
   s.last_announced = s.known_stable;
   s.last_data_ns = now;
   arm_announce(s, now);  // announces `highest` once we pause, for a lost tail
@@ -157,6 +161,7 @@ void SmallPath::on_timer(const TimerQueue::Entry& e, TimeNs now, Outbox& out) {
     case TimerKind::ack_flush:
     case TimerKind::large_stall:
     case TimerKind::multicast_probe:
+    case TimerKind::batch_flush:
       HMCAST_ASSERT(false && "the group engine routes only the small path's timers here");
   }
 }
@@ -598,7 +603,7 @@ void SmallPath::on_ack(MemberId from, const wire::Ack& a, TimeNs now, Outbox& ou
   }
 }
 
-void SmallPath::flush_acks(TimeNs now, Outbox& out) {
+void SmallPath::flush_acks(TimeNs now, Outbox& out, bool drained) {
   if (acks_pending_.empty()) return;
   std::map<MemberId, std::vector<wire::AckEntry>> by_parent;
   for (auto it = acks_pending_.begin(); it != acks_pending_.end();) {
@@ -610,7 +615,7 @@ void SmallPath::flush_acks(TimeNs now, Outbox& out) {
     }
     const MemberId p = *s.parent;
     auto last = last_ack_to_.find(p);
-    if (last != last_ack_to_.end() && now < last->second + cfg_.ack_interval_ns) {
+    if (!drained && last != last_ack_to_.end() && now < last->second + cfg_.ack_interval_ns) {
       // Merge with whatever else becomes due for this parent in the interval.
       if (ack_flush_armed_.insert(p).second)
         ack_flush_gen_[p] = timers_.arm(last->second + cfg_.ack_interval_ns, TimerKey{TimerKind::ack_flush, p, 0});

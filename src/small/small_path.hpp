@@ -88,7 +88,9 @@ class SmallPath {
   /// A timer of this path fired (kinds child_repair, ack_flush, announce, pull, nack).
   void on_timer(const TimerQueue::Entry& e, TimeNs now, Outbox& out);
   /// Sends the ACKs that became due; the group engine calls it after every input.
-  void flush_acks(TimeNs now, Outbox& out);
+  /// `drained`: no more input is queued, so ACKs held back by the ACK interval to
+  /// merge with later input go now.
+  void flush_acks(TimeNs now, Outbox& out, bool drained = false);
 
   /// A new view (this member is in it): every stream's tree is laid out again,
   /// and messages in flight complete against the survivors.

@@ -10,11 +10,15 @@ import numpy as np
 import hmcast
 
 
-def content(sender, seq):
-    """What message `seq` of `sender` holds: any member can regenerate it."""
-    rng = np.random.default_rng(sender * 1_000_003 + seq)
-    size = int(rng.integers(1, 300_000))  # datagrams and, past the policy's crossover, the large path
-    return rng.integers(0, 256, size, dtype=np.uint8)
+def content(sender, index):
+    """What `sender`'s message number `index` holds: any member can regenerate it. The
+    first 4 bytes name the index (little-endian): small and large messages are numbered
+    apart (Delivery.seq counts per path), so the receiver reads which message it got."""
+    rng = np.random.default_rng(sender * 1_000_003 + index)
+    size = int(rng.integers(4, 300_000))  # datagrams and, past the policy's crossover, the large path
+    a = rng.integers(0, 256, size, dtype=np.uint8)
+    a[:4] = np.frombuffer(index.to_bytes(4, "little"), dtype=np.uint8)
+    return a
 
 
 def main():
@@ -39,6 +43,7 @@ def main():
         c.result(timeout=60)
 
     got, bad, left, views = 0, 0, [], 0
+    seen = set()
     while got < args.expect or len(left) < args.expect_left:
         e = g.receive(timeout=60)
         if e is None:
@@ -49,8 +54,12 @@ def main():
             continue
         got += 1
         # The delivery's bytes without a copy, against the regenerated message.
-        if not np.array_equal(np.frombuffer(e, dtype=np.uint8), content(e.sender, e.seq)):
-            bad += 1
+        view = np.frombuffer(e, dtype=np.uint8)
+        index = int.from_bytes(view[:4].tobytes(), "little") if view.size >= 4 else 0
+        if (e.sender, index) in seen or index < 1 or index > 1_000_000 or \
+                not np.array_equal(view, content(e.sender, index)):
+            bad += 1  # a duplicate, or bytes that are not the message they say they are
+        seen.add((e.sender, index))
     print(json.dumps({"event": "done", "self": g.self, "received": got, "bad": bad, "views": views,
                       "left": left, "completed": g.stats()["completed"] + g.stats()["large_completed"]}),
           flush=True)
