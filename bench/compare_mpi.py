@@ -126,6 +126,39 @@ def small_runs(procs_list, sizes, rounds, scale, shim):
     return rows
 
 
+# ---------------------------------------------------------------- streaming (loopback)
+
+STREAM_SIZES = [64, 2048, 65536]
+STREAM_PROCS = 8
+STREAM_SCALE = 4  # 20,000 small messages (800 of 64 KiB), as ../shared/notes/mpi-baseline.md
+
+
+def stream_runs(rounds):
+    """One sender streams to 8 members, then knows all have the last message: hmcast's
+    stream until its last completion, against MPI_Bcast back to back then one MPI_Barrier.
+    rows: impl, size, round, msgs_per_s, mb_s, cpu_s_per_gb (hmcast only), ok"""
+    rows = []
+    sizes = ",".join(map(str, STREAM_SIZES))
+    for rnd in range(rounds):
+        out = run([HM, "bench", "--transport", "socket", "--procs", str(STREAM_PROCS), "--sizes", sizes,
+                   "--throughput-only", "--scale", str(STREAM_SCALE), "--json"], 900)
+        for r in last_json(out)["rows"]:
+            rows.append({"impl": "hmcast", "size": r["size"], "round": rnd, "msgs_per_s": r["stream_msgs_per_s"],
+                         "mb_s": r["stream_msgs_per_s"] * r["size"] / 1e6,
+                         "cpu_s_per_gb": r["throughput_cpu_s_per_gb"], "ok": r["ok"]})
+        out = run(MPIRUN_LO + ["-np", str(STREAM_PROCS), MPIB, "--sizes", sizes, "--stream", "--scale",
+                               str(STREAM_SCALE), "--json"], 900)
+        for r in last_json(out)["rows"]:
+            rows.append({"impl": "mpi", "size": r["size"], "round": rnd, "msgs_per_s": r["stream_msgs_per_s"],
+                         "mb_s": r["stream_msgs_per_s"] * r["size"] / 1e6, "cpu_s_per_gb": None, "ok": r["ok"]})
+    return rows
+
+
+def stream_median(rows, impl, size, key="msgs_per_s"):
+    v = [r[key] for r in rows if r["impl"] == impl and r["size"] == size and r[key] is not None]
+    return statistics.median(v) if v else None
+
+
 def median_of(rows, impl, procs, size, key):
     v = [r[key] for r in rows if r["impl"] == impl and r["procs"] == procs and r["size"] == size]
     return statistics.median(v) if v else None
@@ -206,6 +239,32 @@ def cluster_runs(rate, quick, hosts=8, size=64 * MIB):
     return rows, None
 
 
+def cluster_rate_runs(rate, with_mpi, hosts=8, size=64 * MIB):
+    """64 MiB to `hosts` hosts at another per-host rate: one unicast (twice), the binomial
+    pipeline, and (with_mpi) MPI_Bcast across the namespaces. rows as cluster_runs'."""
+    rows = []
+    if cluster_possible():
+        return rows
+    run([CLUSTER, "up", str(hosts), rate], 120)
+    try:
+        for rep in range(2):
+            rows.append({"what": "unicast at %s" % rate, "key": "unicast", "rep": rep, "last_us": unicast_once(size),
+                         "all_us": None, "ok": True, "rate": rate})
+        r = hmcast_cluster(hosts, size, "binomial_pipeline", 3)
+        rows.append({"what": "hmcast binomial_pipeline at %s" % rate, "key": "binomial_pipeline", "rep": 0,
+                     "last_us": r["last"], "all_us": r["all"], "ok": r["ok"], "rate": rate})
+        if with_mpi:
+            try:
+                r = mpi_cluster(hosts, size, 0.5)
+                rows.append({"what": "Open MPI MPI_Bcast at %s" % rate, "key": "mpi_bcast", "rep": 0,
+                             "last_us": r["last"], "all_us": r["all"], "ok": r["ok"], "rate": rate})
+            except Exception as e:
+                say("MPI_Bcast on the emulated cluster at %s could not run: %s" % (rate, e))
+    finally:
+        subprocess.run([CLUSTER, "down"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return rows
+
+
 def cluster_value(rows, key):
     v = [r["last_us"] for r in rows if r["key"] == key and r["last_us"] is not None]
     return statistics.median(v) if v else None
@@ -217,7 +276,8 @@ def write_csv(path, rows):
     if not rows:
         return
     with open(path, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0].keys()))
+        fields = list(dict.fromkeys(k for r in rows for k in r))  # every row's keys, in first-seen order
+        w = csv.DictWriter(f, fieldnames=fields)
         w.writeheader()
         w.writerows(rows)
 
@@ -309,6 +369,23 @@ def charts(out, small, procs_list, sizes, large, shim_ran):
     return made
 
 
+def stream_table(stream, summary):
+    md = ["\n### Streaming, loopback, %d processes: one sender, then all have the last message\n" % STREAM_PROCS,
+          "hmcast: broadcasts as fast as the window allows, timed to the last one's all-acked completion; Open MPI: "
+          "MPI_Bcast back to back, then one MPI_Barrier (%d messages up to 4 KiB, %d of 64 KiB; median of the rounds).\n"
+          % (5000 * STREAM_SCALE, 200 * STREAM_SCALE),
+          "| size | hmcast messages/s | MPI messages/s | ratio | hmcast MB/s | MPI MB/s | hmcast CPU s per GB delivered |",
+          "|---|---|---|---|---|---|---|"]
+    for size in STREAM_SIZES:
+        h, m = stream_median(stream, "hmcast", size), stream_median(stream, "mpi", size)
+        c = stream_median(stream, "hmcast", size, "cpu_s_per_gb")
+        md.append("| %s | %s | %s | %s | %s | %s | %s |" % (
+            fmt_size(size), "%.0f" % h if h else "n/a", "%.0f" % m if m else "n/a",
+            "%.2f" % (h / m) if h and m else "n/a", "%.1f" % (h * size / 1e6) if h else "n/a",
+            "%.1f" % (m * size / 1e6) if m else "n/a", "%.2f" % c if c else "n/a"))
+    return "\n".join(md) + "\n"
+
+
 def tables(small, procs_list, sizes, large, summary, shim_ran):
     md = []
     md.append("Run: `%s` (%s, %s).\n" % (summary["command"], summary["started_utc"], summary["host"]))
@@ -332,22 +409,26 @@ def tables(small, procs_list, sizes, large, summary, shim_ran):
             md.append(line)
     if not shim_ran:
         md.append("\nMPI_Bcast via the hmcast shim: %s\n" % summary["shim"])
-    md.append("\n### 64 MiB to 8 emulated hosts (%s per host), time until the last host has it\n" % summary["rate"])
-    if large:
-        uni = cluster_value(large, "unicast")
+    rates = [summary["rate"]] + sorted({r["rate"] for r in large if "rate" in r})
+    for rate in rates:
+        rows = [r for r in large if r.get("rate", summary["rate"]) == rate]
+        md.append("\n### 64 MiB to 8 emulated hosts (%s per host), time until the last host has it\n" % rate)
+        if not rows:
+            md.append(summary.get("cluster", "not run"))
+            continue
+        uni = cluster_value(rows, "unicast")
         md += ["| what | last delivery (p50) | all-acked (p50) | vs one unicast |", "|---|---|---|---|"]
         seen = set()
-        for r in large:
+        for r in rows:
             if r["key"] in seen:
                 continue
             seen.add(r["key"])
-            v = cluster_value(large, r["key"])
-            alls = [x["all_us"] for x in large if x["key"] == r["key"] and x["all_us"]]
+            v = cluster_value(rows, r["key"])
+            alls = [x["all_us"] for x in rows if x["key"] == r["key"] and x["all_us"]]
             md.append("| %s | %s | %s | %s |" % (r["what"], fmt_us(v), fmt_us(alls[0]) if alls else "—",
                                                  "%.2f" % (v / uni) if v and uni else "n/a"))
-    else:
-        md.append(summary.get("cluster", "not run"))
-    md.append("\nFigures: `%s`" % json.dumps({k: summary[k] for k in summary if k.startswith(("small_", "large_"))}))
+    md.append("\nFigures: `%s`" % json.dumps({k: summary[k] for k in summary
+                                              if k.startswith(("small_", "large_", "loopback_", "cluster_", "stream_"))}))
     return "\n".join(md) + "\n"
 
 
@@ -390,13 +471,38 @@ def main():
                "started_utc": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                "host": "%d cores, %s" % (os.cpu_count(), os.uname().release), "rate": args.rate,
                "shim": "ran (build/lib/libhmcast_mpi.so)" if shim else "not built (build/lib/libhmcast_mpi.so missing)"}
+    procs_list = [2, 4, 8]
     if args.quick:
-        procs_list, sizes, rounds = [8], [2048], args.rounds or 3
+        # Every group size and size class once (the worst cell), the 2 KiB goal three times.
+        sizes, rounds = [8, 2048, 65536, MIB, 8 * MIB, 64 * MIB], args.rounds or 3
+        small = small_runs(procs_list, sizes, 1, 1.0, False)
+        extra = small_runs([8], [2048], rounds - 1, 1.0, shim)
+        for r in extra:
+            r["round"] += 1
+        small += extra
     else:
-        procs_list, sizes, rounds = [2, 4, 8], [8, 64, 2048, 65536, MIB, 8 * MIB, 64 * MIB], args.rounds or 1
+        sizes, rounds = [8, 64, 2048, 65536, MIB, 8 * MIB, 64 * MIB], args.rounds or 1
+        small = small_runs(procs_list, sizes, rounds, 1.0, shim)
     summary["rounds"] = rounds
-    small = small_runs(procs_list, sizes, rounds, 1.0, shim)
     shim_ran = any(r["impl"] == "shim" for r in small)
+    # The worst cell of the loopback grid: hmcast all-acked against MPI_Bcast + MPI_Barrier.
+    worst = None
+    for procs in procs_list:
+        for size in sizes:
+            h, m = median_of(small, "hmcast", procs, size, "all_p50_us"), median_of(small, "mpi", procs, size, "all_p50_us")
+            if h and m and (worst is None or h / m > worst[0]):
+                worst = (h / m, procs, size)
+    if worst:
+        summary["loopback_worst_ratio_vs_mpi_bcast_barrier"] = round(worst[0], 3)
+        summary["loopback_worst_cell"] = "%d procs, %s" % (worst[1], fmt_size(worst[2]))
+    stream = stream_runs(1 if args.quick else 2)
+    for size, name in ((64, "64b"), (2048, "2k"), (65536, "64k")):
+        h, m = stream_median(stream, "hmcast", size), stream_median(stream, "mpi", size)
+        summary["stream_%s_hmcast_msgs_per_s" % name] = round(h) if h else None
+        summary["stream_%s_mpi_msgs_per_s" % name] = round(m) if m else None
+        summary["stream_%s_ratio_vs_mpi" % name] = round(h / m, 3) if h and m else None
+        c = stream_median(stream, "hmcast", size, "cpu_s_per_gb")
+        summary["stream_%s_hmcast_cpu_s_per_gb" % name] = round(c, 2) if c else None
     large, note = cluster_runs(args.rate, args.quick)
     if note:
         summary["cluster"] = note
@@ -423,18 +529,32 @@ def main():
                 summary["shim_%s_bcast_barrier_ratio_vs_mpi" % name] = round(sb / mb, 3)
             if mb and so:
                 summary["shim_%s_bcast_ratio_vs_mpi_bcast_barrier" % name] = round(so / mb, 3)
-    uni, pipe, seq = (cluster_value(large, k) for k in ("unicast", "binomial_pipeline", "sequential"))
+    faster = cluster_rate_runs("1gbit", not args.quick)
+    if not args.quick:
+        faster += cluster_rate_runs("4gbit", True)
+    for rate, name in (("1gbit", "1g"), ("4gbit", "4g")):
+        rows = [r for r in faster if r["rate"] == rate]
+        u, p, m = (cluster_value(rows, k) for k in ("unicast", "binomial_pipeline", "mpi_bcast"))
+        if u and p:
+            summary["cluster_%s_64m_ratio_vs_unicast" % name] = round(p / u, 3)
+        if m and p:
+            summary["cluster_%s_64m_ratio_vs_mpi_bcast" % name] = round(p / m, 3)
+    large += faster
+    uni, pipe, seq = (cluster_value([r for r in large if "rate" not in r], k)
+                      for k in ("unicast", "binomial_pipeline", "sequential"))
     summary.update({
         "large_64m_unicast_us": uni, "large_64m_pipeline_us": pipe, "large_64m_sequential_us": seq,
         "large_64m_ratio_vs_unicast": round(pipe / uni, 3) if pipe and uni else None,
         "large_64m_ratio_vs_sequential": round(pipe / seq, 3) if pipe and seq else None,
     })
-    summary["ok"] = all(r["ok"] for r in small) and all(r["ok"] for r in large if r["key"] != "mpi_bcast")
+    summary["ok"] = (all(r["ok"] for r in small) and all(r["ok"] for r in large if r["key"] != "mpi_bcast")
+                     and all(r["ok"] for r in stream))
     summary["elapsed_s"] = round(time.time() - t0, 1)
     write_csv(os.path.join(args.out, "small.csv"), small)
     write_csv(os.path.join(args.out, "cluster.csv"), large)
+    write_csv(os.path.join(args.out, "stream.csv"), stream)
     made = charts(args.out, small, procs_list, sizes, large, shim_ran)
-    table_md = tables(small, procs_list, sizes, large, summary, shim_ran)
+    table_md = tables(small, procs_list, sizes, large, summary, shim_ran) + stream_table(stream, summary)
     open(os.path.join(args.out, "results.md"), "w").write(table_md)
     open(os.path.join(args.out, "commands.log"), "w").write("\n".join(LOG) + "\n")
     json.dump(summary, open(os.path.join(args.out, "summary.json"), "w"), indent=1)

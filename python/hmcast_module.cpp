@@ -88,6 +88,8 @@ py::dict stats_dict(const hmcast::GroupStats& s) {
   d["duplicates_dropped"] = s.duplicates_dropped;
   d["bad_packets_dropped"] = s.bad_packets_dropped;
   d["multicast_datagrams_sent"] = s.multicast_datagrams_sent;
+  d["batches_sent"] = s.batches_sent;
+  d["datagrams_batched"] = s.datagrams_batched;
   d["link_bytes_sent"] = s.link_bytes_sent;
   d["multicast_probe"] = s.multicast_probe;
   d["multicast_emulated"] = s.multicast_emulated;

@@ -13,7 +13,13 @@ run() {  # run <python condition on d> <hmcast args...>
 run_cmd() {  # run_cmd <python condition on d> <command...>: the command's last line is JSON
   local cond="$1"; shift
   local out
-  out=$("$@" | tail -n 1)
+  # Explicit returns: run_cmd also runs where `set -e` does not apply (`if ! (run_cmd ...)`),
+  # and a failed command or an unmet condition must still fail it there.
+  if ! out=$("$@" | tail -n 1); then
+    echo "\$ $*"
+    echo "NOT MET: the command failed (exit status above)"
+    return 1
+  fi
   echo "\$ $*"
   echo "$out"
   python3 -c '
@@ -22,7 +28,7 @@ d = json.loads(sys.argv[1])
 cond = sys.argv[2]
 if not eval(cond, {}, {"d": d}):
     print("NOT MET: " + cond); sys.exit(1)
-print("met: " + cond)' "$out" "$cond"
+print("met: " + cond)' "$out" "$cond" || return 1
   LAST="$out"
 }
 

@@ -306,3 +306,59 @@ TEST_CASE("socket api: a member joins a running group and delivers from its view
     }
   }
 }
+
+TEST_CASE("socket api: a stream of small messages shares datagrams, and each arrives once, in order, intact",
+          "[socket][api][batch]") {
+  hmcast::socket::ManagerServer manager("127.0.0.1", 0, hmcast::socket::fresh_coordinator_config());
+  constexpr std::uint32_t kNodes = 3;
+  constexpr std::uint32_t kMessages = 3000;
+  struct Log {
+    std::mutex mu;
+    std::uint32_t next = 0;
+    std::uint64_t bad = 0;
+  };
+  std::vector<Log> logs(kNodes);
+  std::vector<std::unique_ptr<hmcast::Node>> nodes;
+  std::vector<hmcast::Group> groups(kNodes);
+  for (std::uint32_t i = 0; i < kNodes; ++i) {
+    auto cfg = socket_config(manager.port(), kNodes);
+    cfg.faults.datagram_loss = 0.02;  // lost batches are repaired message by message
+    cfg.faults.seed = 31 + i;
+    nodes.push_back(std::make_unique<hmcast::Node>(cfg));
+  }
+  std::vector<std::thread> joiners;
+  for (std::uint32_t i = 0; i < kNodes; ++i) joiners.emplace_back([&, i] { groups[i] = nodes[i]->join("stream"); });
+  for (auto& t : joiners) t.join();
+  const hmcast::MemberId sender = groups[0].self();
+  for (std::uint32_t i = 0; i < kNodes; ++i)
+    groups[i].on_deliver([&log = logs[i], sender](const hmcast::Delivery& d) {
+      std::lock_guard lock(log.mu);
+      const std::uint32_t n = log.next++;
+      const auto want = payload(sender, n, 1 + n % 100);
+      if (d.sender != sender || d.large || !std::equal(d.bytes.begin(), d.bytes.end(), want.begin(), want.end()))
+        ++log.bad;
+    });
+  std::vector<hmcast::Completion> done;
+  done.reserve(kMessages);
+  for (std::uint32_t m = 0; m < kMessages; ++m) done.push_back(groups[0].broadcast(payload(sender, m, 1 + m % 100)));
+  for (auto& c : done) c.get();
+  CHECK(eventually([&] {
+    for (auto& l : logs) {
+      std::lock_guard lock(l.mu);
+      if (l.next != kMessages) return false;
+    }
+    return true;
+  }));
+  for (auto& l : logs) {
+    std::lock_guard lock(l.mu);
+    CHECK(l.next == kMessages);
+    CHECK(l.bad == 0);
+  }
+  const auto st = groups[0].stats();
+  INFO("batches " << st.batches_sent << ", datagrams in them " << st.datagrams_batched << ", datagrams "
+                  << st.multicast_datagrams_sent);
+  CHECK(st.batches_sent > 0);
+  CHECK(st.datagrams_batched >= 2 * st.batches_sent);
+  CHECK(st.multicast_datagrams_sent < kMessages);  // fewer datagrams than messages
+  for (auto& g : groups) g.leave();
+}

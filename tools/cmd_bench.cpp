@@ -43,6 +43,7 @@ struct Row {
 /// How the socket runs go: latency only, a fixed message count.
 struct Knobs {
   bool latency_only = false;
+  bool throughput_only = false;
   std::uint32_t messages = 0;  // latency messages (0: by size, times --scale)
 };
 
@@ -77,7 +78,13 @@ Row socket_row(std::uint32_t procs, std::uint64_t size, double scale, const Grou
   o.group = "bench";
   o.serial = true;
   o.messages = r.latency_messages = k.messages != 0 ? k.messages : latency_count(size, scale);
-  const auto lat = run_group(o);
+  GroupRunReport lat;
+  if (k.throughput_only) {
+    lat.delivered_ok = true;
+    r.latency_messages = 0;
+  } else {
+    lat = run_group(o);
+  }
   r.complete_p50_us = lat.latency_p50_us;
   r.complete_p99_us = lat.latency_p99_us;
   r.deliver_p50_us = lat.last_delivery_p50_us;
@@ -92,6 +99,7 @@ Row socket_row(std::uint32_t procs, std::uint64_t size, double scale, const Grou
   o.messages = r.throughput_messages = throughput_count(size, scale);
   const auto tp = run_group(o);
   r.throughput_cpu_s_per_gb = cpu_per_gb(tp, procs);
+  if (k.throughput_only) r.policy = tp.policy;
   r.stream_msgs_per_s = tp.acked_span_s > 0 ? static_cast<double>(tp.messages_sent) / tp.acked_span_s : 0;
   r.throughput_mb_s = tp.send_span_s > 0 ? static_cast<double>(tp.bytes_broadcast) / 1e6 / tp.send_span_s : 0;
   r.ok = lat.delivered_ok && tp.delivered_ok;
@@ -169,6 +177,7 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("--interface-template", base->interface_template, "Each member's address ({i}: its index)");
   cmd->add_option("--manager-host", base->manager_host, "Address the manager listens on");
   cmd->add_flag("--latency-only", knobs->latency_only, "socket: skip the throughput runs");
+  cmd->add_flag("--throughput-only", knobs->throughput_only, "socket: skip the latency runs")->excludes("--latency-only");
   cmd->add_option("--messages", knobs->messages, "socket: latency messages per row (default: by size and --scale)");
   cmd->add_option("--profile", *profile, "socket: members load this profile file (default: built in)");
   cmd->add_option("--radix", *radix, "socket: override the policy's ACK-tree radix")->check(CLI::Range(2U, 65536U));

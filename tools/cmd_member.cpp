@@ -429,6 +429,8 @@ int run_member(const MemberOptions& o) {
             {"multicast_probe_silent", st.multicast_probe_silent},
             {"multicast_emulated", st.multicast_emulated},
             {"emulated_datagrams_sent", st.emulated_datagrams_sent},
+            {"batches_sent", st.batches_sent},
+            {"datagrams_batched", st.datagrams_batched},
             {"policy",
              {{"ack_radix", st.ack_radix},
               {"max_small_message", st.max_small_message},

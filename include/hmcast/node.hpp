@@ -110,6 +110,10 @@ struct GroupStats {
   std::vector<MemberId> multicast_probe_silent;
   bool multicast_emulated = false;
   std::uint64_t emulated_datagrams_sent = 0;
+  /// Streams of small messages (ProtocolConfig::batch_delay_ns): Batch datagrams this
+  /// member sent, and the datagrams that went inside them.
+  std::uint64_t batches_sent = 0;
+  std::uint64_t datagrams_batched = 0;
   FaultStats faults;
   /// What the policy chose for this group (src/policy): its ACK-tree radix, the
   /// size above which messages take the large path, the large path's schedule and

@@ -75,6 +75,8 @@ GroupStats Group::stats() const {
     const auto& probe = e.multicast_probe();
     out.multicast_emulated = e.multicast_emulated();
     out.emulated_datagrams_sent = e.sent().emulated_datagrams;
+    out.batches_sent = e.sent().batches_sent;
+    out.datagrams_batched = e.sent().datagrams_batched;
     out.multicast_probes_sent = probe.probes_sent();
     out.multicast_probe = std::string(group::to_string(probe.state()));
     out.multicast_probe_silent = rt.probe_silent();
