@@ -58,6 +58,27 @@ struct Delivery {
   std::shared_ptr<const std::vector<std::byte>> buffer;  // owns `bytes`
 };
 
+/// A message written in place before it is broadcast (Group::prepare): its buffer
+/// comes from the transport (for large messages, its pool of final buffers, which
+/// the verbs transport keeps registered), so Group::broadcast() sends it without
+/// copying. Move-only; broadcast() takes it over, and it is empty afterwards.
+class OutgoingMessage {
+ public:
+  OutgoingMessage() = default;
+  OutgoingMessage(OutgoingMessage&&) noexcept = default;
+  OutgoingMessage& operator=(OutgoingMessage&&) noexcept = default;
+  OutgoingMessage(const OutgoingMessage&) = delete;
+  OutgoingMessage& operator=(const OutgoingMessage&) = delete;
+  [[nodiscard]] std::span<std::byte> bytes() { return buf_ ? std::span<std::byte>(*buf_) : std::span<std::byte>{}; }
+  [[nodiscard]] std::size_t size() const { return buf_ ? buf_->size() : 0; }
+  [[nodiscard]] bool empty() const { return !buf_; }
+
+ private:
+  friend class Group;
+  explicit OutgoingMessage(std::shared_ptr<std::vector<std::byte>> b) : buf_(std::move(b)) {}
+  std::shared_ptr<std::vector<std::byte>> buf_;
+};
+
 /// What the seeded fault layer (Config::faults) did to what this member's Node
 /// received, over all its groups; all zero when no fault is configured.
 struct FaultStats {
@@ -181,6 +202,13 @@ class Group {
   /// (or large-message queue) in SendMode::fail, a message over max_large_message,
   /// or a removed member.
   Completion broadcast(std::span<const std::byte> bytes, SendMode mode = SendMode::wait);
+  /// A buffer of `size` bytes to write a message into and hand to broadcast(message):
+  /// the same as broadcast(bytes) without the copy (which for large messages costs
+  /// about as much as moving them between two processes on one host). Its contents
+  /// start unspecified. Throws like broadcast() for a size over max_large_message.
+  [[nodiscard]] OutgoingMessage prepare(std::size_t size);
+  /// Broadcasts a prepared message (taking it over: `message` is empty afterwards).
+  Completion broadcast(OutgoingMessage&& message, SendMode mode = SendMode::wait);
   [[nodiscard]] View view() const;
   [[nodiscard]] MemberId self() const;
   [[nodiscard]] GroupStats stats() const;
@@ -195,6 +223,8 @@ class Group {
   friend class Node;
   explicit Group(std::shared_ptr<detail::GroupState> s) : state_(std::move(s)) {}
   Completion broadcast_large(std::span<const std::byte> bytes, SendMode mode);
+  Completion send_large(std::shared_ptr<std::vector<std::byte>> buf, SendMode mode);
+  Completion send_small(std::shared_ptr<const std::vector<std::byte>> msg, SendMode mode);
   std::shared_ptr<detail::GroupState> state_;
 };
 

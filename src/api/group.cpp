@@ -143,11 +143,39 @@ Completion register_completion(detail::GroupState& g, std::map<Seq, std::promise
 
 }  // namespace
 
+namespace {
+void check_large_size(const ProtocolConfig& cfg, std::size_t size) {
+  if (size > cfg.max_large_message)
+    throw Error(ErrorCode::message_too_large, "message of " + std::to_string(size) + " bytes is over the limit of " +
+                                                  std::to_string(cfg.max_large_message) +
+                                                  " (raise ProtocolConfig::max_large_message on every member)");
+}
+
+std::uint32_t small_route(const ProtocolConfig& cfg) {
+  return cfg.small_route_max != 0 ? cfg.small_route_max : cfg.max_small_message;
+}
+}  // namespace
+
 Completion Group::broadcast(std::span<const std::byte> bytes, SendMode mode) {
+  if (bytes.size() > small_route(state_->node->protocol)) return broadcast_large(bytes, mode);
+  return send_small(std::make_shared<const std::vector<std::byte>>(bytes.begin(), bytes.end()), mode);
+}
+
+OutgoingMessage Group::prepare(std::size_t size) {
   const auto& cfg = state_->node->protocol;
-  const std::uint32_t route = cfg.small_route_max != 0 ? cfg.small_route_max : cfg.max_small_message;
-  if (bytes.size() > route) return broadcast_large(bytes, mode);
-  auto msg = std::make_shared<const std::vector<std::byte>>(bytes.begin(), bytes.end());
+  if (size <= small_route(cfg)) return OutgoingMessage(std::make_shared<std::vector<std::byte>>(size));
+  check_large_size(cfg, size);
+  return OutgoingMessage(state_->node->link->allocate_large(size));
+}
+
+Completion Group::broadcast(OutgoingMessage&& message, SendMode mode) {
+  if (!message.buf_) throw Error(ErrorCode::invalid_config, "broadcast of an empty OutgoingMessage: get one from prepare()");
+  auto buf = std::move(message.buf_);
+  if (buf->size() > small_route(state_->node->protocol)) return send_large(std::move(buf), mode);
+  return send_small(std::move(buf), mode);
+}
+
+Completion Group::send_small(std::shared_ptr<const std::vector<std::byte>> msg, SendMode mode) {
   auto lock = wait_for_room(*state_, mode, false, [&] { return state_->runtime->engine().can_broadcast(msg->size()); });
   AppEvents app;
   const auto res = state_->runtime->broadcast(msg, detail::now_ns(), app);
@@ -156,15 +184,15 @@ Completion Group::broadcast(std::span<const std::byte> bytes, SendMode mode) {
 }
 
 Completion Group::broadcast_large(std::span<const std::byte> bytes, SendMode mode) {
-  const auto& cfg = state_->node->protocol;
-  if (bytes.size() > cfg.max_large_message)
-    throw Error(ErrorCode::message_too_large, "message of " + std::to_string(bytes.size()) +
-                                                  " bytes is over the limit of " +
-                                                  std::to_string(cfg.max_large_message) +
-                                                  " (raise ProtocolConfig::max_large_message on every member)");
+  check_large_size(state_->node->protocol, bytes.size());
   // Copied into a buffer of the transport's pool (no page faults once warm).
   auto buf = state_->node->link->allocate_large(bytes.size());
   std::copy(bytes.begin(), bytes.end(), buf->begin());
+  return send_large(std::move(buf), mode);
+}
+
+Completion Group::send_large(std::shared_ptr<std::vector<std::byte>> buf, SendMode mode) {
+  check_large_size(state_->node->protocol, buf->size());
   auto lock = wait_for_room(*state_, mode, true, [&] { return state_->runtime->engine().can_broadcast_large(); });
   AppEvents app;
   const auto size = buf->size();
