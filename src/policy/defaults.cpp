@@ -33,6 +33,11 @@ ProtocolConfig transport_defaults(std::string_view transport, std::uint32_t mtu)
   // bounds the memory.
   p.batch_delay_ns = 20'000;
   p.window_messages = 256;
+  // Every receiver's socket must hold what is in flight while it is descheduled: with
+  // 16 MiB a stream of 64 KiB messages overran the 4 MiB receive buffers (696 repairs
+  // for 800 messages to 7 members; 2 MiB: none, and 1.5x the rate; 1 and 4 MiB were
+  // slower: docs/benchmarks.md, "Streaming").
+  p.window_bytes = 2U << 20;
   p.stable_announce_ns = 1'000'000;
   if (transport != "inproc") {
     // Processes on shared cores can be descheduled for many milliseconds (and
