@@ -137,7 +137,7 @@ Completion register_completion(detail::GroupState& g, std::map<Seq, std::promise
   pending.emplace(seq, std::move(p));
   detail::NodeState::queue_for_app(g, app);
   lock.unlock();
-  g.node->link->wake();  // the progress thread runs the self-delivery and completion
+  g.node->wake_progress();  // the progress thread runs the self-delivery and completion
   return c;
 }
 

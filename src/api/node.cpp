@@ -40,6 +40,10 @@ void NodeState::queue_for_app(GroupState& g, AppEvents& app) {
 void NodeState::run() {
   GroupState& g = *group;
   while (!stop.load()) {
+    // From here on a wake-up must reach us again: whatever was queued before this
+    // point is seen below (the eventfd written for it is still readable, at worst
+    // one round too many).
+    wake_pending.store(false, std::memory_order_release);
     TimeNs next = kNever;
     {
       std::lock_guard lock(g.mu);

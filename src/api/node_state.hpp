@@ -65,6 +65,16 @@ struct NodeState {
   std::shared_ptr<GroupState> group;                        // once join() returned
   std::atomic<bool> stop{false};
   std::thread progress;
+  /// A wake-up of the progress thread is on its way (the link's eventfd was written
+  /// and the thread has not started its next round since): later ones may be skipped.
+  std::atomic<bool> wake_pending{false};
+
+  /// Wakes the progress thread unless a wake-up is already pending: a sender
+  /// streaming small messages would otherwise pay a system call per broadcast,
+  /// while the thread handles everything queued in one round anyway.
+  void wake_progress() {
+    if (!wake_pending.exchange(true, std::memory_order_acq_rel)) link->wake();
+  }
 
   /// How long a Completion polls before it sleeps: the transport's busy-poll window,
   /// so an application thread waiting on a broadcast is as awake as the progress thread.
