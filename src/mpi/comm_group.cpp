@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <thread>
 
 #include <arpa/inet.h>
 #include <ifaddrs.h>
@@ -120,6 +121,9 @@ std::unique_ptr<CommGroup> CommGroup::form(MPI_Comm comm, std::string& why) {
     cfg.socket.manager = rv.manager;
     cfg.socket.interface_address = iface;
     cfg.join_timeout = std::chrono::milliseconds(std::atol(env_or("HMCAST_MPI_JOIN_TIMEOUT_MS", "30000").c_str()));
+    g->spin_ = cfg.socket.completion == CompletionMode::interrupt ? std::chrono::nanoseconds{0}
+               : cfg.socket.completion == CompletionMode::poll    ? std::chrono::nanoseconds{std::chrono::hours{1}}
+                                                                  : std::chrono::nanoseconds{cfg.socket.busy_poll};
     g->node_ = std::make_unique<Node>(cfg);
     g->group_ = g->node_->join("mpi-communicator");  // the manager is this communicator's own
     CommGroup* self = g.get();
@@ -131,12 +135,14 @@ std::unique_ptr<CommGroup> CommGroup::form(MPI_Comm comm, std::string& why) {
       self->broken_ = std::to_string(left.size()) +
                       " rank(s) left the communicator's hmcast group (process died or stopped answering): "
                       "broadcasts on this communicator can no longer reach every rank";
+      self->arrivals_.fetch_add(1, std::memory_order_release);
       self->arrived_.notify_all();
     });
     g->group_.on_deliver([self](const Delivery& d) {
       if (d.sender == self->self_) return;  // a root's own copy: it already has the data
       std::lock_guard lock(self->mu_);
       self->inbox_[{d.sender, d.large}].push_back(Message{d.bytes, d.buffer});
+      self->arrivals_.fetch_add(1, std::memory_order_release);
       self->arrived_.notify_all();
     });
   } catch (const std::exception& e) {
@@ -194,7 +200,15 @@ std::optional<BcastError> CommGroup::wait_next(int root, std::size_t size, Messa
       break;
     }
     if (!broken_.empty()) return BcastError{MPI_ERR_OTHER, broken_};
-    arrived_.wait(lock);
+    // Poll (yielding the CPU) for the busy-poll window, then sleep until the next arrival.
+    const std::uint64_t seen = arrivals_.load(std::memory_order_acquire);
+    lock.unlock();
+    const auto until = std::chrono::steady_clock::now() + spin_;
+    bool moved = false;
+    while (!(moved = arrivals_.load(std::memory_order_acquire) != seen) && std::chrono::steady_clock::now() < until)
+      std::this_thread::yield();
+    lock.lock();
+    if (!moved) arrived_.wait(lock, [&] { return arrivals_.load(std::memory_order_acquire) != seen; });
   }
   if (out.bytes.size() != size)
     return BcastError{MPI_ERR_TRUNCATE, "the root broadcast " + std::to_string(out.bytes.size()) +

@@ -14,6 +14,8 @@
 // and takes the oldest message of that (root, path) queue.
 #pragma once
 
+#include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
@@ -83,6 +85,11 @@ class CommGroup {
 
   std::mutex mu_;
   std::condition_variable arrived_;
+  /// Bumped (under mu_) by every delivery and view change: a waiting rank polls it
+  /// for `spin_` before it sleeps on arrived_, as Completion::get() polls, so a
+  /// message that comes soon costs no wake-up of a sleeping thread.
+  std::atomic<std::uint64_t> arrivals_{0};
+  std::chrono::nanoseconds spin_{0};
   std::map<std::pair<MemberId, bool>, std::deque<Message>> inbox_;  // (sender, large) -> in order
   std::string broken_;  // set when a member left: no later broadcast can reach every rank
 };
