@@ -39,7 +39,7 @@ membership::ControlMessage QueuedControlClient::next(TimePoint deadline, const c
     }
     if (lost_) throw Error(ErrorCode::manager_lost, lost_why_ + " while waiting for " + waiting_for);
     if (cv_.wait_until(lock, deadline) == std::cv_status::timeout && queue_.empty() && !lost_)
-      throw Error(ErrorCode::join_timeout, std::string("no ") + waiting_for + " from " + peer_ +
+      throw Error(ErrorCode::join_timeout, "did not receive " + std::string(waiting_for) + " from " + peer_ +
                                                " in time: start the other members, or raise join_timeout");
   }
 }
