@@ -3,7 +3,9 @@
 #include <thread>
 
 #include "api/node_state.hpp"
+#include "api/spin_wait.hpp"
 #include "core/assert.hpp"
+#include "policy/policy.hpp"
 #include "transport/faulty/faulty_link.hpp"
 
 namespace hmcast {
@@ -83,7 +85,7 @@ GroupStats Group::stats() const {
     out.multicast_probe_round_ns = probe.last_round_ns();
     const auto& cfg = e.config();
     out.ack_radix = cfg.radix;
-    out.max_small_message = cfg.small_route_max != 0 ? cfg.small_route_max : cfg.max_small_message;
+    out.max_small_message = policy::small_route_for(cfg);
     out.large_algorithm = std::string(large::to_string(cfg.large_algorithm));
     out.last_block_size = rt.stats().last_block_size;
   }
@@ -98,12 +100,8 @@ GroupStats Group::stats() const {
 
 bool Completion::spin_until_ready(std::chrono::nanoseconds spin) const {
   if (!done_.valid()) return false;
-  const auto start = std::chrono::steady_clock::now();
-  for (;;) {
-    if (done_.wait_for(std::chrono::seconds(0)) == std::future_status::ready) return true;
-    if (std::chrono::steady_clock::now() - start >= spin) return false;
-    std::this_thread::yield();
-  }
+  return detail::spin_until([&] { return done_.wait_for(std::chrono::seconds(0)) == std::future_status::ready; },
+                            spin);
 }
 
 namespace {
@@ -141,9 +139,6 @@ Completion register_completion(detail::GroupState& g, std::map<Seq, std::promise
   return c;
 }
 
-}  // namespace
-
-namespace {
 void check_large_size(const ProtocolConfig& cfg, std::size_t size) {
   if (size > cfg.max_large_message)
     throw Error(ErrorCode::message_too_large, "message of " + std::to_string(size) + " bytes is over the limit of " +
@@ -151,19 +146,16 @@ void check_large_size(const ProtocolConfig& cfg, std::size_t size) {
                                                   " (raise ProtocolConfig::max_large_message on every member)");
 }
 
-std::uint32_t small_route(const ProtocolConfig& cfg) {
-  return cfg.small_route_max != 0 ? cfg.small_route_max : cfg.max_small_message;
-}
 }  // namespace
 
 Completion Group::broadcast(std::span<const std::byte> bytes, SendMode mode) {
-  if (bytes.size() > small_route(state_->node->protocol)) return broadcast_large(bytes, mode);
+  if (bytes.size() > policy::small_route_for(state_->node->protocol)) return broadcast_large(bytes, mode);
   return send_small(std::make_shared<const std::vector<std::byte>>(bytes.begin(), bytes.end()), mode);
 }
 
 OutgoingMessage Group::prepare(std::size_t size) {
   const auto& cfg = state_->node->protocol;
-  if (size <= small_route(cfg)) return OutgoingMessage(std::make_shared<std::vector<std::byte>>(size));
+  if (size <= policy::small_route_for(cfg)) return OutgoingMessage(std::make_shared<std::vector<std::byte>>(size));
   check_large_size(cfg, size);
   return OutgoingMessage(state_->node->link->allocate_large(size));
 }
@@ -171,7 +163,7 @@ OutgoingMessage Group::prepare(std::size_t size) {
 Completion Group::broadcast(OutgoingMessage&& message, SendMode mode) {
   if (!message.buf_) throw Error(ErrorCode::invalid_config, "broadcast of an empty OutgoingMessage: get one from prepare()");
   auto buf = std::move(message.buf_);
-  if (buf->size() > small_route(state_->node->protocol)) return send_large(std::move(buf), mode);
+  if (buf->size() > policy::small_route_for(state_->node->protocol)) return send_large(std::move(buf), mode);
   return send_small(std::move(buf), mode);
 }
 
@@ -191,8 +183,8 @@ Completion Group::broadcast_large(std::span<const std::byte> bytes, SendMode mod
   return send_large(std::move(buf), mode);
 }
 
+// `buf` came from allocate_large() after check_large_size() (broadcast_large or prepare).
 Completion Group::send_large(std::shared_ptr<std::vector<std::byte>> buf, SendMode mode) {
-  check_large_size(state_->node->protocol, buf->size());
   auto lock = wait_for_room(*state_, mode, true, [&] { return state_->runtime->engine().can_broadcast_large(); });
   AppEvents app;
   const auto size = buf->size();

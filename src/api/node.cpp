@@ -3,6 +3,7 @@
 #include <cstdlib>
 
 #include "api/node_state.hpp"
+#include "api/spin_wait.hpp"
 #include "core/overloaded.hpp"
 #include "policy/defaults.hpp"
 #include "transport/faulty/fault_config.hpp"
@@ -23,12 +24,8 @@ TimeNs now_ns() {
 }
 
 std::chrono::nanoseconds NodeState::completion_spin() const {
-  auto spin_of = [](CompletionMode mode, std::chrono::nanoseconds window) {
-    if (mode == CompletionMode::poll) return std::chrono::nanoseconds::max();
-    return mode == CompletionMode::hybrid ? window : std::chrono::nanoseconds{0};
-  };
-  if (cfg.transport == TransportKind::socket) return spin_of(cfg.socket.completion, cfg.socket.busy_poll);
-  if (cfg.transport == TransportKind::verbs) return spin_of(cfg.verbs.completion, cfg.verbs.busy_poll);
+  if (cfg.transport == TransportKind::socket) return poll_window(cfg.socket.completion, cfg.socket.busy_poll);
+  if (cfg.transport == TransportKind::verbs) return poll_window(cfg.verbs.completion, cfg.verbs.busy_poll);
   return std::chrono::nanoseconds{0};
 }
 

@@ -185,7 +185,8 @@ void GroupEngine::dispatch_batch(const wire::Header& outer, const wire::Batch& b
       continue;
     }
     const wire::Header& h = res.packet.header;
-    if (h.group != outer.group || h.view != outer.view || h.src != outer.src || !wire::is_batchable_type(h.type)) {
+    HMCAST_ASSERT(wire::is_batchable_type(h.type));  // wire::decode admits no other item type
+    if (h.group != outer.group || h.view != outer.view || h.src != outer.src) {
       ++admission_.misrouted_dropped;
       continue;
     }

@@ -5,13 +5,13 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
-#include <thread>
 
 #include <arpa/inet.h>
 #include <ifaddrs.h>
 #include <netinet/in.h>
 #include <unistd.h>
 
+#include "api/spin_wait.hpp"
 #include "membership/coordinator.hpp"
 #include "mpi/shim_stats.hpp"
 #include "transport/socket/manager_server.hpp"
@@ -121,9 +121,7 @@ std::unique_ptr<CommGroup> CommGroup::form(MPI_Comm comm, std::string& why) {
     cfg.socket.manager = rv.manager;
     cfg.socket.interface_address = iface;
     cfg.join_timeout = std::chrono::milliseconds(std::atol(env_or("HMCAST_MPI_JOIN_TIMEOUT_MS", "30000").c_str()));
-    g->spin_ = cfg.socket.completion == CompletionMode::interrupt ? std::chrono::nanoseconds{0}
-               : cfg.socket.completion == CompletionMode::poll    ? std::chrono::nanoseconds{std::chrono::hours{1}}
-                                                                  : std::chrono::nanoseconds{cfg.socket.busy_poll};
+    g->spin_ = detail::poll_window(cfg.socket.completion, cfg.socket.busy_poll);
     g->node_ = std::make_unique<Node>(cfg);
     g->group_ = g->node_->join("mpi-communicator");  // the manager is this communicator's own
     CommGroup* self = g.get();
@@ -202,13 +200,11 @@ std::optional<BcastError> CommGroup::wait_next(int root, std::size_t size, Messa
     if (!broken_.empty()) return BcastError{MPI_ERR_OTHER, broken_};
     // Poll (yielding the CPU) for the busy-poll window, then sleep until the next arrival.
     const std::uint64_t seen = arrivals_.load(std::memory_order_acquire);
+    const auto arrived = [&] { return arrivals_.load(std::memory_order_acquire) != seen; };
     lock.unlock();
-    const auto until = std::chrono::steady_clock::now() + spin_;
-    bool moved = false;
-    while (!(moved = arrivals_.load(std::memory_order_acquire) != seen) && std::chrono::steady_clock::now() < until)
-      std::this_thread::yield();
+    const bool moved = detail::spin_until(arrived, spin_);
     lock.lock();
-    if (!moved) arrived_.wait(lock, [&] { return arrivals_.load(std::memory_order_acquire) != seen; });
+    if (!moved) arrived_.wait(lock, arrived);
   }
   if (out.bytes.size() != size)
     return BcastError{MPI_ERR_TRUNCATE, "the root broadcast " + std::to_string(out.bytes.size()) +

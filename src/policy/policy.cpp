@@ -21,6 +21,10 @@ std::uint32_t small_route_for(const Profile& p, std::uint32_t group_size) noexce
   return static_cast<std::uint32_t>(std::min<std::uint64_t>(by_size, p.max_small_message));
 }
 
+std::uint32_t small_route_for(const ProtocolConfig& c) noexcept {
+  return c.small_route_max != 0 ? c.small_route_max : c.max_small_message;
+}
+
 std::uint64_t block_size_for(const Profile& p, std::uint64_t size) noexcept {
   const std::uint64_t want = (size + p.target_blocks - 1) / std::max<std::uint32_t>(1, p.target_blocks);
   const std::uint64_t aligned = (want + kBlockAlign - 1) / kBlockAlign * kBlockAlign;

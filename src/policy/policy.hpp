@@ -37,6 +37,8 @@ struct Choice {
 /// The largest message that takes the small path in a group of this size
 /// (Profile::small_bytes_per_member, capped at max_small_message).
 [[nodiscard]] std::uint32_t small_route_for(const Profile& p, std::uint32_t group_size) noexcept;
+/// The same with a ProtocolConfig's fields: small_route_max, or max_small_message when 0.
+[[nodiscard]] std::uint32_t small_route_for(const ProtocolConfig& c) noexcept;
 /// Block size of a large message of `size` bytes.
 [[nodiscard]] std::uint64_t block_size_for(const Profile& p, std::uint64_t size) noexcept;
 /// The same rule with a ProtocolConfig's fields (block_size is the largest block;

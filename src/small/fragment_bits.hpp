@@ -26,6 +26,10 @@ inline bool any_bit(std::span<const std::uint8_t> bits) {
 inline void merge_bits(std::vector<std::uint8_t>& dst, std::span<const std::uint8_t> src) {
   for (std::size_t i = 0; i < std::min(dst.size(), src.size()); ++i) dst[i] |= src[i];
 }
+/// dst &= ~src, byte by byte: what dst names and src does not.
+inline void drop_bits(std::vector<std::uint8_t>& dst, std::span<const std::uint8_t> src) {
+  for (std::size_t i = 0; i < std::min(dst.size(), src.size()); ++i) dst[i] &= static_cast<std::uint8_t>(~src[i]);
+}
 /// Bytes a bitmap of `count` fragments takes.
 inline std::size_t bitmap_bytes(std::uint32_t count) { return (std::size_t{count} + 7) / 8; }
 

@@ -358,9 +358,7 @@ void SmallPath::send_nacks(Stream& s, TimeNs, Outbox& out) {
       lacking = true;
       const bool whole_asked = asked != s.asked.end() && asked->second.empty();
       if (whole_asked) continue;
-      if (asked != s.asked.end())  // only what we have not asked for yet
-        for (std::size_t i = 0; i < std::min(lack.size(), asked->second.size()); ++i)
-          lack[i] &= static_cast<std::uint8_t>(~asked->second[i]);
+      if (asked != s.asked.end()) drop_bits(lack, asked->second);  // only what we have not asked for yet
       if (!any_bit(lack)) continue;
       n.frag_count = r.frag_count();
       n.missing = std::move(lack);
