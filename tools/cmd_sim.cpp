@@ -1,4 +1,6 @@
 // `hmcast sim small`: one deterministic simulated run, replayable from its seed.
+#include <malloc.h>
+
 #include <iostream>
 #include <memory>
 
@@ -23,6 +25,18 @@ void print_small_human(const sim::SmallResult& r) {
                                               : "FAILED")
             << "\n";
   for (const auto& v : r.violations) std::cout << "violation: " << v << "\n";
+}
+
+/// A simulated run holds every member's copy of what is in flight (gigabytes at
+/// hundreds of members) and frees and allocates message buffers by the million.
+/// glibc would hand freed memory back to the kernel and map large buffers one by
+/// one, so the run would fault in and zero the same pages over and over; keep
+/// what was freed for reuse instead (the process ends with the run).
+void keep_freed_memory() {
+  constexpr int kNever = 1 << 30;  // bytes: no buffer or trim is this large
+  mallopt(M_MMAP_THRESHOLD, 64 << 20);
+  mallopt(M_TRIM_THRESHOLD, kNever);
+  mallopt(M_TOP_PAD, 64 << 20);
 }
 
 }  // namespace
@@ -66,6 +80,7 @@ void add_large_command(CLI::App* simcmd) {
     sc->algorithm = *a;
     sc->latency_ns = static_cast<TimeNs>(*latency_us * 1000.0);
     sc->block_overhead_ns = static_cast<TimeNs>(*overhead_us * 1000.0);
+    keep_freed_memory();
     const auto r = sim::run_large(*sc);
     if (*json) {
       std::cout << r.to_json() << std::endl;
@@ -121,6 +136,7 @@ void add_sim_commands(CLI::App& app) {
     if (sc->size > sc->protocol.max_small_message)
       throw std::invalid_argument("--size is over the small path's limit of " +
                                   std::to_string(sc->protocol.max_small_message) + " bytes");
+    keep_freed_memory();
     const auto r = sim::run_small(*sc);
     if (*json) {
       std::cout << r.to_json() << std::endl;

@@ -249,12 +249,6 @@ SmallPath::Stream* SmallPath::stream_for(MemberId sender) {
   return &stream(sender);
 }
 
-std::size_t SmallPath::held_messages() const {
-  std::size_t n = 0;
-  for (const auto& [id, s] : streams_) n += s.held.size() + s.partial.size();
-  return n;
-}
-
 // ---------------------------------------------------------------------------
 // Receiving messages
 
@@ -298,11 +292,15 @@ void SmallPath::on_fragment(Stream& s, const wire::Data& d, TimeNs now, Outbox& 
     return;
   }
   auto it = s.partial.find(d.seq);
-  if (it == s.partial.end()) it = s.partial.emplace(d.seq, Reassembly(d)).first;
+  if (it == s.partial.end()) {
+    it = s.partial.emplace(d.seq, Reassembly(d)).first;
+    ++held_count_;
+  }
   switch (it->second.add(d)) {
     case Reassembly::Result::complete: {
       MessageBuffer msg = it->second.take();
       s.partial.erase(it);
+      --held_count_;
       accept_message(s, d.seq, std::move(msg), now, out);
       note_gaps(s, d, now);
       break;
@@ -498,7 +496,7 @@ void SmallPath::accept_message(Stream& s, Seq seq, MessageBuffer msg, TimeNs now
   // Callers drop duplicates and what lies beyond the receive window first.
   HMCAST_ASSERT(seq > s.delivered && seq <= s.delivered + cfg_.window_messages && s.held.count(seq) == 0);
   s.held.emplace(seq, Held{std::move(msg), now});
-  s.partial.erase(seq);
+  held_count_ = held_count_ + 1 - s.partial.erase(seq);
   s.asked.erase(seq);
   for (auto& c : s.children)
     if (auto owed = c.owed.find(seq); owed != c.owed.end()) {
@@ -552,7 +550,10 @@ void SmallPath::collect_garbage(Stream& s, Seq stable) {
   const Seq upto = std::min(stable, s.delivered);
   if (upto <= s.known_stable) return;
   s.known_stable = upto;
+  const std::size_t before = s.held.size();
   s.held.erase(s.held.begin(), s.held.upper_bound(upto));
+  HMCAST_ASSERT(held_count_ >= before - s.held.size());
+  held_count_ -= before - s.held.size();
   for (auto& c : s.children) c.owed.erase(c.owed.begin(), c.owed.upper_bound(upto));
 }
 

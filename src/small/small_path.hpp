@@ -106,7 +106,7 @@ class SmallPath {
   /// Own messages not yet all-acked.
   [[nodiscard]] std::uint64_t in_flight() const { return next_seq_ - 1 - own_completed_; }
   /// Messages held (delivered but not yet known stable, or not yet deliverable) over all senders.
-  [[nodiscard]] std::size_t held_messages() const;
+  [[nodiscard]] std::size_t held_messages() const { return held_count_; }
   [[nodiscard]] const SmallStats& stats() const { return stats_; }
 
  private:
@@ -206,6 +206,9 @@ class SmallPath {
   TimeNs view_start_ = 0;
   std::uint32_t window_;  // current sender window (slow start up to cfg_.window_messages)
   std::map<MemberId, Stream> streams_;
+  // Entries of every stream's held and partial maps, kept as they change: the
+  // simulator reads it after every event of every member.
+  std::size_t held_count_ = 0;
   std::map<MemberId, Seq> floors_;               // set_stream_floors()
   std::set<MemberId> acks_pending_;             // streams with an ACK to send
   std::map<MemberId, TimeNs> last_ack_to_;      // coalescing per parent

@@ -86,7 +86,7 @@ TimeNs Fabric::receive(std::uint32_t to, Slot tx, std::uint64_t bytes, double sp
 
 void Fabric::push(TimeNs at, Kind kind, std::uint32_t node, std::uint32_t from,
                   std::shared_ptr<const std::vector<std::byte>> bytes) {
-  events_.push(Event{at, serial_++, kind, node, from, std::move(bytes)});
+  events_.push(at, Event{kind, node, from, std::move(bytes)});
 }
 
 void Fabric::multicast(std::uint32_t from, std::vector<std::byte> bytes) {
@@ -166,10 +166,9 @@ void Fabric::crash(std::uint32_t node) { crashed_[node] = true; }
 
 void Fabric::run(Host& host, TimeNs until) {
   stopped_ = false;
-  while (!stopped_ && !events_.empty() && events_.top().at <= until) {
-    Event e = events_.top();
-    events_.pop();
-    now_ = e.at;
+  while (!stopped_ && !events_.empty() && events_.next_at() <= until) {
+    const auto [at, e] = events_.pop();
+    now_ = at;
     if (crashed_[e.node]) continue;
     ++stats_.events;
     // The trace names each event by its time, place, kind, size and first bytes (every
@@ -177,7 +176,7 @@ void Fabric::run(Host& host, TimeNs until) {
     const std::uint64_t content =
         e.bytes ? hash_bytes(e.bytes->size(), std::span(*e.bytes).first(std::min<std::size_t>(e.bytes->size(), 64)))
                 : 0;
-    trace_ = mix_hash(mix_hash(mix_hash(trace_, static_cast<std::uint64_t>(e.at)),
+    trace_ = mix_hash(mix_hash(mix_hash(trace_, static_cast<std::uint64_t>(at)),
                                (std::uint64_t{e.node} << 32) | e.from),
                       mix_hash(static_cast<std::uint64_t>(e.kind), content));
     switch (e.kind) {

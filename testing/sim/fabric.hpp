@@ -13,12 +13,12 @@
 #include <map>
 #include <utility>
 #include <memory>
-#include <queue>
 #include <span>
 #include <vector>
 
 #include "hmcast/types.hpp"
 #include "core/rng.hpp"
+#include "sim/event_queue.hpp"
 
 namespace hmcast::sim {
 
@@ -101,17 +101,10 @@ class Fabric {
  private:
   enum class Kind : std::uint8_t { datagram, p2p, timer, link_failed };
   struct Event {
-    TimeNs at;
-    std::uint64_t serial;  // ties broken by scheduling order: deterministic
     Kind kind;
     std::uint32_t node;
     std::uint32_t from;
     std::shared_ptr<const std::vector<std::byte>> bytes;
-  };
-  struct Later {
-    bool operator()(const Event& a, const Event& b) const {
-      return a.at != b.at ? a.at > b.at : a.serial > b.serial;
-    }
   };
   struct Slot {
     TimeNs start;
@@ -133,7 +126,6 @@ class Fabric {
   Rng rng_;
   TimeNs now_ = 0;
   bool stopped_ = false;
-  std::uint64_t serial_ = 0;
   std::uint64_t trace_ = 0;
   std::vector<bool> crashed_;
   std::vector<bool> multicast_blocked_;
@@ -145,7 +137,7 @@ class Fabric {
   std::vector<std::vector<TimeNs>> mcast_fifo_;  // last arrival per (from, to) of multicast not held back
   std::vector<double> node_speed_;
   std::map<std::pair<std::uint32_t, std::uint32_t>, double> link_speed_;
-  std::priority_queue<Event, std::vector<Event>, Later> events_;
+  EventQueue<Event> events_;
   FabricStats stats_;
 };
 
