@@ -225,7 +225,9 @@ int bcast(void* buffer, int count, MPI_Datatype datatype, int root, MPI_Comm com
   if (rank == root) {
     std::vector<std::byte> packed;
     std::span<const std::byte> out(static_cast<const std::byte*>(buffer), plain ? bytes : 0);
-    if (!plain) {
+    // No bytes (a count of 0, or a type of size 0): an empty message, and nothing to
+    // pack (Open MPI's MPI_Pack rejects an empty output buffer as MPI_ERR_ARG).
+    if (!plain && bytes > 0) {
       packed.resize(bytes);
       int position = 0;
       const int rc = PMPI_Pack(buffer, count, datatype, packed.data(), static_cast<int>(bytes), &position, comm);
@@ -239,8 +241,9 @@ int bcast(void* buffer, int count, MPI_Datatype datatype, int root, MPI_Comm com
   } else {
     int unpack_rc = MPI_SUCCESS;
     err = entry.group->receive(root, bytes, [&](std::span<const std::byte> in) {
+      if (in.empty()) return;  // the buffer is left alone, as MPI_Bcast leaves it
       if (plain) {
-        if (!in.empty()) std::memcpy(buffer, in.data(), in.size());
+        std::memcpy(buffer, in.data(), in.size());
         return;
       }
       int position = 0;

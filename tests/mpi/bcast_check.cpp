@@ -12,6 +12,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -113,6 +114,89 @@ void vector_case(MPI_Comm comm, const char* comm_name, int blocks, int root, std
   MPI_Type_free(&vec);
 }
 
+/// A broadcast of `count` elements of a derived `type` from `call_buffer`, whose data
+/// bytes, in signature order, are `buf[positions[d]]`: the root writes a pattern
+/// there, every rank checks it there and that every other byte of `buf` is left alone.
+void typed_case(MPI_Comm comm, const std::string& what, std::vector<std::uint8_t>& buf, void* call_buffer, int count,
+                MPI_Datatype type, const std::vector<std::size_t>& positions, int root, std::uint32_t tag) {
+  int rank = 0;
+  MPI_Comm_rank(comm, &rank);
+  std::fill(buf.begin(), buf.end(), kFill);
+  if (rank == root)
+    for (std::size_t d = 0; d < positions.size(); ++d) buf[positions[d]] = pattern(tag, root, d);
+  ++tally.calls;
+  const int rc = MPI_Bcast(call_buffer, count, type, root, comm);
+  std::vector<bool> is_data(buf.size(), false);
+  bool ok = rc == MPI_SUCCESS;
+  for (std::size_t d = 0; d < positions.size(); ++d) {
+    is_data[positions[d]] = true;
+    ok = ok && buf[positions[d]] == pattern(tag, root, d);
+  }
+  for (std::size_t i = 0; i < buf.size(); ++i) ok = ok && (is_data[i] || buf[i] == kFill);
+  report(ok, what + " root=" + std::to_string(root) + " tag=" + std::to_string(tag) + " rc=" + std::to_string(rc));
+}
+
+/// Calls that are valid but degenerate, each as plain MPI treats it: no bytes at all
+/// (a count of 0 of a derived type; 10 elements of a committed type of 0 ints),
+/// MPI_BOTTOM with a struct type of absolute addresses, and a type with holes and a
+/// negative lower bound.
+void degenerate_cases(MPI_Comm comm, const char* comm_name, int root, std::uint32_t& tag) {
+  const std::string name(comm_name);
+  std::vector<std::uint8_t> buf(256);
+  {
+    MPI_Datatype empty;
+    MPI_Type_contiguous(0, MPI_INT, &empty);
+    MPI_Type_commit(&empty);
+    typed_case(comm, name + " 10 x contiguous(0 MPI_INT)", buf, buf.data(), 10, empty, {}, root, ++tag);
+    MPI_Type_free(&empty);
+  }
+  {
+    MPI_Datatype vec;
+    MPI_Type_vector(4, 1, 2, MPI_INT, &vec);
+    MPI_Type_commit(&vec);
+    typed_case(comm, name + " count 0 of a vector type", buf, buf.data(), 0, vec, {}, root, ++tag);
+    MPI_Type_free(&vec);
+  }
+  {
+    // Three ints at byte 8 and two doubles at byte 104 of buf, named by absolute address.
+    int blocks[2] = {3, 2};
+    MPI_Aint where[2];
+    MPI_Get_address(buf.data() + 8, &where[0]);
+    MPI_Get_address(buf.data() + 104, &where[1]);
+    MPI_Datatype types[2] = {MPI_INT, MPI_DOUBLE};
+    MPI_Datatype absolute;
+    MPI_Type_create_struct(2, blocks, where, types, &absolute);
+    MPI_Type_commit(&absolute);
+    std::vector<std::size_t> positions;
+    for (std::size_t i = 0; i < 3 * sizeof(int); ++i) positions.push_back(8 + i);
+    for (std::size_t i = 0; i < 2 * sizeof(double); ++i) positions.push_back(104 + i);
+    typed_case(comm, name + " MPI_BOTTOM, struct of absolute addresses", buf, MPI_BOTTOM, 1, absolute, positions,
+               root, ++tag);
+    MPI_Type_free(&absolute);
+  }
+  {
+    // One int 8 bytes before the element's start and one 8 bytes after it: a lower
+    // bound of -8 and a hole of 12 bytes; two elements, the call's buffer at byte 64.
+    int blocks[2] = {1, 1};
+    MPI_Aint displs[2] = {-8, 8};
+    MPI_Datatype around;
+    MPI_Type_create_hindexed(2, blocks, displs, MPI_INT, &around);
+    MPI_Type_commit(&around);
+    MPI_Aint lb = 0;
+    MPI_Aint extent = 0;
+    MPI_Type_get_extent(around, &lb, &extent);
+    std::vector<std::size_t> positions;
+    for (std::size_t e = 0; e < 2; ++e)
+      for (const MPI_Aint d : displs)
+        for (std::size_t i = 0; i < sizeof(int); ++i)
+          positions.push_back(static_cast<std::size_t>(64 + static_cast<MPI_Aint>(e) * extent + d) + i);
+    report(lb == -8, name + " hindexed lower bound is " + std::to_string(lb) + ", expected -8");
+    typed_case(comm, name + " holes and a negative lower bound", buf, buf.data() + 64, 2, around, positions, root,
+               ++tag);
+    MPI_Type_free(&around);
+  }
+}
+
 struct Sizes {
   std::size_t max_bytes;
 };
@@ -148,6 +232,7 @@ void run_suite(MPI_Comm comm, const char* name, std::uint32_t& tag, const Sizes&
     vector_case(comm, name, 1000, root, ++tag, true);
   }
   vector_case(comm, name, 300000, size - 1, ++tag, false);  // 2.4 MB of data: the large path, packed
+  for (int root = 0; root < size; ++root) degenerate_cases(comm, name, root, tag);
   if (with_huge) {
     if (limit.max_bytes >= 8 * MiB) contiguous_case(comm, name, MPI_BYTE, "MPI_BYTE", 1, 8 * MiB, 1 % size, ++tag);
     if (limit.max_bytes >= 64 * MiB) contiguous_case(comm, name, MPI_INT, "MPI_INT", 4, 64 * MiB, 0, ++tag);

@@ -4,7 +4,9 @@
 # (LD_PRELOAD=build/lib/libhmcast_mpi.so), plus three runs of the shim with a
 # setting: HMCAST_MPI=off, HMCAST_MPI_MAX_GROUPS=1, injected datagram loss and
 # reordering, one rank stopped for 400 ms (the root must wait for it), and an
-# erroneous size mismatch that must come back as MPI_ERR_TRUNCATE.
+# erroneous size mismatch that must come back as MPI_ERR_TRUNCATE. Valid degenerate calls
+# are checked too: no bytes (count 0, a type of size 0), MPI_BOTTOM with absolute
+# addresses, a type with holes and a negative lower bound.
 # Every byte of every broadcast is checked at every rank.
 #
 # Prints one line per run, then as its last line one JSON object:
