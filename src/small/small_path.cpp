@@ -496,7 +496,8 @@ void SmallPath::accept_message(Stream& s, Seq seq, MessageBuffer msg, TimeNs now
   // Callers drop duplicates and what lies beyond the receive window first.
   HMCAST_ASSERT(seq > s.delivered && seq <= s.delivered + cfg_.window_messages && s.held.count(seq) == 0);
   s.held.emplace(seq, Held{std::move(msg), now});
-  held_count_ = held_count_ + 1 - s.partial.erase(seq);
+  ++held_count_;
+  held_count_ -= s.partial.erase(seq);  // a repair can finish a message whose fragments were held
   s.asked.erase(seq);
   for (auto& c : s.children)
     if (auto owed = c.owed.find(seq); owed != c.owed.end()) {

@@ -5,9 +5,9 @@
 // Hundreds of members queue millions of events (every multicast datagram is one
 // event per receiver), and popping the queue was the simulator's hottest loop,
 // waiting on cache misses down a binary heap of 48-byte events. So the heap holds
-// 16-byte keys only, four children to a node (a node's children share one cache
-// line and the heap is half as deep), and the payloads sit in slots that are
-// reused, moved in and out once.
+// 16-byte keys only, four children to a node (a node's children lie in 64
+// contiguous bytes, and the heap is half as deep), and the payloads sit in slots
+// that are reused, moved in and out once.
 
 #include <algorithm>
 #include <cstdint>

@@ -77,43 +77,6 @@ void contiguous_case(MPI_Comm comm, const char* comm_name, MPI_Datatype type, co
              (bad == bytes ? "" : " first wrong byte at " + std::to_string(bad)) + (guard_ok ? "" : " guard overwritten"));
 }
 
-/// A strided broadcast: `blocks` blocks of 2 ints every 3 ints (a derived vector
-/// type). If `mixed`, only the root uses the vector type and the others receive the
-/// same signature as contiguous ints (legal MPI: the type signatures match).
-void vector_case(MPI_Comm comm, const char* comm_name, int blocks, int root, std::uint32_t tag, bool mixed) {
-  int rank = 0;
-  MPI_Comm_rank(comm, &rank);
-  MPI_Datatype vec;
-  MPI_Type_vector(blocks, 2, 3, MPI_INT, &vec);
-  MPI_Type_commit(&vec);
-  const auto n = static_cast<std::size_t>(blocks);
-  const bool strided = !mixed || rank == root;
-  const std::size_t ints = strided ? 3 * n : 2 * n;
-  std::vector<std::uint8_t> buf(ints * sizeof(int) + kGuard, kFill);
-  // Data bytes: ints 3k and 3k+1 (strided) or 2k and 2k+1 (contiguous), numbered in signature order.
-  auto data_offset = [&](std::size_t d) {  // byte offset of the d-th data byte
-    const std::size_t int_index = d / sizeof(int);
-    const std::size_t slot = strided ? (int_index / 2) * 3 + int_index % 2 : int_index;
-    return slot * sizeof(int) + d % sizeof(int);
-  };
-  const std::size_t data_bytes = 2 * n * sizeof(int);
-  if (rank == root)
-    for (std::size_t d = 0; d < data_bytes; ++d) buf[data_offset(d)] = pattern(tag, root, d);
-  ++tally.calls;
-  const int rc = strided ? MPI_Bcast(buf.data(), 1, vec, root, comm)
-                         : MPI_Bcast(buf.data(), static_cast<int>(2 * n), MPI_INT, root, comm);
-  std::vector<bool> is_data(buf.size(), false);
-  bool ok = rc == MPI_SUCCESS;
-  for (std::size_t d = 0; d < data_bytes; ++d) {
-    is_data[data_offset(d)] = true;
-    ok = ok && buf[data_offset(d)] == pattern(tag, root, d);
-  }
-  for (std::size_t i = 0; i < buf.size(); ++i) ok = ok && (is_data[i] || buf[i] == kFill);  // gaps and guard untouched
-  report(ok, describe(comm_name, mixed ? "vector-to-contiguous" : "vector", data_bytes, root, tag) +
-                 " rc=" + std::to_string(rc));
-  MPI_Type_free(&vec);
-}
-
 /// A broadcast of `count` elements of a derived `type` from `call_buffer`, whose data
 /// bytes, in signature order, are `buf[positions[d]]`: the root writes a pattern
 /// there, every rank checks it there and that every other byte of `buf` is left alone.
@@ -134,6 +97,33 @@ void typed_case(MPI_Comm comm, const std::string& what, std::vector<std::uint8_t
   }
   for (std::size_t i = 0; i < buf.size(); ++i) ok = ok && (is_data[i] || buf[i] == kFill);
   report(ok, what + " root=" + std::to_string(root) + " tag=" + std::to_string(tag) + " rc=" + std::to_string(rc));
+}
+
+/// A strided broadcast: `blocks` blocks of 2 ints every 3 ints (a derived vector
+/// type). If `mixed`, only the root uses the vector type and the others receive the
+/// same signature as contiguous ints (legal MPI: the type signatures match).
+void vector_case(MPI_Comm comm, const char* comm_name, int blocks, int root, std::uint32_t tag, bool mixed) {
+  int rank = 0;
+  MPI_Comm_rank(comm, &rank);
+  MPI_Datatype vec;
+  MPI_Type_vector(blocks, 2, 3, MPI_INT, &vec);
+  MPI_Type_commit(&vec);
+  const auto n = static_cast<std::size_t>(blocks);
+  const bool strided = !mixed || rank == root;
+  const std::size_t ints = strided ? 3 * n : 2 * n;
+  std::vector<std::uint8_t> buf(ints * sizeof(int) + kGuard);
+  // Data bytes: ints 3k and 3k+1 (strided) or 2k and 2k+1 (contiguous), numbered in signature order.
+  std::vector<std::size_t> positions(2 * n * sizeof(int));
+  for (std::size_t d = 0; d < positions.size(); ++d) {
+    const std::size_t int_index = d / sizeof(int);
+    const std::size_t slot = strided ? (int_index / 2) * 3 + int_index % 2 : int_index;
+    positions[d] = slot * sizeof(int) + d % sizeof(int);
+  }
+  typed_case(comm,
+             std::string(comm_name) + (mixed ? " vector-to-contiguous" : " vector") +
+                 " bytes=" + std::to_string(positions.size()),
+             buf, buf.data(), strided ? 1 : static_cast<int>(2 * n), strided ? vec : MPI_INT, positions, root, tag);
+  MPI_Type_free(&vec);
 }
 
 /// Calls that are valid but degenerate, each as plain MPI treats it: no bytes at all
