@@ -100,10 +100,13 @@ TEST_CASE("api: every member delivers every message once, in order, and completi
   }
 }
 
+// Tests change a few knobs of default_protocol(cfg), as users are told to: ProtocolConfig{}
+// has the simulator's microsecond timers, which remove a member descheduled for a few
+// milliseconds (it failed a test under TSan with other tests running).
 TEST_CASE("api: a lone member completes at once; limits are clear errors", "[api]") {
   hmcast::Config cfg;
   cfg.fabric = "api-alone";
-  hmcast::ProtocolConfig p;
+  hmcast::ProtocolConfig p = hmcast::default_protocol(cfg);
   p.max_large_message = 1U << 20;
   cfg.protocol = p;
   hmcast::Node node(cfg);
@@ -127,11 +130,9 @@ TEST_CASE("api: a full window fails in SendMode::fail and its message still comp
   hmcast::Config cfg;
   cfg.fabric = "api-window";
   cfg.group_size = 2;
-  hmcast::ProtocolConfig p;
+  hmcast::ProtocolConfig p = hmcast::default_protocol(cfg);
   p.window_messages = 1;
   p.initial_window_messages = 1;
-  p.initial_hop_rtt_ns = 200'000;
-  p.min_timeout_ns = 2'000'000;
   cfg.protocol = p;
   cfg.faults.datagram_loss = 1.0;  // only repairs get through: the first message stays in flight for a while
   hmcast::Node a(cfg), b(cfg);
@@ -212,8 +213,9 @@ void large_messages_through_broadcast(const std::string& fabric, std::uint64_t s
   hmcast::Config cfg;
   cfg.fabric = fabric;
   cfg.group_size = kNodes;
-  hmcast::ProtocolConfig p;
+  hmcast::ProtocolConfig p = hmcast::default_protocol(cfg);
   p.max_small_message = 64U << 10;  // anything bigger goes large
+  p.small_route_max = 0;            // the route follows it
   p.block_size = 64U << 10;
   p.segment_size = segment;
   cfg.protocol = p;
@@ -280,8 +282,9 @@ TEST_CASE("api: a prepared message is broadcast without a copy, small and large 
   hmcast::Config cfg;
   cfg.fabric = "prepare";
   cfg.group_size = kNodes;
-  hmcast::ProtocolConfig p;
+  hmcast::ProtocolConfig p = hmcast::default_protocol(cfg);
   p.max_small_message = 64U << 10;
+  p.small_route_max = 0;            // the route follows it
   p.block_size = 64U << 10;
   p.max_large_message = 1U << 20;
   cfg.protocol = p;

@@ -15,7 +15,10 @@ enum class LargeAlgorithm : std::uint8_t { sequential, chain, binomial_tree, bin
 
 /// Config::protocol empty: a Node takes its transport's profile (src/policy: built
 /// in, or Config::profile_file) and tunes it for Config::group_size (see
-/// hmcast::default_protocol). Set: exactly these values are used.
+/// hmcast::default_protocol). Set: exactly these values are used. To change a few
+/// knobs, start from hmcast::default_protocol(config), not from ProtocolConfig{}: the
+/// struct's own timers are the simulator's (microseconds), and on real threads and
+/// processes they remove a member that is descheduled for a few milliseconds.
 struct ProtocolConfig {
   /// ACK-tree radix (2 = binomial). Higher radix: shallower tree, more ACKs per parent.
   std::uint32_t radix = 2;
