@@ -12,7 +12,7 @@ PACKAGES=(
   libcli11-dev
   clang libclang-rt-14-dev
   iproute2
-  openmpi-bin libopenmpi-dev
+  openmpi-bin libopenmpi-dev gfortran
   # the verbs transport (rdma-core) and its Soft-RoCE test VM (tests/rxe/)
   libibverbs-dev librdmacm-dev rdma-core ibverbs-providers ibverbs-utils rdmacm-utils
   qemu-system-x86 linux-image-amd64 busybox-static python3-venv kmod

@@ -171,15 +171,34 @@ CommGroup::~CommGroup() {
 }
 
 std::optional<BcastError> CommGroup::send(std::span<const std::byte> bytes) {
+  Completion c;
+  if (auto err = start(bytes, c)) return err;
+  bool done = false;
+  return finish(c, true, done);
+}
+
+std::optional<BcastError> CommGroup::start(std::span<const std::byte> bytes, Completion& out) {
   {
     std::lock_guard lock(mu_);
     if (!broken_.empty()) return BcastError{MPI_ERR_OTHER, broken_};
   }
   try {
-    group_.broadcast(bytes).get();  // returns once every member holds the bytes
+    out = group_.broadcast(bytes);
   } catch (const std::exception& e) {
     return BcastError{MPI_ERR_OTHER, std::string("hmcast broadcast failed: ") + e.what()};
   }
+  return std::nullopt;
+}
+
+std::optional<BcastError> CommGroup::finish(const Completion& c, bool block, bool& done) {
+  done = false;
+  try {
+    if (!block && !c.wait_for(std::chrono::nanoseconds(0))) return std::nullopt;
+    c.get();  // returns once every member holds the bytes
+  } catch (const std::exception& e) {
+    return BcastError{MPI_ERR_OTHER, std::string("hmcast broadcast failed: ") + e.what()};
+  }
+  done = true;
   std::lock_guard lock(mu_);
   // A completion counts the survivors of a view change: a rank that left does not
   // have the data, and MPI has no way to say "all but one".
@@ -187,7 +206,8 @@ std::optional<BcastError> CommGroup::send(std::span<const std::byte> bytes) {
   return std::nullopt;
 }
 
-std::optional<BcastError> CommGroup::wait_next(int root, std::size_t size, Message& out) {
+std::optional<BcastError> CommGroup::wait_next(int root, std::size_t size, Message& out, bool block, bool& got) {
+  got = false;
   const auto key = std::pair{member_of_rank_.at(static_cast<std::size_t>(root)), size > max_small()};
   std::unique_lock lock(mu_);
   for (;;) {
@@ -195,9 +215,11 @@ std::optional<BcastError> CommGroup::wait_next(int root, std::size_t size, Messa
     if (!q.empty()) {
       out = std::move(q.front());
       q.pop_front();
+      got = true;
       break;
     }
     if (!broken_.empty()) return BcastError{MPI_ERR_OTHER, broken_};
+    if (!block) return std::nullopt;
     // Poll (yielding the CPU) for the busy-poll window, then sleep until the next arrival.
     const std::uint64_t seen = arrivals_.load(std::memory_order_acquire);
     const auto arrived = [&] { return arrivals_.load(std::memory_order_acquire) != seen; };

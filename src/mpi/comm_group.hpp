@@ -58,10 +58,17 @@ class CommGroup {
 
   /// The root's side: broadcasts `bytes` and returns once every rank holds them.
   std::optional<BcastError> send(std::span<const std::byte> bytes);
+  /// The same in two steps (MPI_Ibcast): start() copies the bytes out and returns at
+  /// once; finish() says whether every rank holds them, waiting for it if `block`
+  /// (false with no error: not yet).
+  std::optional<BcastError> start(std::span<const std::byte> bytes, Completion& out);
+  std::optional<BcastError> finish(const Completion& c, bool block, bool& done);
   /// A non-root's side: waits for `root`'s next broadcast of `size` bytes and hands
   /// its bytes to `take` (which copies or unpacks them into the user's buffer).
+  /// With `block` false it returns at once, and `done` says whether `take` ran.
   template <class Take>
-  std::optional<BcastError> receive(int root, std::size_t size, Take&& take);
+  std::optional<BcastError> receive(int root, std::size_t size, Take&& take, bool block = true,
+                                    bool* done = nullptr);
 
   /// Broadcasts above this many bytes take hmcast's large path: the group's own
   /// threshold (the policy's choice, GroupStats::max_small_message), the same at
@@ -74,7 +81,7 @@ class CommGroup {
     std::span<const std::byte> bytes;
     std::shared_ptr<const std::vector<std::byte>> owner;
   };
-  std::optional<BcastError> wait_next(int root, std::size_t size, Message& out);
+  std::optional<BcastError> wait_next(int root, std::size_t size, Message& out, bool block, bool& got);
 
   std::unique_ptr<socket::ManagerServer> manager_;  // rank 0 only; outlives the node
   std::unique_ptr<Node> node_;
@@ -95,10 +102,12 @@ class CommGroup {
 };
 
 template <class Take>
-std::optional<BcastError> CommGroup::receive(int root, std::size_t size, Take&& take) {
+std::optional<BcastError> CommGroup::receive(int root, std::size_t size, Take&& take, bool block, bool* done) {
   Message m;
-  if (auto err = wait_next(root, size, m)) return err;
-  take(m.bytes);
+  bool got = false;
+  if (auto err = wait_next(root, size, m, block, got)) return err;
+  if (done != nullptr) *done = got;
+  if (got) take(m.bytes);
   return std::nullopt;
 }
 

@@ -15,11 +15,15 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <mpi.h>
 
 #include "mpi/comm_group.hpp"
+#include "mpi/datatype_bytes.hpp"
+#include "mpi/pending_ibcast.hpp"
+#include "mpi/report.hpp"
 #include "mpi/shim_stats.hpp"
 
 namespace hmcast::mpi {
@@ -43,12 +47,6 @@ std::size_t max_groups() {
     return v != nullptr ? static_cast<std::size_t>(std::strtoul(v, nullptr, 10)) : std::size_t{8};
   }();
   return n;
-}
-
-int world_rank() {
-  int r = -1;
-  PMPI_Comm_rank(MPI_COMM_WORLD, &r);
-  return r;
 }
 
 /// What a communicator got at its first MPI_Bcast: a group, or the reason it has none.
@@ -171,95 +169,94 @@ int fallback(Counter reason, void* buffer, int count, MPI_Datatype datatype, int
   return PMPI_Barrier(comm);
 }
 
-int raise(MPI_Comm comm, const BcastError& e) {
-  ++stats().errors;
-  std::fprintf(stderr, "hmcast_mpi: rank %d: MPI_Bcast failed: %s\n", world_rank(), e.message.c_str());
-  PMPI_Comm_call_errhandler(comm, e.mpi_class);  // MPI_ERRORS_ARE_FATAL (the default) ends the job here
-  return e.mpi_class;
-}
+/// Which way a broadcast goes: through `group`, or (group null) to PMPI for `reason`.
+struct Route {
+  CommGroup* group = nullptr;
+  Counter reason = nullptr;
+  int rank = 0;
+  std::size_t bytes = 0;  // the type signature's byte count
+  bool plain = false;     // the buffer holds the bytes in one run
+};
 
-/// A predefined datatype whose bytes are one block from the buffer's start.
-bool contiguous(MPI_Datatype datatype) {
-  int ints = 0;
-  int addrs = 0;
-  int types = 0;
-  int combiner = 0;
-  PMPI_Type_get_envelope(datatype, &ints, &addrs, &types, &combiner);
-  if (combiner != MPI_COMBINER_NAMED) return false;
-  MPI_Aint lb = 0;
-  MPI_Aint extent = 0;
+Route route(int count, MPI_Datatype datatype, int root, MPI_Comm comm) {
+  if (disabled()) return {nullptr, &ShimStats::disabled};
+  // Bad arguments: PMPI_Bcast reports them through the communicator's error handler.
+  if (comm == MPI_COMM_NULL || datatype == MPI_DATATYPE_NULL || count < 0) return {nullptr, &ShimStats::unsupported};
+  int inter = 0;
+  if (PMPI_Comm_test_inter(comm, &inter) != MPI_SUCCESS || inter != 0)
+    return {nullptr, inter != 0 ? &ShimStats::intercomm : &ShimStats::unsupported};
   int size = 0;
-  PMPI_Type_get_true_extent(datatype, &lb, &extent);
-  PMPI_Type_size(datatype, &size);
-  return lb == 0 && extent == size;
+  Route r;
+  PMPI_Comm_size(comm, &size);
+  PMPI_Comm_rank(comm, &r.rank);
+  if (root < 0 || root >= size) return {nullptr, &ShimStats::unsupported};
+  if (size == 1) return {nullptr, &ShimStats::single_rank};
+  int type_size = 0;
+  if (PMPI_Type_size(datatype, &type_size) != MPI_SUCCESS) return {nullptr, &ShimStats::unsupported};
+  // The signature's byte count: the same at every rank, so every rank decides alike.
+  r.bytes = static_cast<std::size_t>(count) * static_cast<std::size_t>(type_size);
+  if (r.bytes > static_cast<std::size_t>(INT_MAX))  // MPI_Pack/MPI_Unpack count bytes in an int
+    return {nullptr, &ShimStats::unsupported};
+  Lookup entry = lookup(comm);
+  if (!entry.found) entry = first_use(comm);
+  if (entry.group == nullptr) return {nullptr, entry.reason};
+  r.group = entry.group;
+  r.plain = contiguous(datatype);
+  return r;
 }
 
 int bcast(void* buffer, int count, MPI_Datatype datatype, int root, MPI_Comm comm) {
-  if (disabled()) return fallback(&ShimStats::disabled, buffer, count, datatype, root, comm);
-  // Bad arguments: PMPI_Bcast reports them through the communicator's error handler.
-  if (comm == MPI_COMM_NULL || datatype == MPI_DATATYPE_NULL || count < 0)
-    return fallback(&ShimStats::unsupported, buffer, count, datatype, root, comm);
-  int inter = 0;
-  if (PMPI_Comm_test_inter(comm, &inter) != MPI_SUCCESS || inter != 0)
-    return fallback(inter != 0 ? &ShimStats::intercomm : &ShimStats::unsupported, buffer, count, datatype, root, comm);
-  int size = 0;
-  int rank = 0;
-  PMPI_Comm_size(comm, &size);
-  PMPI_Comm_rank(comm, &rank);
-  if (root < 0 || root >= size) return fallback(&ShimStats::unsupported, buffer, count, datatype, root, comm);
-  if (size == 1) return fallback(&ShimStats::single_rank, buffer, count, datatype, root, comm);
-  int type_size = 0;
-  if (PMPI_Type_size(datatype, &type_size) != MPI_SUCCESS)
-    return fallback(&ShimStats::unsupported, buffer, count, datatype, root, comm);
-  // The signature's byte count: the same at every rank, so every rank decides alike.
-  const auto bytes = static_cast<std::size_t>(count) * static_cast<std::size_t>(type_size);
-  if (bytes > static_cast<std::size_t>(INT_MAX))  // MPI_Pack/MPI_Unpack count bytes in an int
-    return fallback(&ShimStats::unsupported, buffer, count, datatype, root, comm);
-
-  Lookup entry = lookup(comm);
-  if (!entry.found) entry = first_use(comm);
-  if (entry.group == nullptr) return fallback(entry.reason, buffer, count, datatype, root, comm);
-
-  const bool plain = contiguous(datatype);
+  const Route r = route(count, datatype, root, comm);
+  if (r.group == nullptr) return fallback(r.reason, buffer, count, datatype, root, comm);
   std::optional<BcastError> err;
-  if (rank == root) {
+  if (r.rank == root) {
     std::vector<std::byte> packed;
-    std::span<const std::byte> out(static_cast<const std::byte*>(buffer), plain ? bytes : 0);
-    // No bytes (a count of 0, or a type of size 0): an empty message, and nothing to
-    // pack (Open MPI's MPI_Pack rejects an empty output buffer as MPI_ERR_ARG).
-    if (!plain && bytes > 0) {
-      packed.resize(bytes);
-      int position = 0;
-      const int rc = PMPI_Pack(buffer, count, datatype, packed.data(), static_cast<int>(bytes), &position, comm);
-      if (rc != MPI_SUCCESS) {
-        ++stats().errors;
-        return rc;
-      }
-      out = std::span<const std::byte>(packed.data(), static_cast<std::size_t>(position));
+    std::span<const std::byte> out;
+    if (const int rc = pack_bytes(buffer, count, datatype, r.plain, r.bytes, comm, packed, out); rc != MPI_SUCCESS) {
+      ++stats().errors;
+      return rc;
     }
-    err = entry.group->send(out);
+    err = r.group->send(out);
   } else {
+    const bool large = r.bytes > r.group->max_small();
+    pending_ibcasts().settle_before(r.group, root, large);  // earlier MPI_Ibcasts take the earlier messages
     int unpack_rc = MPI_SUCCESS;
-    err = entry.group->receive(root, bytes, [&](std::span<const std::byte> in) {
-      if (in.empty()) return;  // the buffer is left alone, as MPI_Bcast leaves it
-      if (plain) {
-        std::memcpy(buffer, in.data(), in.size());
-        return;
-      }
-      int position = 0;
-      unpack_rc = PMPI_Unpack(in.data(), static_cast<int>(in.size()), &position, buffer, count, datatype, comm);
+    err = r.group->receive(root, r.bytes, [&](std::span<const std::byte> in) {
+      unpack_rc = unpack_bytes(in, buffer, count, datatype, r.plain, comm);
     });
     if (!err && unpack_rc != MPI_SUCCESS) {
       ++stats().errors;
       return unpack_rc;
     }
   }
-  if (err) return raise(comm, *err);
+  if (err) return raise(comm, *err, "MPI_Bcast");
   auto& s = stats();
-  ++(bytes > entry.group->max_small() ? s.large : s.small);
-  if (!plain) ++s.packed;
-  s.bytes += bytes;
+  ++(r.bytes > r.group->max_small() ? s.large : s.small);
+  if (!r.plain) ++s.packed;
+  s.bytes += r.bytes;
   return MPI_SUCCESS;
+}
+
+/// MPI_Ibcast: the root's broadcast starts now; completion comes through the request
+/// (mpi/pending_ibcast.hpp). A call hmcast does not carry is PMPI_Ibcast's: MPI
+/// promises the root of a non-blocking broadcast only that its buffer is free again.
+int ibcast(void* buffer, int count, MPI_Datatype datatype, int root, MPI_Comm comm, MPI_Request* request) {
+  const Route r = route(count, datatype, root, comm);
+  if (r.group == nullptr) {
+    ++(stats().*r.reason);
+    return PMPI_Ibcast(buffer, count, datatype, root, comm, request);
+  }
+  if (r.rank != root)
+    return pending_ibcasts().add_receive(r.group, comm, root, r.bytes, buffer, count, datatype, r.plain, request);
+  std::vector<std::byte> packed;
+  std::span<const std::byte> out;
+  if (const int rc = pack_bytes(buffer, count, datatype, r.plain, r.bytes, comm, packed, out); rc != MPI_SUCCESS) {
+    ++stats().errors;
+    return rc;
+  }
+  Completion c;
+  if (auto err = r.group->start(out, c)) return raise(comm, *err, "MPI_Ibcast");  // the bytes are copied out
+  return pending_ibcasts().add_root(r.group, comm, std::move(c), r.bytes, !r.plain, request);
 }
 
 /// Every rank is done with every group once all have reached this point.
@@ -282,13 +279,82 @@ HMCAST_MPI_EXPORT int MPI_Bcast(void* buffer, int count, MPI_Datatype datatype, 
   return hmcast::mpi::bcast(buffer, count, datatype, root, comm);
 }
 
+HMCAST_MPI_EXPORT int MPI_Ibcast(void* buffer, int count, MPI_Datatype datatype, int root, MPI_Comm comm,
+                                  MPI_Request* request) {
+  return hmcast::mpi::ibcast(buffer, count, datatype, root, comm, request);
+}
+
+// The calls that wait for or test requests complete the shim's own first (a
+// generalized request completes only when the shim says so), then do what MPI does.
+HMCAST_MPI_EXPORT int MPI_Wait(MPI_Request* request, MPI_Status* status) {
+  if (request != nullptr) hmcast::mpi::pending_ibcasts().advance(*request, true);
+  return PMPI_Wait(request, status);
+}
+
+HMCAST_MPI_EXPORT int MPI_Test(MPI_Request* request, int* flag, MPI_Status* status) {
+  if (request != nullptr) hmcast::mpi::pending_ibcasts().advance(*request, false);
+  return PMPI_Test(request, flag, status);
+}
+
+HMCAST_MPI_EXPORT int MPI_Waitall(int count, MPI_Request requests[], MPI_Status statuses[]) {
+  auto& p = hmcast::mpi::pending_ibcasts();
+  for (int i = 0; i < count && requests != nullptr && !p.empty(); ++i) p.advance(requests[i], true);
+  return PMPI_Waitall(count, requests, statuses);
+}
+
+HMCAST_MPI_EXPORT int MPI_Testall(int count, MPI_Request requests[], int* flag, MPI_Status statuses[]) {
+  auto& p = hmcast::mpi::pending_ibcasts();
+  for (int i = 0; i < count && requests != nullptr && !p.empty(); ++i) p.advance(requests[i], false);
+  return PMPI_Testall(count, requests, flag, statuses);
+}
+
+// Waiting for any of several: while a broadcast of the shim's is pending, test in a
+// loop (each round tries every pending broadcast), since MPI cannot wake us for it.
+HMCAST_MPI_EXPORT int MPI_Testany(int count, MPI_Request requests[], int* index, int* flag, MPI_Status* status) {
+  hmcast::mpi::pending_ibcasts().poll();
+  return PMPI_Testany(count, requests, index, flag, status);
+}
+
+HMCAST_MPI_EXPORT int MPI_Waitany(int count, MPI_Request requests[], int* index, MPI_Status* status) {
+  auto& p = hmcast::mpi::pending_ibcasts();
+  while (!p.empty()) {
+    p.poll();
+    int flag = 0;
+    const int rc = PMPI_Testany(count, requests, index, &flag, status);
+    if (rc != MPI_SUCCESS || flag != 0) return rc;
+    std::this_thread::yield();
+  }
+  return PMPI_Waitany(count, requests, index, status);
+}
+
+HMCAST_MPI_EXPORT int MPI_Testsome(int count, MPI_Request requests[], int* done, int indices[],
+                                   MPI_Status statuses[]) {
+  hmcast::mpi::pending_ibcasts().poll();
+  return PMPI_Testsome(count, requests, done, indices, statuses);
+}
+
+HMCAST_MPI_EXPORT int MPI_Waitsome(int count, MPI_Request requests[], int* done, int indices[],
+                                   MPI_Status statuses[]) {
+  auto& p = hmcast::mpi::pending_ibcasts();
+  while (!p.empty()) {
+    p.poll();
+    const int rc = PMPI_Testsome(count, requests, done, indices, statuses);
+    if (rc != MPI_SUCCESS || *done != 0) return rc;  // MPI_UNDEFINED: no active request
+    std::this_thread::yield();
+  }
+  return PMPI_Waitsome(count, requests, done, indices, statuses);
+}
+
 HMCAST_MPI_EXPORT int MPI_Comm_free(MPI_Comm* comm) {
   // A rank may leave its group only once every rank is done with it: until then a
   // root may still wait for its acknowledgement. MPI_Comm_free is collective, so
-  // waiting for the others here is allowed.
+  // waiting for the others here is allowed; the communicator's MPI_Ibcasts finish first.
   if (comm != nullptr && *comm != MPI_COMM_NULL && !hmcast::mpi::disabled()) {
     const auto entry = hmcast::mpi::lookup(*comm);
-    if (entry.group != nullptr) PMPI_Barrier(*comm);
+    if (entry.group != nullptr) {
+      hmcast::mpi::pending_ibcasts().settle_all(entry.group);
+      PMPI_Barrier(*comm);
+    }
   }
   return PMPI_Comm_free(comm);
 }
@@ -298,7 +364,8 @@ HMCAST_MPI_EXPORT int MPI_Finalize() {
   if (!disabled()) {
     // Groups of communicators never freed go here, once every rank is done with
     // them. Every rank takes part, whether or not it has a group left: which ranks
-    // do is not known to all.
+    // do is not known to all. MPI_Ibcasts never waited for finish first.
+    pending_ibcasts().settle_all(nullptr);
     PMPI_Barrier(MPI_COMM_WORLD);
     tear_down_all();
   }

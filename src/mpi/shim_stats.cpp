@@ -13,7 +13,8 @@ std::string ShimStats::json(int world_rank) const {
   std::ostringstream o;
   o << "{\"rank\":" << world_rank << ",\"hmcast_calls\":" << hmcast_calls() << ",\"fallback_calls\":"
     << fallback_calls() << ",\"hmcast_small\":" << small << ",\"hmcast_large\":" << large
-    << ",\"hmcast_packed\":" << packed << ",\"hmcast_bytes\":" << bytes << ",\"hmcast_errors\":" << errors << ",\"fallback_disabled\":" << disabled
+    << ",\"hmcast_packed\":" << packed << ",\"hmcast_bytes\":" << bytes << ",\"hmcast_errors\":" << errors
+    << ",\"hmcast_nonblocking\":" << nonblocking << ",\"fortran_calls\":" << fortran << ",\"fallback_disabled\":" << disabled
     << ",\"fallback_intercomm\":" << intercomm << ",\"fallback_single_rank\":" << single_rank
     << ",\"fallback_group_limit\":" << group_limit << ",\"fallback_setup_failed\":" << setup_failed
     << ",\"fallback_unsupported\":" << unsupported << ",\"groups_created\":" << groups_created << ",\"repairs_sent\":" << repairs_sent

@@ -16,6 +16,8 @@ struct ShimStats {
   std::atomic<std::uint64_t> packed{0};  // of those: non-contiguous datatypes packed/unpacked around hmcast
   std::atomic<std::uint64_t> bytes{0};   // payload bytes moved through hmcast
   std::atomic<std::uint64_t> errors{0};  // calls on the hmcast path that returned an MPI error (not in small/large)
+  std::atomic<std::uint64_t> nonblocking{0};  // of small + large: MPI_Ibcast calls
+  std::atomic<std::uint64_t> fortran{0};      // MPI_Bcast and MPI_Ibcast calls made from Fortran (either path)
   // To PMPI_Bcast (followed by PMPI_Barrier, so the root still returns only once
   // every rank has the data), by reason.
   std::atomic<std::uint64_t> disabled{0};      // HMCAST_MPI=off (plain PMPI_Bcast, no barrier)

@@ -17,6 +17,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -314,9 +315,127 @@ double stall_case(int stall_ms, std::uint32_t& tag) {
   return root_ms;
 }
 
+/// One MPI_Ibcast in flight: its buffer, where its data bytes lie (in signature
+/// order), and how to name it in a failure.
+struct InFlight {
+  std::vector<std::uint8_t> buf;
+  std::vector<std::size_t> positions;
+  int root = 0;
+  std::uint32_t tag = 0;
+  std::string what;
+  MPI_Request request = MPI_REQUEST_NULL;
+  int rc = MPI_SUCCESS;
+};
+
+void start_ibcast(MPI_Comm comm, InFlight& f, int count, MPI_Datatype type) {
+  int rank = 0;
+  MPI_Comm_rank(comm, &rank);
+  std::fill(f.buf.begin(), f.buf.end(), kFill);
+  if (rank == f.root)
+    for (std::size_t d = 0; d < f.positions.size(); ++d) f.buf[f.positions[d]] = pattern(f.tag, f.root, d);
+  ++tally.calls;
+  f.rc = MPI_Ibcast(f.buf.data(), count, type, f.root, comm, &f.request);
+}
+
+void check_inflight(const InFlight& f, int wait_rc) {
+  std::vector<bool> is_data(f.buf.size(), false);
+  bool ok = f.rc == MPI_SUCCESS && wait_rc == MPI_SUCCESS && f.request == MPI_REQUEST_NULL;
+  for (std::size_t d = 0; d < f.positions.size(); ++d) {
+    is_data[f.positions[d]] = true;
+    ok = ok && f.buf[f.positions[d]] == pattern(f.tag, f.root, d);
+  }
+  for (std::size_t i = 0; i < f.buf.size(); ++i) ok = ok && (is_data[i] || f.buf[i] == kFill);
+  report(ok, f.what + " root=" + std::to_string(f.root) + " tag=" + std::to_string(f.tag) +
+                 " rc=" + std::to_string(f.rc) + " wait_rc=" + std::to_string(wait_rc));
+}
+
+/// MPI_Ibcast: several in flight at once (small, large, empty and strided, some from
+/// the same root so they must take that root's messages in order), a blocking
+/// MPI_Bcast from the same root started among them, then every way of completing
+/// them: MPI_Wait in reverse order, MPI_Waitall, MPI_Test, MPI_Waitany, MPI_Testall.
+void nonblocking_cases(MPI_Comm comm, const char* name, std::uint32_t& tag, const Sizes& limit) {
+  int size = 0;
+  MPI_Comm_size(comm, &size);
+  const std::size_t large = std::min<std::size_t>(limit.max_bytes, (3U << 19U) + 11U);  // 1.5 MiB: the large path
+  const std::size_t sizes[] = {100, 0, 2048, large, 70000, 8, 0};
+  const int roots[] = {0, 0, 1 % size, 0, size - 1, 1 % size, 0};
+  const char* styles[] = {"MPI_Wait (last first)", "MPI_Waitall", "MPI_Test", "MPI_Waitany", "MPI_Testall"};
+  MPI_Datatype vec;
+  MPI_Type_vector(500, 2, 3, MPI_INT, &vec);
+  MPI_Type_commit(&vec);
+  for (int style = 0; style < 5; ++style) {
+    std::vector<InFlight> f(std::size(sizes) + 1);
+    for (std::size_t k = 0; k < f.size(); ++k) {
+      InFlight& x = f[k];
+      x.tag = ++tag;
+      if (k == std::size(sizes)) {  // a strided type: packed at the root, unpacked at each receiver
+        x.root = size - 1;
+        x.buf.assign(1500 * sizeof(int) + kGuard, kFill);
+        for (std::size_t d = 0; d < 1000 * sizeof(int); ++d)
+          x.positions.push_back(((d / sizeof(int)) / 2 * 3 + (d / sizeof(int)) % 2) * sizeof(int) + d % sizeof(int));
+        x.what = std::string(name) + " Ibcast vector, " + styles[style];
+        start_ibcast(comm, x, 1, vec);
+        continue;
+      }
+      x.root = roots[k];
+      x.buf.assign(sizes[k] + kGuard, kFill);
+      for (std::size_t d = 0; d < sizes[k]; ++d) x.positions.push_back(d);
+      x.what = std::string(name) + " Ibcast bytes=" + std::to_string(sizes[k]) + ", " + styles[style];
+      start_ibcast(comm, x, static_cast<int>(sizes[k]), MPI_BYTE);
+      // A blocking broadcast from root 0 while root 0's Ibcasts are in flight: it takes
+      // the message after theirs.
+      if (k == 2) contiguous_case(comm, name, MPI_BYTE, "MPI_BYTE (between Ibcasts)", 1, 3000, 0, ++tag);
+    }
+    std::vector<int> wait_rc(f.size(), MPI_SUCCESS);
+    std::vector<MPI_Request> reqs(f.size());
+    for (std::size_t k = 0; k < f.size(); ++k) reqs[k] = f[k].request;
+    const int n = static_cast<int>(reqs.size());
+    if (style == 0) {
+      for (std::size_t k = f.size(); k-- > 0;) wait_rc[k] = MPI_Wait(&reqs[k], MPI_STATUS_IGNORE);
+    } else if (style == 1) {
+      const int rc = MPI_Waitall(n, reqs.data(), MPI_STATUSES_IGNORE);
+      std::fill(wait_rc.begin(), wait_rc.end(), rc);
+    } else if (style == 2) {
+      for (int left = n; left > 0;)
+        for (std::size_t k = 0; k < reqs.size(); ++k) {
+          if (reqs[k] == MPI_REQUEST_NULL) continue;
+          int flag = 0;
+          wait_rc[k] = MPI_Test(&reqs[k], &flag, MPI_STATUS_IGNORE);
+          if (flag != 0 || wait_rc[k] != MPI_SUCCESS) {
+            reqs[k] = MPI_REQUEST_NULL;
+            --left;
+          }
+        }
+    } else if (style == 3) {
+      for (int left = n; left > 0; --left) {
+        int index = MPI_UNDEFINED;
+        const int rc = MPI_Waitany(n, reqs.data(), &index, MPI_STATUS_IGNORE);
+        if (index == MPI_UNDEFINED || rc != MPI_SUCCESS) {
+          report(false, std::string(name) + " MPI_Waitany rc=" + std::to_string(rc) + " with requests left");
+          break;
+        }
+      }
+    } else {
+      for (int flag = 0; flag == 0;) {
+        const int rc = MPI_Testall(n, reqs.data(), &flag, MPI_STATUSES_IGNORE);
+        if (rc != MPI_SUCCESS) {
+          std::fill(wait_rc.begin(), wait_rc.end(), rc);
+          break;
+        }
+      }
+    }
+    for (std::size_t k = 0; k < f.size(); ++k) {
+      f[k].request = reqs[k];
+      check_inflight(f[k], wait_rc[k]);
+    }
+  }
+  MPI_Type_free(&vec);
+}
+
 /// The whole suite: every communicator kind, then the fallbacks, then frees.
 void all_cases(int procs, std::uint32_t& tag, const Sizes& limit) {
   run_suite(MPI_COMM_WORLD, "world", tag, limit, true);
+  nonblocking_cases(MPI_COMM_WORLD, "world", tag, limit);
 
   MPI_Comm dup;
   MPI_Comm_dup(MPI_COMM_WORLD, &dup);
@@ -327,6 +446,7 @@ void all_cases(int procs, std::uint32_t& tag, const Sizes& limit) {
   MPI_Comm_split(MPI_COMM_WORLD, tally.world_rank % 2, -tally.world_rank, &half);
   std::uint32_t half_tag = tag;  // both halves run the same sequence
   run_suite(half, "split(parity)", half_tag, limit, false);
+  nonblocking_cases(half, "split(parity)", half_tag, limit);
   tag = half_tag;
 
   // Interleaved: three live groups at once, calls alternating between them, sizes

@@ -7,6 +7,9 @@
 # erroneous size mismatch that must come back as MPI_ERR_TRUNCATE. Valid degenerate calls
 # are checked too: no bytes (count 0, a type of size 0), MPI_BOTTOM with absolute
 # addresses, a type with holes and a negative lower bound.
+# MPI_Ibcast is checked in every run of that program (completed by MPI_Wait, MPI_Waitall,
+# MPI_Test, MPI_Waitany, MPI_Testall), and a Fortran program (tests/mpi/fortran_check.f90:
+# `use mpi`, mpif.h, MPI_BCAST and MPI_IBCAST) runs with and without the shim.
 # Every byte of every broadcast is checked at every rank.
 #
 # Prints one line per run, then as its last line one JSON object:
@@ -15,8 +18,10 @@
 #   failures        checks that failed (0 to pass)
 #   hmcast_calls    MPI_Bcast calls that went through hmcast, summed over ranks and runs
 #   fallback_calls  MPI_Bcast calls the shim passed to PMPI_Bcast, summed likewise
+#   nonblocking_calls  of hmcast_calls, MPI_Ibcast calls
+#   fortran_hmcast_calls  of hmcast_calls, those of the Fortran program
 #   runs            each run's figures
-# Exits 0 only if failures == 0 and hmcast_calls > 0.
+# Exits 0 only if failures == 0 and hmcast_calls, nonblocking_calls and fortran_hmcast_calls > 0.
 #
 # Options: --build DIR (default build), --max-bytes N (largest broadcast, default 64 MiB),
 # --sanitizer asan|tsan: use the shim of a sanitizer build (--build build-asan or
@@ -37,9 +42,10 @@ while [ $# -gt 0 ]; do
   esac
 done
 CHECK="build/bin/hmcast_mpi_check"
+FORTRAN_CHECK="build/bin/hmcast_mpi_fortran_check"
 SHIM="$PWD/$BUILD/lib/libhmcast_mpi.so"
-for f in "$CHECK" "$SHIM"; do
-  [ -e "$f" ] || { echo "missing $f: build it first (cmake --build --preset default --target hmcast_mpi hmcast_mpi_check)" >&2; exit 2; }
+for f in "$CHECK" "$FORTRAN_CHECK" "$SHIM"; do
+  [ -e "$f" ] || { echo "missing $f: build it first (cmake --build --preset default --target hmcast_mpi hmcast_mpi_check hmcast_mpi_fortran_check; the Fortran one needs gfortran)" >&2; exit 2; }
 done
 PRELOAD="$SHIM"
 SANITIZER_ENV=()
@@ -70,15 +76,18 @@ run() {  # run <label> <procs> <shim: yes|no> [VAR=value ...]: one mpirun, its f
   if [ "$shim" = yes ]; then env+=(-x "LD_PRELOAD=$PRELOAD" -x HMCAST_MPI_STATS=1 "${SANITIZER_ENV[@]}"); fi
   for kv in "$@"; do env+=(-x "$kv"); done
   local rc=0
-  timeout 240 "${MPIRUN[@]}" -np "$np" "${env[@]}" "$CHECK" --max-bytes "$MAX_BYTES" ${PROGRAM_ARGS:-} \
+  local program=("$CHECK" --max-bytes "$MAX_BYTES")
+  [ "${FORTRAN:-}" = yes ] && program=("$FORTRAN_CHECK")
+  timeout 240 "${MPIRUN[@]}" -np "$np" "${env[@]}" "${program[@]}" ${PROGRAM_ARGS:-} \
     >"$WORK/out" 2>"$WORK/err" || rc=$?
-  python3 - "$label" "$np" "$shim" "$rc" "$WORK/out" "$WORK/err" "$* ${PROGRAM_ARGS:-}" >>"$RESULTS" <<'PY'
+  python3 - "$label" "$np" "$shim" "$rc" "$WORK/out" "$WORK/err" "$* ${PROGRAM_ARGS:-}" "${FORTRAN:-no}" >>"$RESULTS" <<'PY'
 import json, sys
-label, np, shim, rc, out_path, err_path, settings = sys.argv[1:]
+label, np, shim, rc, out_path, err_path, settings, fortran = sys.argv[1:]
+fortran = fortran == "yes"
 np, rc = int(np), int(rc)
 out = open(out_path, errors="replace").read().splitlines()
 err = open(err_path, errors="replace").read().splitlines()
-r = {"run": label, "procs": np, "shim": shim == "yes", "settings": settings, "exit": rc,
+r = {"run": label, "procs": np, "shim": shim == "yes", "fortran": fortran, "settings": settings, "exit": rc,
      "checks": 0, "failures": 0, "calls": 0, "seconds": None, "script_failures": []}
 try:
     prog = json.loads(out[-1])
@@ -92,7 +101,7 @@ stats = [json.loads(l.split("hmcast_mpi stats: ", 1)[1]) for l in err if "hmcast
 r["stat_ranks"] = len(stats)
 for k in ("hmcast_calls", "fallback_calls", "hmcast_large", "hmcast_packed", "fallback_disabled",
           "fallback_group_limit", "fallback_intercomm", "fallback_single_rank", "fallback_setup_failed",
-          "repairs_sent", "faults_dropped", "hmcast_errors"):
+          "repairs_sent", "faults_dropped", "hmcast_errors", "hmcast_nonblocking", "fortran_calls"):
     r[k] = sum(s[k] for s in stats)
 if r["shim"]:
     if len(stats) != np:
@@ -109,9 +118,17 @@ if r["shim"]:
             r["script_failures"].append("HMCAST_MPI=off did not send every call to PMPI_Bcast")
     else:
         if r["hmcast_calls"] == 0: r["script_failures"].append("no call went through hmcast")
-        if r["fallback_intercomm"] == 0 and "--mismatch" not in settings and "--stall" not in settings:
+        plain_suite = "--mismatch" not in settings and "--stall" not in settings
+        if r["fallback_intercomm"] == 0 and plain_suite and not fortran:
             r["script_failures"].append("the inter-communicator did not fall back")
+        if r["hmcast_nonblocking"] == 0 and plain_suite:
+            r["script_failures"].append("no MPI_Ibcast went through hmcast")
         if r["fallback_setup_failed"] != 0: r["script_failures"].append("a group could not be formed")
+    # Fortran's calls reach the shim through its Fortran entry points, every one of them.
+    if fortran and r["fortran_calls"] != r["calls"]:
+        r["script_failures"].append("the shim saw %d Fortran calls, the program made %d" % (r["fortran_calls"], r["calls"]))
+    if not fortran and r["fortran_calls"] != 0:
+        r["script_failures"].append("Fortran calls counted in a C program")
     if "HMCAST_MPI_MAX_GROUPS=1" in settings and r["fallback_group_limit"] == 0:
         r["script_failures"].append("HMCAST_MPI_MAX_GROUPS=1 did not bound the groups")
     if "HMCAST_FAULT_LOSS" in settings and (r["faults_dropped"] == 0 or r["repairs_sent"] == 0):
@@ -123,7 +140,7 @@ for l in err:
         sys.stderr.write("  " + l + "\n")
 print(json.dumps(r))
 PY
-  python3 -c 'import json,sys; r=json.loads(sys.argv[1]); print("%-26s procs=%d checks=%d failures=%d hmcast_calls=%d fallback_calls=%d dropped=%d repairs=%d seconds=%s root_wait_ms=%s %s" % (r["run"], r["procs"], r["checks"], r["failures"], r["hmcast_calls"], r["fallback_calls"], r["faults_dropped"], r["repairs_sent"], r["seconds"], r.get("root_wait_ms"), "; ".join(r["script_failures"]) or "ok"))' "$(tail -n 1 "$RESULTS")"
+  python3 -c 'import json,sys; r=json.loads(sys.argv[1]); print("%-26s procs=%d checks=%d failures=%d hmcast_calls=%d (ibcast %d) fallback_calls=%d dropped=%d repairs=%d seconds=%s root_wait_ms=%s %s" % (r["run"], r["procs"], r["checks"], r["failures"], r["hmcast_calls"], r["hmcast_nonblocking"], r["fallback_calls"], r["faults_dropped"], r["repairs_sent"], r["seconds"], r.get("root_wait_ms"), "; ".join(r["script_failures"]) or "ok"))' "$(tail -n 1 "$RESULTS")"
 }
 
 if [ -z "$SANITIZER" ]; then
@@ -138,8 +155,11 @@ if [ -z "$SANITIZER" ]; then
   # returns at once (figure recorded, not judged); the shim must wait >= 100 ms.
   PROGRAM_ARGS="--stall 400" run "mpi-only one rank stopped" 4 no
   PROGRAM_ARGS="--stall 400 --expect-root-wait-ms 100" run "shim one rank stopped" 4 yes
+  FORTRAN=yes run "mpi-only fortran" 4 no
+  FORTRAN=yes run "shim fortran" 4 yes
 else
   run "shim ($SANITIZER)" 4 yes
+  FORTRAN=yes run "shim fortran ($SANITIZER)" 4 yes
 fi
 run "shim loss+reorder" 4 yes HMCAST_FAULT_LOSS=0.02 HMCAST_FAULT_REORDER=0.05 HMCAST_FAULT_SEED=7
 # Erroneous program: the root sends more bytes than the others expect. Each receiver
@@ -156,9 +176,12 @@ summary = {
     "failures": sum(r["failures"] + len(r["script_failures"]) for r in runs),
     "hmcast_calls": sum(r["hmcast_calls"] for r in runs),
     "fallback_calls": sum(r["fallback_calls"] for r in runs),
+    "nonblocking_calls": sum(r["hmcast_nonblocking"] for r in runs),
+    "fortran_hmcast_calls": sum(r["hmcast_calls"] for r in runs if r["fortran"]),
     "runs": [{k: r.get(k) for k in ("run", "procs", "checks", "failures", "hmcast_calls", "fallback_calls", "seconds",
                                     "root_wait_ms")} for r in runs],
 }
 print(json.dumps(summary))
-sys.exit(0 if summary["failures"] == 0 and summary["hmcast_calls"] > 0 else 1)
+ok = summary["failures"] == 0 and all(summary[k] > 0 for k in ("hmcast_calls", "nonblocking_calls", "fortran_hmcast_calls"))
+sys.exit(0 if ok else 1)
 PY

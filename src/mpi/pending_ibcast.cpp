@@ -1,0 +1,206 @@
+#include "mpi/pending_ibcast.hpp"
+
+#include <algorithm>
+#include <set>
+#include <tuple>
+#include <vector>
+
+#include "mpi/datatype_bytes.hpp"
+#include "mpi/report.hpp"
+#include "mpi/shim_stats.hpp"
+
+namespace hmcast::mpi {
+namespace {
+
+/// What MPI asks a generalized request about once it is complete; owned by MPI
+/// (freed in free_state when the application frees or completes the request).
+struct RequestState {
+  int error = MPI_SUCCESS;
+};
+
+int query_state(void* extra, MPI_Status* status) {
+  const auto* s = static_cast<const RequestState*>(extra);
+  PMPI_Status_set_elements(status, MPI_BYTE, 0);
+  PMPI_Status_set_cancelled(status, 0);
+  status->MPI_SOURCE = MPI_UNDEFINED;
+  status->MPI_TAG = MPI_UNDEFINED;
+  status->MPI_ERROR = s->error;
+  return s->error;
+}
+
+int free_state(void* extra) {
+  delete static_cast<RequestState*>(extra);
+  return MPI_SUCCESS;
+}
+
+int cancel_state(void*, int) { return MPI_SUCCESS; }  // a broadcast under way cannot be taken back
+
+}  // namespace
+
+struct PendingIbcasts::Op {
+  MPI_Request request = MPI_REQUEST_NULL;  // the handle as returned: the user's copy is nulled when freed
+  RequestState* state = nullptr;
+  CommGroup* group = nullptr;
+  MPI_Comm comm = MPI_COMM_NULL;
+  std::size_t bytes = 0;
+  bool is_root = false;
+  bool packed = false;
+  Completion completion;  // the root's
+  // A receiver's:
+  int root = 0;
+  void* buffer = nullptr;
+  int count = 0;
+  MPI_Datatype datatype = MPI_DATATYPE_NULL;  // our own duplicate when not plain: the user may free theirs
+  bool plain = true;
+
+  [[nodiscard]] bool large() const { return bytes > group->max_small(); }
+  [[nodiscard]] bool same_queue(const Op& o) const {
+    return !is_root && !o.is_root && group == o.group && root == o.root && large() == o.large();
+  }
+};
+
+PendingIbcasts& pending_ibcasts() {
+  static PendingIbcasts p;
+  return p;
+}
+
+namespace {
+
+int start_request(RequestState*& state, MPI_Request* request) {
+  state = new RequestState;
+  const int rc = PMPI_Grequest_start(query_state, free_state, cancel_state, state, request);
+  if (rc != MPI_SUCCESS) {
+    delete state;
+    state = nullptr;
+  }
+  return rc;
+}
+
+}  // namespace
+
+int PendingIbcasts::add_root(CommGroup* group, MPI_Comm comm, Completion c, std::size_t bytes, bool packed,
+                             MPI_Request* request) {
+  auto op = std::make_unique<Op>();
+  op->group = group;
+  op->comm = comm;
+  op->bytes = bytes;
+  op->is_root = true;
+  op->packed = packed;
+  op->completion = std::move(c);
+  if (const int rc = start_request(op->state, request); rc != MPI_SUCCESS) return rc;
+  op->request = *request;
+  std::lock_guard lock(mu_);
+  ops_.push_back(std::move(op));
+  count_.store(ops_.size(), std::memory_order_relaxed);
+  return MPI_SUCCESS;
+}
+
+int PendingIbcasts::add_receive(CommGroup* group, MPI_Comm comm, int root, std::size_t bytes, void* buffer, int count,
+                                MPI_Datatype datatype, bool plain, MPI_Request* request) {
+  auto op = std::make_unique<Op>();
+  op->group = group;
+  op->comm = comm;
+  op->bytes = bytes;
+  op->root = root;
+  op->buffer = buffer;
+  op->count = count;
+  op->plain = plain;
+  op->packed = !plain;
+  op->datatype = datatype;
+  if (!plain) {
+    if (const int rc = PMPI_Type_dup(datatype, &op->datatype); rc != MPI_SUCCESS) return rc;
+  }
+  if (const int rc = start_request(op->state, request); rc != MPI_SUCCESS) {
+    if (!plain) PMPI_Type_free(&op->datatype);
+    return rc;
+  }
+  op->request = *request;
+  std::lock_guard lock(mu_);
+  ops_.push_back(std::move(op));
+  count_.store(ops_.size(), std::memory_order_relaxed);
+  return MPI_SUCCESS;
+}
+
+bool PendingIbcasts::finish(Op& op, bool block) {
+  bool done = false;
+  int rc = MPI_SUCCESS;
+  std::optional<BcastError> err;
+  if (op.is_root) {
+    err = op.group->finish(op.completion, block, done);
+  } else {
+    err = op.group->receive(
+        op.root, op.bytes,
+        [&](std::span<const std::byte> in) { rc = unpack_bytes(in, op.buffer, op.count, op.datatype, op.plain, op.comm); },
+        block, &done);
+  }
+  if (!done && !err) return false;
+  if (err) {
+    rc = raise(op.comm, *err, "MPI_Ibcast");
+  } else if (rc != MPI_SUCCESS) {
+    ++stats().errors;
+  } else {
+    auto& s = stats();
+    ++(op.large() ? s.large : s.small);
+    ++s.nonblocking;
+    if (op.packed) ++s.packed;
+    s.bytes += op.bytes;
+  }
+  if (!op.plain) PMPI_Type_free(&op.datatype);
+  op.state->error = rc;
+  PMPI_Grequest_complete(op.request);  // MPI frees the state once the application is done with the request
+  op.request = MPI_REQUEST_NULL;
+  return true;
+}
+
+template <class Want>
+void PendingIbcasts::run(Want&& want, bool block) {
+  std::lock_guard lock(mu_);
+  // A receiver's op that is not done holds up the later ones of its queue: one of
+  // them must not take the message that arrives for it meanwhile.
+  std::set<std::tuple<const CommGroup*, int, bool>> held;
+  for (std::size_t i = 0; i < ops_.size(); ++i) {
+    Op& op = *ops_[i];
+    if (op.request == MPI_REQUEST_NULL || !want(i, op)) continue;
+    const auto key = std::tuple<const CommGroup*, int, bool>{op.group, op.is_root ? -1 : op.root, op.large()};
+    if (!op.is_root && held.count(key) != 0) continue;
+    if (!finish(op, block) && !op.is_root) held.insert(key);
+  }
+  ops_.erase(std::remove_if(ops_.begin(), ops_.end(), [](const auto& op) { return op->request == MPI_REQUEST_NULL; }),
+             ops_.end());
+  count_.store(ops_.size(), std::memory_order_relaxed);
+}
+
+void PendingIbcasts::advance(MPI_Request request, bool block) {
+  if (request == MPI_REQUEST_NULL || empty()) return;
+  std::size_t target = 0;
+  const Op* t = nullptr;
+  {
+    std::lock_guard lock(mu_);
+    for (std::size_t i = 0; i < ops_.size() && t == nullptr; ++i)
+      if (ops_[i]->request == request) {
+        target = i;
+        t = ops_[i].get();
+      }
+  }
+  if (t == nullptr) return;  // not ours, or complete already
+  // Ops are only added and removed by the application's MPI calls, which run one at a
+  // time (the shim asks no more of the thread level): `t` and `target` stay valid.
+  run([&](std::size_t i, const Op& op) { return i == target || (i < target && op.same_queue(*t)); }, block);
+}
+
+void PendingIbcasts::poll() {
+  if (!empty()) run([](std::size_t, const Op&) { return true; }, false);
+}
+
+void PendingIbcasts::settle_before(const CommGroup* group, int root, bool large) {
+  if (empty()) return;
+  run([&](std::size_t, const Op& op) { return !op.is_root && op.group == group && op.root == root && op.large() == large; },
+      true);
+}
+
+void PendingIbcasts::settle_all(const CommGroup* group) {
+  if (empty()) return;
+  run([&](std::size_t, const Op& op) { return group == nullptr || op.group == group; }, true);
+}
+
+}  // namespace hmcast::mpi
