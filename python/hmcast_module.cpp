@@ -28,10 +28,15 @@ struct ViewChange {
   std::vector<hmcast::MemberId> left;
 };
 
+/// The group stopped for this member (Group::on_stopped): receive() raises it.
+struct Stopped {
+  hmcast::Error error;
+};
+
 /// What the progress thread hands to Python, in the order it happened.
 class Inbox {
  public:
-  using Event = std::variant<hmcast::Delivery, ViewChange>;
+  using Event = std::variant<hmcast::Delivery, ViewChange, Stopped>;
   void push(Event e) {
     {
       std::lock_guard lock(mu_);
@@ -48,6 +53,8 @@ class Inbox {
     } else {
       cv_.wait(lock, ready);
     }
+    // A stop stays (a copy goes out): every later receive() raises it too, none waits for ever.
+    if (std::holds_alternative<Stopped>(events_.front())) return events_.front();
     Event e = std::move(events_.front());
     events_.pop_front();
     return e;
@@ -74,6 +81,7 @@ hmcast::TransportKind transport_of(const std::string& name) {
 
 py::object event_to_python(Inbox::Event e) {
   if (auto* d = std::get_if<hmcast::Delivery>(&e)) return py::cast(std::move(*d));
+  if (auto* s = std::get_if<Stopped>(&e)) throw s->error;  // hmcast.Error, with its message
   return py::cast(std::get<ViewChange>(std::move(e)));
 }
 
@@ -191,7 +199,8 @@ PYBIND11_MODULE(hmcast, m) {
             return event_to_python(std::move(*e));
           },
           py::arg("timeout") = py::none(),
-          "The next Delivery or ViewChange, or None after `timeout` seconds")
+          "The next Delivery or ViewChange, or None after `timeout` seconds; raises hmcast.Error once the group "
+          "stopped for this member (removed by the others, or the manager lost)")
       .def("__iter__", [](py::object self) { return self; })
       .def("__next__",
            [](PyGroup& g) {
@@ -241,6 +250,9 @@ PYBIND11_MODULE(hmcast, m) {
             });
             g->group.on_view_change([inbox](const hmcast::View& v, std::span<const hmcast::MemberId> left) {
               if (auto in = inbox.lock()) in->push(ViewChange{v, {left.begin(), left.end()}});
+            });
+            g->group.on_stopped([inbox](const hmcast::Error& e) {
+              if (auto in = inbox.lock()) in->push(Stopped{e});
             });
             return g;
           },

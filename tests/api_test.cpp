@@ -338,3 +338,53 @@ TEST_CASE("api: a prepared message is broadcast without a copy, small and large 
     CHECK(got[i].bad == 0);
   }
 }
+
+TEST_CASE("api: a member the others remove is told so by on_stopped, once", "[api][stopped]") {
+  constexpr std::uint32_t kNodes = 3;
+  hmcast::Config cfg;
+  cfg.fabric = "api-stopped";
+  cfg.group_size = kNodes;
+  hmcast::ProtocolConfig p = hmcast::default_protocol(cfg);
+  // A member silent for a few tens of milliseconds is suspected: member 2 stalls
+  // its own progress thread for far longer, in a callback.
+  p.repair_budget = 1;
+  p.min_timeout_ns = 1'000'000;
+  p.max_timeout_ns = 20'000'000;
+  cfg.protocol = p;
+  std::vector<std::unique_ptr<hmcast::Node>> nodes;
+  for (std::uint32_t i = 0; i < kNodes; ++i) nodes.push_back(std::make_unique<hmcast::Node>(cfg));
+  std::vector<hmcast::Group> groups(kNodes);
+  std::vector<std::thread> joiners;
+  for (std::uint32_t i = 0; i < kNodes; ++i) joiners.emplace_back([&, i] { groups[i] = nodes[i]->join("stopped"); });
+  for (auto& t : joiners) t.join();
+  std::atomic<int> stopped{0};
+  std::atomic<int> others_stopped{0};
+  std::atomic<int> delivered_after{0};
+  std::atomic<bool> stop_seen{false};
+  std::atomic<hmcast::ErrorCode> code{hmcast::ErrorCode::closed};
+  std::string why;  // written before stop_seen is set
+  groups[2].on_stopped([&](const hmcast::Error& e) {
+    code = e.code();
+    why = e.what();
+    stop_seen = true;
+    ++stopped;
+  });
+  for (std::uint32_t i = 0; i < 2; ++i) groups[i].on_stopped([&](const hmcast::Error&) { ++others_stopped; });
+  std::atomic<bool> stalled{false};
+  groups[2].on_deliver([&](const hmcast::Delivery&) {
+    if (stop_seen) ++delivered_after;
+    if (!stalled.exchange(true)) std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  });
+  const std::vector<std::byte> msg(100);
+  for (int m = 0; m < 20; ++m) groups[0].broadcast(msg).get();  // completes once member 2 is out
+  for (int wait = 0; wait < 500 && stopped == 0; ++wait) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  CHECK(stopped == 1);
+  INFO("on_stopped: " << (stop_seen ? why : std::string("not called")));
+  CHECK(static_cast<int>(code.load()) == static_cast<int>(hmcast::ErrorCode::removed));
+  CHECK(others_stopped == 0);
+  CHECK(delivered_after == 0);
+  CHECK(groups[0].view().size() == 2);
+  CHECK_THROWS_AS(groups[2].broadcast(msg), hmcast::Error);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  CHECK(stopped == 1);  // once
+}

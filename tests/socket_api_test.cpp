@@ -161,6 +161,11 @@ TEST_CASE("socket api: when the manager dies, members fail pending work with man
   std::thread tb([&] { gb = b.join("orphan"); });
   ga = a.join("orphan");
   tb.join();
+  std::atomic<int> told{0};
+  for (auto* g : {&ga, &gb})
+    g->on_stopped([&](const hmcast::Error& e) {
+      if (e.code() == hmcast::ErrorCode::manager_lost) ++told;
+    });
   ga.broadcast(payload(ga.self(), 0, 10)).get();
   manager.reset();
   bool failed = eventually([&] {
@@ -172,6 +177,7 @@ TEST_CASE("socket api: when the manager dies, members fail pending work with man
     }
   });
   CHECK(failed);
+  CHECK(eventually([&] { return told == 2; }));  // each member is told once, through on_stopped
 }
 
 TEST_CASE("socket api: joining with no manager, or a mismatched group size, is a clear error", "[socket][api]") {

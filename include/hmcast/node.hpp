@@ -194,10 +194,18 @@ class Group {
  public:
   using DeliverFn = std::function<void(const Delivery&)>;
   using ViewFn = std::function<void(const View&, std::span<const MemberId> left)>;
+  using StoppedFn = std::function<void(const Error&)>;
 
   Group() = default;
   void on_deliver(DeliverFn fn);
   void on_view_change(ViewFn fn);
+  /// Called once (on the progress thread, like every callback) when the group stops
+  /// for this member by no choice of its own: the others removed it
+  /// (ErrorCode::removed), the membership manager is gone (manager_lost), or the
+  /// transport failed. Nothing is delivered after it; a thread waiting for a
+  /// delivery should wake up here. Set before it happens, or it is called when set.
+  /// Not called for leave() or the Node's destruction.
+  void on_stopped(StoppedFn fn);
   /// Broadcast a copy of `bytes` to the group. Throws hmcast::Error on a full window
   /// (or large-message queue) in SendMode::fail, a message over max_large_message,
   /// or a removed member.

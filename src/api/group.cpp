@@ -23,6 +23,14 @@ void Group::on_view_change(ViewFn fn) {
   state_->on_view = std::move(fn);
 }
 
+void Group::on_stopped(StoppedFn fn) {
+  {
+    std::lock_guard lock(state_->mu);
+    state_->on_stopped = std::move(fn);
+  }
+  state_->node->link->wake();  // a stop that came before is reported now
+}
+
 View Group::view() const {
   std::lock_guard lock(state_->mu);
   return state_->runtime->engine().view();
@@ -46,6 +54,7 @@ void Group::leave() {
     // on its own copy, run_callbacks()), which also ends any cycle through a Group.
     g.on_deliver = nullptr;
     g.on_view = nullptr;
+    g.on_stopped = nullptr;
     if (g.closed && g.closed_code == ErrorCode::closed) return;  // left already
   }
   detail::NodeState::fail_all(g, ErrorCode::closed, "this member left the group (Group::leave)");

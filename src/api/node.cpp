@@ -1,6 +1,7 @@
 // The Node: one transport, one group, one progress thread over the group's runtime.
 #include <chrono>
 #include <cstdlib>
+#include <optional>
 
 #include "api/node_state.hpp"
 #include "api/spin_wait.hpp"
@@ -150,6 +151,21 @@ void NodeState::run_callbacks(GroupState& g) {
         },
         a);
   }
+  // The group stopped for this member by no choice of its own: say so, once.
+  Group::StoppedFn stopped;
+  std::optional<Error> why;
+  {
+    std::lock_guard lock(g.mu);
+    if (g.closed && !g.stop_reported && g.closed_code != ErrorCode::closed && g.on_stopped) {
+      g.stop_reported = true;
+      stopped = g.on_stopped;
+      why.emplace(g.closed_code, g.closed_why);
+    }
+  }
+  if (stopped) {
+    std::lock_guard cb(g.callbacks_mu);
+    if (!g.callbacks_stopped) stopped(*why);
+  }
 }
 
 void NodeState::settle(GroupState& g, std::map<Seq, std::promise<void>>& pending, Seq seq,
@@ -292,6 +308,15 @@ Group Node::join(const std::string& name) {
       [node, weak](const std::string& why) {
         auto group = weak.lock();
         if (!group) return;
+        {
+          // The coordinator closes a removed member's connection right after the view
+          // without it: that is a removal (reported as such), not a lost manager.
+          std::lock_guard lock(group->mu);
+          if (group->runtime->engine().removed()) {
+            node->link->wake();
+            return;
+          }
+        }
         detail::NodeState::fail_all(*group, ErrorCode::manager_lost,
                                     why + ": views can no longer change, so the group stops and pending broadcasts "
                                           "fail; start the group again with a live manager");

@@ -45,6 +45,8 @@ struct GroupState {
   std::deque<AppEvent> to_app;  // deliveries, completions, views: for the progress thread
   Group::DeliverFn on_deliver;
   Group::ViewFn on_view;
+  Group::StoppedFn on_stopped;
+  bool stop_reported = false;  // on_stopped ran (or the stop was the application's own)
   bool closed = false;
   ErrorCode closed_code = ErrorCode::removed;
   std::string closed_why = "this member is no longer in the group; join again";

@@ -136,6 +136,14 @@ std::unique_ptr<CommGroup> CommGroup::form(MPI_Comm comm, std::string& why) {
       self->arrivals_.fetch_add(1, std::memory_order_release);
       self->arrived_.notify_all();
     });
+    // This rank itself removed (or the manager gone): a rank waiting for a message
+    // that will never come wakes with the reason.
+    g->group_.on_stopped([self](const Error& e) {
+      std::lock_guard lock(self->mu_);
+      self->broken_ = std::string("this rank's hmcast group stopped: ") + e.what();
+      self->arrivals_.fetch_add(1, std::memory_order_release);
+      self->arrived_.notify_all();
+    });
     g->group_.on_deliver([self](const Delivery& d) {
       if (d.sender == self->self_) return;  // a root's own copy: it already has the data
       std::lock_guard lock(self->mu_);

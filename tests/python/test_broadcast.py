@@ -22,8 +22,7 @@ def free_port():
         return s.getsockname()[1]
 
 
-@pytest.fixture
-def manager():
+def start_manager():
     port = free_port()
     proc = subprocess.Popen([TOOL, "manager", "--listen", f"127.0.0.1:{port}", "--exit-after", "120"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -35,7 +34,13 @@ def manager():
         except OSError:
             assert time.monotonic() < deadline, "the manager did not start listening"
             time.sleep(0.05)
-    yield f"127.0.0.1:{port}"
+    return proc, f"127.0.0.1:{port}"
+
+
+@pytest.fixture
+def manager():
+    proc, address = start_manager()
+    yield address
     proc.kill()
     proc.wait(timeout=10)
 
@@ -93,3 +98,38 @@ def test_killed_member_is_a_view_change(manager):
             assert d["left"] == [victim_id] and d["views"] >= 1, d
     finally:
         finish(survivors)
+
+
+def test_a_stopped_group_raises_in_receive():
+    """When the group stops for a member (here: its manager dies), a receive() that
+    would wait for ever raises hmcast.Error with the reason, and so does every later one."""
+    import threading
+
+    import hmcast
+
+    proc, address = start_manager()
+    try:
+        nodes = [hmcast.Node(transport="socket", group_size=2, manager=address, join_timeout=30) for _ in range(2)]
+        groups = [None, None]
+        joiners = [threading.Thread(target=lambda i=i: groups.__setitem__(i, nodes[i].join("stops"))) for i in range(2)]
+        for t in joiners:
+            t.start()
+        for t in joiners:
+            t.join(timeout=60)
+        assert all(g is not None for g in groups), "the two members did not join"
+        groups[0].broadcast(b"before").result(timeout=30)
+        first = groups[1].receive(timeout=30)
+        while not isinstance(first, hmcast.Delivery):  # the first view comes first
+            first = groups[1].receive(timeout=30)
+        assert first.tobytes() == b"before"
+        proc.kill()
+        proc.wait(timeout=10)
+        for _ in range(2):
+            with pytest.raises(hmcast.Error, match="manager"):
+                while True:  # view changes may come first; then the stop, for ever
+                    assert groups[1].receive(timeout=30) is not None, "receive() waited 30 s without raising"
+        for g in groups:
+            g.leave()
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
