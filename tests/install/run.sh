@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Installs the build into a temporary prefix, then builds examples/hello_group.cpp
 # outside the tree against it twice (through find_package(hmcast), shared and static,
-# and through pkg-config) and runs each. Usage: tests/install/run.sh [BUILD_DIR]
+# and through pkg-config) and runs each, imports the installed Python module, and
+# installs the module with `pip install .` into a venv and runs it from there.
+# Usage: tests/install/run.sh [BUILD_DIR]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 build=${1:-build}
@@ -50,3 +52,12 @@ if [ -d "$prefix/lib/python3/dist-packages" ]; then
 else
   fail "the Python module was not installed (apt-get install pybind11-dev python3-dev)"
 fi
+
+# pip install . (pyproject.toml: scikit-build-core and pybind11 from PyPI build the
+# module from this CMake tree) into a fresh venv, then import and use it from there.
+/usr/bin/python3 -m venv "$work/venv"
+"$work/venv/bin/pip" install -q --disable-pip-version-check . >"$work/pip.log" 2>&1 ||
+  { tail -n 30 "$work/pip.log"; fail "pip install . (PyPI must be reachable for scikit-build-core and pybind11)"; }
+(cd "$work" && "$work/venv/bin/python" -c \
+  "import hmcast; n = hmcast.Node(transport='inproc'); g = n.join('x'); g.broadcast(b'hi').result(5); d = g.receive(5); assert d.tobytes() == b'hi', d; print('pip-installed', hmcast.__file__.rsplit('/', 1)[-1], 'delivered', d.tobytes())")
+echo "pip install . into a venv: import hmcast from it ran"
