@@ -45,7 +45,7 @@ struct PendingIbcasts::Op {
   std::size_t bytes = 0;
   bool is_root = false;
   bool packed = false;
-  Completion completion;  // the root's
+  Completion completion{};  // the root's
   // A receiver's:
   int root = 0;
   void* buffer = nullptr;
@@ -80,40 +80,25 @@ int start_request(RequestState*& state, MPI_Request* request) {
 
 int PendingIbcasts::add_root(CommGroup* group, MPI_Comm comm, Completion c, std::size_t bytes, bool packed,
                              MPI_Request* request) {
-  auto op = std::make_unique<Op>();
-  op->group = group;
-  op->comm = comm;
-  op->bytes = bytes;
-  op->is_root = true;
-  op->packed = packed;
-  op->completion = std::move(c);
-  if (const int rc = start_request(op->state, request); rc != MPI_SUCCESS) return rc;
-  op->request = *request;
-  std::lock_guard lock(mu_);
-  ops_.push_back(std::move(op));
-  count_.store(ops_.size(), std::memory_order_relaxed);
-  return MPI_SUCCESS;
+  auto op = std::make_unique<Op>(
+      Op{.group = group, .comm = comm, .bytes = bytes, .is_root = true, .packed = packed, .completion = std::move(c)});
+  return enqueue(op, request);
 }
 
 int PendingIbcasts::add_receive(CommGroup* group, MPI_Comm comm, int root, std::size_t bytes, void* buffer, int count,
                                 MPI_Datatype datatype, bool plain, MPI_Request* request) {
-  auto op = std::make_unique<Op>();
-  op->group = group;
-  op->comm = comm;
-  op->bytes = bytes;
-  op->root = root;
-  op->buffer = buffer;
-  op->count = count;
-  op->plain = plain;
-  op->packed = !plain;
-  op->datatype = datatype;
+  auto op = std::make_unique<Op>(Op{.group = group, .comm = comm, .bytes = bytes, .packed = !plain, .root = root,
+                                    .buffer = buffer, .count = count, .datatype = datatype, .plain = plain});
   if (!plain) {
     if (const int rc = PMPI_Type_dup(datatype, &op->datatype); rc != MPI_SUCCESS) return rc;
   }
-  if (const int rc = start_request(op->state, request); rc != MPI_SUCCESS) {
-    if (!plain) PMPI_Type_free(&op->datatype);
-    return rc;
-  }
+  const int rc = enqueue(op, request);
+  if (rc != MPI_SUCCESS && !plain) PMPI_Type_free(&op->datatype);
+  return rc;
+}
+
+int PendingIbcasts::enqueue(std::unique_ptr<Op>& op, MPI_Request* request) {
+  if (const int rc = start_request(op->state, request); rc != MPI_SUCCESS) return rc;
   op->request = *request;
   std::lock_guard lock(mu_);
   ops_.push_back(std::move(op));

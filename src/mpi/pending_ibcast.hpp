@@ -49,6 +49,8 @@ class PendingIbcasts {
 
  private:
   struct Op;
+  /// Hands the application its request and queues `op` (moved from only on success).
+  int enqueue(std::unique_ptr<Op>& op, MPI_Request* request);
   /// Completes `op` if it can (blocking: until it can); true when it is done.
   bool finish(Op& op, bool block);
   /// Runs finish() on the ops `want` selects, in order, stopping at the first not done.
