@@ -1,5 +1,5 @@
 ! A Fortran program (it knows nothing of hmcast) that broadcasts integer arrays from
-! every root with MPI_BCAST (`use mpi`, and `include 'mpif.h'` in one subroutine)
+! every root with MPI_BCAST (`use mpi`; `include 'mpif.h'` and `use mpi_f08` in a subroutine each)
 ! and with MPI_IBCAST completed by MPI_WAIT, MPI_WAITALL and MPI_TEST, and checks
 ! every element at every rank. Run by tests/mpi/run.sh with and without the shim.
 ! Rank 0 prints one JSON line like bcast_check's: procs, checks, failures, calls,
@@ -53,6 +53,30 @@ subroutine bcast_mpif(buf, n, root)
   integer :: buf(*), n, root, ierr
   call MPI_BCAST(buf, n, MPI_INTEGER, root, MPI_COMM_WORLD, ierr)
 end subroutine bcast_mpif
+
+! The same calls through `use mpi_f08` (its own entry points call Open MPI's ompi_*_f).
+subroutine f08_cases(tag, nprocs)
+  use mpi_f08
+  use tally_mod
+  implicit none
+  integer, intent(inout) :: tag
+  integer, intent(in) :: nprocs
+  integer :: a(3000 + 16), root, ierr
+  type(MPI_Request) :: req
+  do root = 0, nprocs - 1
+    tag = tag + 1
+    call fill(a, 3000, tag, root, myrank)
+    calls = calls + 1
+    call MPI_Bcast(a, 3000, MPI_INTEGER, root, MPI_COMM_WORLD, ierr)
+    call check(a, 3000, tag, root, ierr, 'MPI_Bcast (mpi_f08)')
+    tag = tag + 1
+    call fill(a, 3000, tag, root, myrank)
+    calls = calls + 1
+    call MPI_Ibcast(a, 3000, MPI_INTEGER, root, MPI_COMM_WORLD, req, ierr)
+    call MPI_Wait(req, MPI_STATUS_IGNORE, ierr)
+    call check(a, 3000, tag, root, ierr, 'MPI_Ibcast + MPI_Wait (mpi_f08)')
+  end do
+end subroutine f08_cases
 
 program fortran_check
   use mpi
@@ -133,6 +157,8 @@ program fortran_check
       call check(bufs(:, k), sizes(k), tag - 4 + k, mod(k / 2, nprocs), rc, 'MPI_IBCAST')
     end do
   end do
+
+  call f08_cases(tag, nprocs)
 
   ! A communicator of its own, freed afterwards.
   allocate(b(5000 + guard))
