@@ -46,7 +46,7 @@ struct GroupState {
   Group::DeliverFn on_deliver;
   Group::ViewFn on_view;
   Group::StoppedFn on_stopped;
-  bool stop_reported = false;  // on_stopped ran (or the stop was the application's own)
+  bool stop_reported = false;  // on_stopped ran (a stop the application made, ErrorCode::closed, never runs it)
   bool closed = false;
   ErrorCode closed_code = ErrorCode::removed;
   std::string closed_why = "this member is no longer in the group; join again";

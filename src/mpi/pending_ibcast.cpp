@@ -44,19 +44,18 @@ struct PendingIbcasts::Op {
   MPI_Comm comm = MPI_COMM_NULL;
   std::size_t bytes = 0;
   bool is_root = false;
-  bool packed = false;
+  bool plain = true;        // the bytes are the buffer's own run (else packed, or unpacked)
   Completion completion{};  // the root's
   // A receiver's:
   int root = 0;
   void* buffer = nullptr;
   int count = 0;
   MPI_Datatype datatype = MPI_DATATYPE_NULL;  // our own duplicate when not plain: the user may free theirs
-  bool plain = true;
 
   [[nodiscard]] bool large() const { return bytes > group->max_small(); }
-  [[nodiscard]] bool same_queue(const Op& o) const {
-    return !is_root && !o.is_root && group == o.group && root == o.root && large() == o.large();
-  }
+  /// A receiver's queue: its messages come from one root on one path, in order.
+  [[nodiscard]] std::tuple<const CommGroup*, int, bool> queue() const { return {group, root, large()}; }
+  [[nodiscard]] bool same_queue(const Op& o) const { return !is_root && !o.is_root && queue() == o.queue(); }
 };
 
 PendingIbcasts& pending_ibcasts() {
@@ -78,17 +77,17 @@ int start_request(RequestState*& state, MPI_Request* request) {
 
 }  // namespace
 
-int PendingIbcasts::add_root(CommGroup* group, MPI_Comm comm, Completion c, std::size_t bytes, bool packed,
+int PendingIbcasts::add_root(CommGroup* group, MPI_Comm comm, Completion c, std::size_t bytes, bool plain,
                              MPI_Request* request) {
   auto op = std::make_unique<Op>(
-      Op{.group = group, .comm = comm, .bytes = bytes, .is_root = true, .packed = packed, .completion = std::move(c)});
+      Op{.group = group, .comm = comm, .bytes = bytes, .is_root = true, .plain = plain, .completion = std::move(c)});
   return enqueue(op, request);
 }
 
 int PendingIbcasts::add_receive(CommGroup* group, MPI_Comm comm, int root, std::size_t bytes, void* buffer, int count,
                                 MPI_Datatype datatype, bool plain, MPI_Request* request) {
-  auto op = std::make_unique<Op>(Op{.group = group, .comm = comm, .bytes = bytes, .packed = !plain, .root = root,
-                                    .buffer = buffer, .count = count, .datatype = datatype, .plain = plain});
+  auto op = std::make_unique<Op>(Op{.group = group, .comm = comm, .bytes = bytes, .plain = plain, .root = root,
+                                    .buffer = buffer, .count = count, .datatype = datatype});
   if (!plain) {
     if (const int rc = PMPI_Type_dup(datatype, &op->datatype); rc != MPI_SUCCESS) return rc;
   }
@@ -124,13 +123,10 @@ bool PendingIbcasts::finish(Op& op, bool block) {
   } else if (rc != MPI_SUCCESS) {
     ++stats().errors;
   } else {
-    auto& s = stats();
-    ++(op.large() ? s.large : s.small);
-    ++s.nonblocking;
-    if (op.packed) ++s.packed;
-    s.bytes += op.bytes;
+    stats().count_hmcast(op.bytes, op.large(), !op.plain);
+    ++stats().nonblocking;
   }
-  if (!op.plain) PMPI_Type_free(&op.datatype);
+  if (!op.is_root && !op.plain) PMPI_Type_free(&op.datatype);
   op.state->error = rc;
   PMPI_Grequest_complete(op.request);  // MPI frees the state once the application is done with the request
   op.request = MPI_REQUEST_NULL;
@@ -146,9 +142,11 @@ void PendingIbcasts::run(Want&& want, bool block) {
   for (std::size_t i = 0; i < ops_.size(); ++i) {
     Op& op = *ops_[i];
     if (op.request == MPI_REQUEST_NULL || !want(i, op)) continue;
-    const auto key = std::tuple<const CommGroup*, int, bool>{op.group, op.is_root ? -1 : op.root, op.large()};
-    if (!op.is_root && held.count(key) != 0) continue;
-    if (!finish(op, block) && !op.is_root) held.insert(key);
+    if (op.is_root) {  // its own completion: nothing to keep in order
+      finish(op, block);
+      continue;
+    }
+    if (held.count(op.queue()) == 0 && !finish(op, block)) held.insert(op.queue());
   }
   ops_.erase(std::remove_if(ops_.begin(), ops_.end(), [](const auto& op) { return op->request == MPI_REQUEST_NULL; }),
              ops_.end());

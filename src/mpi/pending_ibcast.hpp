@@ -28,7 +28,8 @@ namespace hmcast::mpi {
 class PendingIbcasts {
  public:
   /// The root's MPI_Ibcast, its broadcast started as `c`.
-  int add_root(CommGroup* group, MPI_Comm comm, Completion c, std::size_t bytes, bool packed, MPI_Request* request);
+  /// `plain`: the root's bytes were its buffer, not packed from it.
+  int add_root(CommGroup* group, MPI_Comm comm, Completion c, std::size_t bytes, bool plain, MPI_Request* request);
   /// A receiver's MPI_Ibcast of `bytes` bytes from `root` into the user's buffer.
   int add_receive(CommGroup* group, MPI_Comm comm, int root, std::size_t bytes, void* buffer, int count,
                   MPI_Datatype datatype, bool plain, MPI_Request* request);

@@ -208,6 +208,7 @@ Route route(int count, MPI_Datatype datatype, int root, MPI_Comm comm) {
 int bcast(void* buffer, int count, MPI_Datatype datatype, int root, MPI_Comm comm) {
   const Route r = route(count, datatype, root, comm);
   if (r.group == nullptr) return fallback(r.reason, buffer, count, datatype, root, comm);
+  const bool large = r.bytes > r.group->max_small();
   std::optional<BcastError> err;
   if (r.rank == root) {
     std::vector<std::byte> packed;
@@ -218,7 +219,6 @@ int bcast(void* buffer, int count, MPI_Datatype datatype, int root, MPI_Comm com
     }
     err = r.group->send(out);
   } else {
-    const bool large = r.bytes > r.group->max_small();
     pending_ibcasts().settle_before(r.group, root, large);  // earlier MPI_Ibcasts take the earlier messages
     int unpack_rc = MPI_SUCCESS;
     err = r.group->receive(root, r.bytes, [&](std::span<const std::byte> in) {
@@ -230,10 +230,7 @@ int bcast(void* buffer, int count, MPI_Datatype datatype, int root, MPI_Comm com
     }
   }
   if (err) return raise(comm, *err, "MPI_Bcast");
-  auto& s = stats();
-  ++(r.bytes > r.group->max_small() ? s.large : s.small);
-  if (!r.plain) ++s.packed;
-  s.bytes += r.bytes;
+  stats().count_hmcast(r.bytes, large, !r.plain);
   return MPI_SUCCESS;
 }
 
@@ -256,7 +253,7 @@ int ibcast(void* buffer, int count, MPI_Datatype datatype, int root, MPI_Comm co
   }
   Completion c;
   if (auto err = r.group->start(out, c)) return raise(comm, *err, "MPI_Ibcast");  // the bytes are copied out
-  return pending_ibcasts().add_root(r.group, comm, std::move(c), r.bytes, !r.plain, request);
+  return pending_ibcasts().add_root(r.group, comm, std::move(c), r.bytes, r.plain, request);
 }
 
 /// Every rank is done with every group once all have reached this point.

@@ -31,6 +31,13 @@ struct ShimStats {
   std::atomic<std::uint64_t> repairs_sent{0};    // point-to-point retransmissions
   std::atomic<std::uint64_t> faults_dropped{0};  // datagrams the seeded fault layer (HMCAST_FAULT_*) dropped
 
+  /// One broadcast of `n` bytes that went through hmcast, on the large path or not,
+  /// packed or not.
+  void count_hmcast(std::uint64_t n, bool on_large, bool was_packed) {
+    ++(on_large ? large : small);
+    if (was_packed) ++packed;
+    bytes += n;
+  }
   [[nodiscard]] std::uint64_t hmcast_calls() const { return small + large; }
   [[nodiscard]] std::uint64_t fallback_calls() const {
     return disabled + intercomm + single_rank + group_limit + setup_failed + unsupported;
