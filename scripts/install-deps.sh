@@ -10,6 +10,7 @@ PACKAGES=(
   libbenchmark-dev
   nlohmann-json3-dev
   libcli11-dev
+  libxxhash-dev
   clang libclang-rt-14-dev
   iproute2
   openmpi-bin libopenmpi-dev gfortran
@@ -22,7 +23,7 @@ PACKAGES=(
 )
 # --demo: only what quick start 1 needs to build and run the demo (the hmcast tool).
 if [ "${1:-}" = "--demo" ]; then
-  PACKAGES=(cmake ninja-build g++ nlohmann-json3-dev libcli11-dev libibverbs-dev librdmacm-dev)
+  PACKAGES=(cmake ninja-build g++ nlohmann-json3-dev libcli11-dev libxxhash-dev libibverbs-dev librdmacm-dev)
 fi
 missing=()
 for p in "${PACKAGES[@]}"; do

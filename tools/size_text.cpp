@@ -2,6 +2,7 @@
 
 #include <cctype>
 #include <cstdio>
+#include <iterator>
 #include <sstream>
 #include <stdexcept>
 
@@ -41,6 +42,22 @@ std::string format_duration_us(double us) {
   }
   char text[32];
   std::snprintf(text, sizeof text, v >= 100 ? "%.0f %s" : v >= 10 ? "%.1f %s" : "%.2f %s", v, unit);
+  return text;
+}
+
+std::string format_bytes(double bytes) {
+  static constexpr const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  std::size_t u = 0;
+  while (bytes >= 1024 && u + 1 < std::size(kUnits)) {
+    bytes /= 1024;
+    ++u;
+  }
+  char text[32];
+  if (u == 0) {
+    std::snprintf(text, sizeof text, "%.0f B", bytes);
+  } else {
+    std::snprintf(text, sizeof text, bytes >= 100 ? "%.0f %s" : bytes >= 10 ? "%.1f %s" : "%.2f %s", bytes, kUnits[u]);
+  }
   return text;
 }
 

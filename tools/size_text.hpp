@@ -13,6 +13,8 @@ std::uint64_t parse_size(const std::string& text);
 std::string format_size(std::uint64_t bytes);
 /// A time in the unit that reads: "850 us", "12.3 ms", "1.27 s" (three significant digits).
 std::string format_duration_us(double us);
+/// An amount of data in the unit that reads: "512 B", "3.50 KiB", "1.00 GiB" (three significant digits).
+std::string format_bytes(double bytes);
 /// "a,b,,c" -> {"a", "b", "c"}: the non-empty comma-separated items.
 std::vector<std::string> split_list(const std::string& text);
 

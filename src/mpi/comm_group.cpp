@@ -1,5 +1,6 @@
 #include "mpi/comm_group.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -12,6 +13,7 @@
 #include <unistd.h>
 
 #include "api/spin_wait.hpp"
+#include "core/byte_io.hpp"
 #include "membership/coordinator.hpp"
 #include "mpi/shim_stats.hpp"
 #include "transport/socket/manager_server.hpp"
@@ -59,6 +61,19 @@ std::string other_host(MPI_Comm comm, int size) {
     if (h != first) return h;
   }
   return {};
+}
+
+/// The byte in front of every message of the group.
+constexpr std::byte kData{0};
+constexpr std::byte kCredit{1};
+constexpr std::size_t kCreditSize = 1 + 4 + 8 + 8;
+
+std::uint64_t env_size(const char* name, std::uint64_t fallback) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return fallback;
+  char* end = nullptr;
+  const unsigned long long n = std::strtoull(v, &end, 10);
+  return end != nullptr && *end == '\0' ? n : fallback;
 }
 
 /// What rank 0 tells the others: where its membership manager listens.
@@ -126,7 +141,10 @@ std::unique_ptr<CommGroup> CommGroup::form(MPI_Comm comm, std::string& why) {
     g->group_ = g->node_->join("mpi-communicator");  // the manager is this communicator's own
     CommGroup* self = g.get();
     g->self_ = g->group_.self();
-    g->max_small_ = g->group_.stats().max_small_message;
+    g->max_small_ = g->group_.stats().max_small_message - 1;  // the shim's byte of header
+    // 0 turns the bound off (tests show the backlog it prevents).
+    g->limit_messages_ = env_size("HMCAST_MPI_QUEUE_MESSAGES", 1024);
+    g->limit_bytes_ = env_size("HMCAST_MPI_QUEUE_BYTES", 64ULL << 20);
     g->group_.on_view_change([self](const View&, std::span<const MemberId> left) {
       if (left.empty()) return;
       std::lock_guard lock(self->mu_);
@@ -135,6 +153,7 @@ std::unique_ptr<CommGroup> CommGroup::form(MPI_Comm comm, std::string& why) {
                       "broadcasts on this communicator can no longer reach every rank";
       self->arrivals_.fetch_add(1, std::memory_order_release);
       self->arrived_.notify_all();
+      self->credit_.notify_all();
     });
     // This rank itself removed (or the manager gone): a rank waiting for a message
     // that will never come wakes with the reason.
@@ -143,14 +162,9 @@ std::unique_ptr<CommGroup> CommGroup::form(MPI_Comm comm, std::string& why) {
       self->broken_ = std::string("this rank's hmcast group stopped: ") + e.what();
       self->arrivals_.fetch_add(1, std::memory_order_release);
       self->arrived_.notify_all();
+      self->credit_.notify_all();
     });
-    g->group_.on_deliver([self](const Delivery& d) {
-      if (d.sender == self->self_) return;  // a root's own copy: it already has the data
-      std::lock_guard lock(self->mu_);
-      self->inbox_[{d.sender, d.large}].push_back(Message{d.bytes, d.buffer});
-      self->arrivals_.fetch_add(1, std::memory_order_release);
-      self->arrived_.notify_all();
-    });
+    g->group_.on_deliver([self](const Delivery& d) { self->on_message(d); });
   } catch (const std::exception& e) {
     ok = 0;
     why = std::string("could not join the communicator's hmcast group: ") + e.what();
@@ -178,20 +192,84 @@ CommGroup::~CommGroup() {
   manager_.reset();
 }
 
+void CommGroup::on_message(const Delivery& d) {
+  if (d.sender == self_) return;  // a root's own copy: it already has the data
+  if (!d.bytes.empty() && d.bytes[0] == kData) {
+    std::lock_guard lock(mu_);
+    inbox_[{d.sender, d.large}].push_back(Message{d.bytes.subspan(1), d.buffer});
+    queued_bytes_ += d.bytes.size() - 1;
+    stats().note_queued(queued_bytes_);
+    arrivals_.fetch_add(1, std::memory_order_release);
+    arrived_.notify_all();
+    return;
+  }
+  if (d.bytes.size() == kCreditSize && d.bytes[0] == kCredit) {
+    wire::Reader r(d.bytes.subspan(1));
+    const MemberId root = r.u32();
+    const std::uint64_t messages = r.u64();
+    const std::uint64_t bytes = r.u64();
+    if (root != self_) return;  // another root's credit
+    std::lock_guard lock(mu_);
+    Taken& a = acked_[d.sender];
+    a.messages = std::max(a.messages, messages);
+    a.bytes = std::max(a.bytes, bytes);
+    credit_.notify_all();
+    return;
+  }
+  ++stats().bad_messages;  // every rank runs this shim: not expected
+}
+
+void CommGroup::send_credit(MemberId root, std::uint64_t messages, std::uint64_t bytes) {
+  std::vector<std::byte> m;
+  wire::Writer w(m);
+  w.u8(std::to_integer<std::uint8_t>(kCredit));
+  w.u32(root);
+  w.u64(messages);
+  w.u64(bytes);
+  try {
+    (void)group_.broadcast(m);  // not waited for: the root counts it when it comes
+    ++stats().credits_sent;
+  } catch (const std::exception&) {
+    // This rank is out of the group: the root learns it from the view change.
+  }
+}
+
 std::optional<BcastError> CommGroup::send(std::span<const std::byte> bytes) {
   Completion c;
-  if (auto err = start(bytes, c)) return err;
+  if (auto err = start(bytes, c, true)) return err;
   bool done = false;
   return finish(c, true, done);
 }
 
-std::optional<BcastError> CommGroup::start(std::span<const std::byte> bytes, Completion& out) {
+std::optional<BcastError> CommGroup::start(std::span<const std::byte> bytes, Completion& out, bool hold_back) {
   {
-    std::lock_guard lock(mu_);
+    std::unique_lock lock(mu_);
     if (!broken_.empty()) return BcastError{MPI_ERR_OTHER, broken_};
+    // Some rank is a whole limit behind: wait for its credit. (It sends one each
+    // time it takes half a limit, so a rank with any backlog left will send one.)
+    const auto ahead = [&] {
+      for (const MemberId m : member_of_rank_) {
+        if (m == self_) continue;
+        const Taken& a = acked_[m];
+        if ((limit_messages_ != 0 && sent_.messages - a.messages >= limit_messages_) ||
+            (limit_bytes_ != 0 && sent_.bytes - a.bytes > limit_bytes_))
+          return true;
+      }
+      return false;
+    };
+    if (hold_back && ahead()) {
+      ++stats().root_waits;
+      credit_.wait(lock, [&] { return !ahead() || !broken_.empty(); });
+      if (!broken_.empty()) return BcastError{MPI_ERR_OTHER, broken_};
+    }
+    ++sent_.messages;
+    sent_.bytes += bytes.size();
   }
   try {
-    out = group_.broadcast(bytes);
+    OutgoingMessage m = group_.prepare(bytes.size() + 1);  // the one copy broadcast(bytes) would make
+    m.bytes()[0] = kData;
+    if (!bytes.empty()) std::memcpy(m.bytes().data() + 1, bytes.data(), bytes.size());
+    out = group_.broadcast(std::move(m));
   } catch (const std::exception& e) {
     return BcastError{MPI_ERR_OTHER, std::string("hmcast broadcast failed: ") + e.what()};
   }
@@ -216,7 +294,8 @@ std::optional<BcastError> CommGroup::finish(const Completion& c, bool block, boo
 
 std::optional<BcastError> CommGroup::wait_next(int root, std::size_t size, Message& out, bool block, bool& got) {
   got = false;
-  const auto key = std::pair{member_of_rank_.at(static_cast<std::size_t>(root)), size > max_small()};
+  const MemberId from = member_of_rank_.at(static_cast<std::size_t>(root));
+  const auto key = std::pair{from, size > max_small()};
   std::unique_lock lock(mu_);
   for (;;) {
     auto& q = inbox_[key];
@@ -224,6 +303,18 @@ std::optional<BcastError> CommGroup::wait_next(int root, std::size_t size, Messa
       out = std::move(q.front());
       q.pop_front();
       got = true;
+      queued_bytes_ -= out.bytes.size();
+      Taken& t = taken_[from];
+      ++t.messages;
+      t.bytes += out.bytes.size();
+      Taken& told = credited_[from];
+      if ((limit_messages_ != 0 && t.messages - told.messages >= std::max<std::uint64_t>(1, limit_messages_ / 2)) ||
+          (limit_bytes_ != 0 && t.bytes - told.bytes >= std::max<std::uint64_t>(1, limit_bytes_ / 2))) {
+        told = t;
+        lock.unlock();
+        send_credit(from, t.messages, t.bytes);
+        lock.lock();
+      }
       break;
     }
     if (!broken_.empty()) return BcastError{MPI_ERR_OTHER, broken_};

@@ -8,6 +8,17 @@
 // joins, and the ranks' member ids are exchanged by PMPI_Allgather so a root's
 // rank maps to its hmcast sender.
 //
+// Flow control: a root runs at most HMCAST_MPI_QUEUE_MESSAGES broadcasts (default
+// 1024) or HMCAST_MPI_QUEUE_BYTES (default 64 MiB, plus the message at hand) ahead
+// of the slowest rank's MPI_Bcast calls, as MPI's eager limit holds a root back:
+// each rank tells a root what it took from it (a credit, broadcast once it took
+// half a limit more), and a root's MPI_Bcast waits for credit before it sends. So a
+// rank busy elsewhere holds a bounded backlog. MPI_Ibcast is not held back: its
+// initiation must return at once (MPI 3.0, 5.12).
+//
+// Every message carries one byte first: data, or a credit (u32 root member,
+// u64 messages, u64 bytes taken).
+//
 // Delivery order: hmcast keeps each sender's order per path (small and large
 // messages are numbered apart). Every rank knows the byte count of a broadcast
 // (MPI requires matching type signatures), so it knows which path the root used,
@@ -57,11 +68,12 @@ class CommGroup {
   CommGroup& operator=(const CommGroup&) = delete;
 
   /// The root's side: broadcasts `bytes` and returns once every rank holds them.
+  /// Waits first while a rank is too far behind (flow control, above).
   std::optional<BcastError> send(std::span<const std::byte> bytes);
   /// The same in two steps (MPI_Ibcast): start() copies the bytes out and returns at
-  /// once; finish() says whether every rank holds them, waiting for it if `block`
-  /// (false with no error: not yet).
-  std::optional<BcastError> start(std::span<const std::byte> bytes, Completion& out);
+  /// once (never held back); finish() says whether every rank holds them, waiting
+  /// for it if `block` (false with no error: not yet).
+  std::optional<BcastError> start(std::span<const std::byte> bytes, Completion& out, bool hold_back = false);
   std::optional<BcastError> finish(const Completion& c, bool block, bool& done);
   /// A non-root's side: waits for `root`'s next broadcast of `size` bytes and hands
   /// its bytes to `take` (which copies or unpacks them into the user's buffer).
@@ -71,8 +83,9 @@ class CommGroup {
                                     bool* done = nullptr);
 
   /// Broadcasts above this many bytes take hmcast's large path: the group's own
-  /// threshold (the policy's choice, GroupStats::max_small_message), the same at
-  /// every rank since every rank builds the same Config.
+  /// threshold (the policy's choice, GroupStats::max_small_message) less the
+  /// shim's byte of header, the same at every rank since every rank builds the
+  /// same Config.
   [[nodiscard]] std::size_t max_small() const { return max_small_; }
 
  private:
@@ -82,6 +95,15 @@ class CommGroup {
     std::shared_ptr<const std::vector<std::byte>> owner;
   };
   std::optional<BcastError> wait_next(int root, std::size_t size, Message& out, bool block, bool& got);
+  /// A message's bytes arrived (the progress thread): data to the inbox, a credit to the root.
+  void on_message(const Delivery& d);
+  /// Tells `root` what this rank took from it.
+  void send_credit(MemberId root, std::uint64_t messages, std::uint64_t bytes);
+
+  struct Taken {
+    std::uint64_t messages = 0;
+    std::uint64_t bytes = 0;
+  };
 
   std::unique_ptr<socket::ManagerServer> manager_;  // rank 0 only; outlives the node
   std::unique_ptr<Node> node_;
@@ -99,6 +121,15 @@ class CommGroup {
   std::chrono::nanoseconds spin_{0};
   std::map<std::pair<MemberId, bool>, std::deque<Message>> inbox_;  // (sender, large) -> in order
   std::string broken_;  // set when a member left: no later broadcast can reach every rank
+  // Flow control (under mu_).
+  std::uint64_t limit_messages_ = 0;
+  std::uint64_t limit_bytes_ = 0;
+  std::uint64_t queued_bytes_ = 0;       // in inbox_
+  std::map<MemberId, Taken> taken_;      // per root: what this rank took from it
+  std::map<MemberId, Taken> credited_;   // per root: what this rank last told it
+  Taken sent_;                           // as a root: what it broadcast
+  std::map<MemberId, Taken> acked_;      // as a root: what each other rank said it took
+  std::condition_variable credit_;
 };
 
 template <class Take>

@@ -18,7 +18,8 @@ std::string ShimStats::json(int world_rank) const {
     << ",\"fallback_intercomm\":" << intercomm << ",\"fallback_single_rank\":" << single_rank
     << ",\"fallback_group_limit\":" << group_limit << ",\"fallback_setup_failed\":" << setup_failed
     << ",\"fallback_unsupported\":" << unsupported << ",\"groups_created\":" << groups_created << ",\"repairs_sent\":" << repairs_sent
-    << ",\"faults_dropped\":" << faults_dropped << "}";
+    << ",\"faults_dropped\":" << faults_dropped << ",\"root_waits\":" << root_waits << ",\"credits_sent\":" << credits_sent
+    << ",\"max_queued_bytes\":" << max_queued_bytes << ",\"bad_messages\":" << bad_messages << "}";
   return o.str();
 }
 

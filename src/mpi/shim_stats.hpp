@@ -30,6 +30,13 @@ struct ShimStats {
   // Summed over this process's groups as each is torn down (hmcast's GroupStats).
   std::atomic<std::uint64_t> repairs_sent{0};    // point-to-point retransmissions
   std::atomic<std::uint64_t> faults_dropped{0};  // datagrams the seeded fault layer (HMCAST_FAULT_*) dropped
+  // Flow control (comm_group.hpp): how often a root waited for a rank to catch up,
+  // the credits this rank sent, the most bytes it ever held for MPI_Bcast calls it
+  // had not made yet, and messages that were neither data nor credit.
+  std::atomic<std::uint64_t> root_waits{0};
+  std::atomic<std::uint64_t> credits_sent{0};
+  std::atomic<std::uint64_t> max_queued_bytes{0};
+  std::atomic<std::uint64_t> bad_messages{0};
 
   /// One broadcast of `n` bytes that went through hmcast, on the large path or not,
   /// packed or not.
@@ -37,6 +44,13 @@ struct ShimStats {
     ++(on_large ? large : small);
     if (was_packed) ++packed;
     bytes += n;
+  }
+  /// A group's backlog is `n` bytes now (max_queued_bytes keeps the largest; groups'
+  /// progress threads race here).
+  void note_queued(std::uint64_t n) {
+    std::uint64_t seen = max_queued_bytes.load();
+    while (n > seen && !max_queued_bytes.compare_exchange_weak(seen, n)) {
+    }
   }
   [[nodiscard]] std::uint64_t hmcast_calls() const { return small + large; }
   [[nodiscard]] std::uint64_t fallback_calls() const {

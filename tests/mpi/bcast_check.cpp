@@ -315,6 +315,21 @@ double stall_case(int stall_ms, std::uint32_t& tag) {
   return root_ms;
 }
 
+/// Flow control (--run-ahead N): rank 0 broadcasts N messages of 64 KiB while the
+/// other ranks sleep 300 ms before they take them all; every byte is checked as
+/// usual. Plain MPI and an unbounded shim let the root run ahead and the messages
+/// wait at the sleeping ranks; with the shim's bound (HMCAST_MPI_QUEUE_BYTES) the
+/// root waits for them instead. The shim's stats say which (tests/mpi/run.sh checks).
+void run_ahead_case(int n, std::uint32_t& tag) {
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  contiguous_case(MPI_COMM_WORLD, "world (warm-up)", MPI_BYTE, "MPI_BYTE", 1, 64, 0, ++tag);
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (rank != 0) usleep(300U * 1000U);
+  for (int i = 0; i < n; ++i)
+    contiguous_case(MPI_COMM_WORLD, "world (the root runs ahead)", MPI_BYTE, "MPI_BYTE", 1, 64U << 10U, 0, ++tag);
+}
+
 /// One MPI_Ibcast in flight: its buffer, where its data bytes lie (in signature
 /// order), and how to name it in a failure.
 struct InFlight {
@@ -501,6 +516,7 @@ int main(int argc, char** argv) {
   Sizes limit{64U << 20U};
   bool mismatch = false;
   int stall_ms = 0;
+  int run_ahead = 0;
   double expect_root_wait_ms = -1;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--stall") == 0 && i + 1 < argc) stall_ms = std::atoi(argv[i + 1]);
@@ -509,6 +525,7 @@ int main(int argc, char** argv) {
     if (std::strcmp(argv[i], "--max-bytes") == 0 && i + 1 < argc)
       limit.max_bytes = std::strtoull(argv[i + 1], nullptr, 10);
     if (std::strcmp(argv[i], "--mismatch") == 0) mismatch = true;
+    if (std::strcmp(argv[i], "--run-ahead") == 0 && i + 1 < argc) run_ahead = std::atoi(argv[i + 1]);
   }
   int procs = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &tally.world_rank);
@@ -519,6 +536,8 @@ int main(int argc, char** argv) {
   double root_wait_ms = 0;
   if (mismatch) {
     mismatch_case(tag);
+  } else if (run_ahead > 0) {
+    run_ahead_case(run_ahead, tag);
   } else if (stall_ms > 0) {
     root_wait_ms = stall_case(stall_ms, tag);
     if (tally.world_rank == 0 && expect_root_wait_ms >= 0)

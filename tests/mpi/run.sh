@@ -101,8 +101,10 @@ stats = [json.loads(l.split("hmcast_mpi stats: ", 1)[1]) for l in err if "hmcast
 r["stat_ranks"] = len(stats)
 for k in ("hmcast_calls", "fallback_calls", "hmcast_large", "hmcast_packed", "fallback_disabled",
           "fallback_group_limit", "fallback_intercomm", "fallback_single_rank", "fallback_setup_failed",
-          "repairs_sent", "faults_dropped", "hmcast_errors", "hmcast_nonblocking", "fortran_calls"):
+          "repairs_sent", "faults_dropped", "hmcast_errors", "hmcast_nonblocking", "fortran_calls", "root_waits",
+          "credits_sent", "bad_messages"):
     r[k] = sum(s[k] for s in stats)
+r["max_queued_bytes"] = max((s["max_queued_bytes"] for s in stats), default=0)
 if r["shim"]:
     if len(stats) != np:
         r["script_failures"].append("%d of %d ranks printed shim stats" % (len(stats), np))
@@ -118,7 +120,7 @@ if r["shim"]:
             r["script_failures"].append("HMCAST_MPI=off did not send every call to PMPI_Bcast")
     else:
         if r["hmcast_calls"] == 0: r["script_failures"].append("no call went through hmcast")
-        plain_suite = "--mismatch" not in settings and "--stall" not in settings
+        plain_suite = all(a not in settings for a in ("--mismatch", "--stall", "--run-ahead"))
         if r["fallback_intercomm"] == 0 and plain_suite and not fortran:
             r["script_failures"].append("the inter-communicator did not fall back")
         if r["hmcast_nonblocking"] == 0 and plain_suite:
@@ -129,6 +131,19 @@ if r["shim"]:
         r["script_failures"].append("the shim saw %d Fortran calls, the program made %d" % (r["fortran_calls"], r["calls"]))
     if not fortran and r["fortran_calls"] != 0:
         r["script_failures"].append("Fortran calls counted in a C program")
+    if r["bad_messages"] != 0:
+        r["script_failures"].append("%d messages were neither data nor credit" % r["bad_messages"])
+    # Flow control: 200 x 64 KiB while the receivers sleep. Bounded at 1 MiB, a rank
+    # holds at most the bound plus the message at hand, and the root waited; with
+    # no bound the backlog grows past it (the check above can fail).
+    if "--run-ahead" in settings and "HMCAST_MPI_QUEUE_BYTES=1048576" in settings:
+        if r["root_waits"] == 0 or r["credits_sent"] == 0:
+            r["script_failures"].append("the root never waited for credit (root_waits %d, credits %d)" % (r["root_waits"], r["credits_sent"]))
+        if r["max_queued_bytes"] > (1 << 20) + (64 << 10):
+            r["script_failures"].append("a rank held %d bytes, over the 1 MiB bound plus one message" % r["max_queued_bytes"])
+    if "--run-ahead" in settings and "HMCAST_MPI_QUEUE_BYTES=0" in settings:
+        if r["root_waits"] != 0 or r["max_queued_bytes"] <= 4 << 20:
+            r["script_failures"].append("unbounded, the backlog stayed at %d bytes (root_waits %d): the bounded run shows nothing" % (r["max_queued_bytes"], r["root_waits"]))
     if "HMCAST_MPI_MAX_GROUPS=1" in settings and r["fallback_group_limit"] == 0:
         r["script_failures"].append("HMCAST_MPI_MAX_GROUPS=1 did not bound the groups")
     if "HMCAST_FAULT_LOSS" in settings and (r["faults_dropped"] == 0 or r["repairs_sent"] == 0):
@@ -140,7 +155,7 @@ for l in err:
         sys.stderr.write("  " + l + "\n")
 print(json.dumps(r))
 PY
-  python3 -c 'import json,sys; r=json.loads(sys.argv[1]); print("%-26s procs=%d checks=%d failures=%d hmcast_calls=%d (ibcast %d) fallback_calls=%d dropped=%d repairs=%d seconds=%s root_wait_ms=%s %s" % (r["run"], r["procs"], r["checks"], r["failures"], r["hmcast_calls"], r["hmcast_nonblocking"], r["fallback_calls"], r["faults_dropped"], r["repairs_sent"], r["seconds"], r.get("root_wait_ms"), "; ".join(r["script_failures"]) or "ok"))' "$(tail -n 1 "$RESULTS")"
+  python3 -c 'import json,sys; r=json.loads(sys.argv[1]); print("%-26s procs=%d checks=%d failures=%d hmcast_calls=%d (ibcast %d) fallback_calls=%d dropped=%d repairs=%d seconds=%s root_wait_ms=%s max_queued=%d root_waits=%d %s" % (r["run"], r["procs"], r["checks"], r["failures"], r["hmcast_calls"], r["hmcast_nonblocking"], r["fallback_calls"], r["faults_dropped"], r["repairs_sent"], r["seconds"], r.get("root_wait_ms"), r["max_queued_bytes"], r["root_waits"], "; ".join(r["script_failures"]) or "ok"))' "$(tail -n 1 "$RESULTS")"
 }
 
 if [ -z "$SANITIZER" ]; then
@@ -162,6 +177,10 @@ else
   FORTRAN=yes run "shim fortran ($SANITIZER)" 4 yes
 fi
 run "shim loss+reorder" 4 yes HMCAST_FAULT_LOSS=0.02 HMCAST_FAULT_REORDER=0.05 HMCAST_FAULT_SEED=7
+# A root that runs ahead of ranks busy elsewhere: held back by a 1 MiB bound, and
+# (to show what the bound prevents) not held back with none.
+PROGRAM_ARGS="--run-ahead 200" run "shim root runs ahead, bound" 4 yes HMCAST_MPI_QUEUE_BYTES=1048576
+PROGRAM_ARGS="--run-ahead 200" run "shim root runs ahead, none" 4 yes HMCAST_MPI_QUEUE_BYTES=0 HMCAST_MPI_QUEUE_MESSAGES=0
 # Erroneous program: the root sends more bytes than the others expect. Each receiver
 # must get MPI_ERR_TRUNCATE (MPI_ERRORS_RETURN), and the communicator keep working.
 PROGRAM_ARGS=--mismatch run "shim size mismatch" 4 yes
@@ -178,8 +197,10 @@ summary = {
     "fallback_calls": sum(r["fallback_calls"] for r in runs),
     "nonblocking_calls": sum(r["hmcast_nonblocking"] for r in runs),
     "fortran_hmcast_calls": sum(r["hmcast_calls"] for r in runs if r["fortran"]),
+    "max_queued_bytes_bounded": max((r["max_queued_bytes"] for r in runs if "HMCAST_MPI_QUEUE_BYTES=1048576" in r["settings"]), default=0),
+    "max_queued_bytes_unbounded": max((r["max_queued_bytes"] for r in runs if "HMCAST_MPI_QUEUE_BYTES=0" in r["settings"]), default=0),
     "runs": [{k: r.get(k) for k in ("run", "procs", "checks", "failures", "hmcast_calls", "fallback_calls", "seconds",
-                                    "root_wait_ms")} for r in runs],
+                                    "root_wait_ms", "max_queued_bytes", "root_waits")} for r in runs],
 }
 print(json.dumps(summary))
 ok = summary["failures"] == 0 and all(summary[k] > 0 for k in ("hmcast_calls", "nonblocking_calls", "fortran_hmcast_calls"))
