@@ -10,6 +10,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <thread>
 
 #include <mpi.h>
 
@@ -44,6 +45,22 @@ using WaitF = void (*)(MPI_Fint*, MPI_Fint*, MPI_Fint*);
 using TestF = void (*)(MPI_Fint*, MPI_Fint*, MPI_Fint*, MPI_Fint*);
 using WaitallF = void (*)(MPI_Fint*, MPI_Fint*, MPI_Fint*, MPI_Fint*);
 using TestallF = void (*)(MPI_Fint*, MPI_Fint*, MPI_Fint*, MPI_Fint*, MPI_Fint*);
+using WaitanyF = void (*)(MPI_Fint*, MPI_Fint*, MPI_Fint*, MPI_Fint*, MPI_Fint*);
+using TestanyF = void (*)(MPI_Fint*, MPI_Fint*, MPI_Fint*, MPI_Fint*, MPI_Fint*, MPI_Fint*);
+using SomeF = void (*)(MPI_Fint*, MPI_Fint*, MPI_Fint*, MPI_Fint*, MPI_Fint*, MPI_Fint*);  // waitsome, testsome
+
+/// Waiting on any of several requests while shim MPI_Ibcasts are pending: Open
+/// MPI's own wait would never see them finish (the shim finishes them), so poll
+/// them and test, as the C MPI_Waitany does, until `test` reports progress.
+template <class Test>
+void wait_polling(Test&& test) {
+  auto& p = pending_ibcasts();
+  while (!p.empty()) {
+    p.poll();
+    if (test()) return;
+    std::this_thread::yield();
+  }
+}
 
 }  // namespace
 }  // namespace hmcast::mpi
@@ -95,6 +112,49 @@ HMCAST_MPI_EXPORT void ompi_testall_f(MPI_Fint* count, MPI_Fint* requests, MPI_F
   real(count, requests, flag, statuses, ierr);
 }
 
+HMCAST_MPI_EXPORT void ompi_testany_f(MPI_Fint* count, MPI_Fint* requests, MPI_Fint* index, MPI_Fint* flag,
+                                      MPI_Fint* status, MPI_Fint* ierr) {
+  hmcast::mpi::pending_ibcasts().poll();
+  static const auto real = hmcast::mpi::next<hmcast::mpi::TestanyF>("ompi_testany_f");
+  real(count, requests, index, flag, status, ierr);
+}
+
+HMCAST_MPI_EXPORT void ompi_waitany_f(MPI_Fint* count, MPI_Fint* requests, MPI_Fint* index, MPI_Fint* status,
+                                      MPI_Fint* ierr) {
+  static const auto testany = hmcast::mpi::next<hmcast::mpi::TestanyF>("ompi_testany_f");
+  bool answered = false;
+  hmcast::mpi::wait_polling([&] {
+    MPI_Fint flag = 0;
+    testany(count, requests, index, &flag, status, ierr);
+    answered = (ierr != nullptr && *ierr != MPI_SUCCESS) || flag != 0;
+    return answered;
+  });
+  if (answered) return;
+  static const auto real = hmcast::mpi::next<hmcast::mpi::WaitanyF>("ompi_waitany_f");
+  real(count, requests, index, status, ierr);
+}
+
+HMCAST_MPI_EXPORT void ompi_testsome_f(MPI_Fint* incount, MPI_Fint* requests, MPI_Fint* outcount, MPI_Fint* indices,
+                                       MPI_Fint* statuses, MPI_Fint* ierr) {
+  hmcast::mpi::pending_ibcasts().poll();
+  static const auto real = hmcast::mpi::next<hmcast::mpi::SomeF>("ompi_testsome_f");
+  real(incount, requests, outcount, indices, statuses, ierr);
+}
+
+HMCAST_MPI_EXPORT void ompi_waitsome_f(MPI_Fint* incount, MPI_Fint* requests, MPI_Fint* outcount, MPI_Fint* indices,
+                                       MPI_Fint* statuses, MPI_Fint* ierr) {
+  static const auto testsome = hmcast::mpi::next<hmcast::mpi::SomeF>("ompi_testsome_f");
+  bool answered = false;
+  hmcast::mpi::wait_polling([&] {
+    testsome(incount, requests, outcount, indices, statuses, ierr);
+    answered = (ierr != nullptr && *ierr != MPI_SUCCESS) || *outcount != 0;  // MPI_UNDEFINED: none active
+    return answered;
+  });
+  if (answered) return;
+  static const auto real = hmcast::mpi::next<hmcast::mpi::SomeF>("ompi_waitsome_f");
+  real(incount, requests, outcount, indices, statuses, ierr);
+}
+
 HMCAST_MPI_EXPORT void ompi_comm_free_f(MPI_Fint* comm, MPI_Fint* ierr) {
   MPI_Comm c = PMPI_Comm_f2c(*comm);
   const int rc = MPI_Comm_free(&c);
@@ -123,5 +183,9 @@ HMCAST_FORTRAN_NAMES(mpi_wait, MPI_WAIT, ompi_wait_f)
 HMCAST_FORTRAN_NAMES(mpi_test, MPI_TEST, ompi_test_f)
 HMCAST_FORTRAN_NAMES(mpi_waitall, MPI_WAITALL, ompi_waitall_f)
 HMCAST_FORTRAN_NAMES(mpi_testall, MPI_TESTALL, ompi_testall_f)
+HMCAST_FORTRAN_NAMES(mpi_waitany, MPI_WAITANY, ompi_waitany_f)
+HMCAST_FORTRAN_NAMES(mpi_testany, MPI_TESTANY, ompi_testany_f)
+HMCAST_FORTRAN_NAMES(mpi_waitsome, MPI_WAITSOME, ompi_waitsome_f)
+HMCAST_FORTRAN_NAMES(mpi_testsome, MPI_TESTSOME, ompi_testsome_f)
 HMCAST_FORTRAN_NAMES(mpi_comm_free, MPI_COMM_FREE, ompi_comm_free_f)
 HMCAST_FORTRAN_NAMES(mpi_finalize, MPI_FINALIZE, ompi_finalize_f)

@@ -316,7 +316,7 @@ double stall_case(int stall_ms, std::uint32_t& tag) {
 }
 
 /// Flow control (--run-ahead N): rank 0 broadcasts N messages of 64 KiB while the
-/// other ranks sleep 300 ms before they take them all; every byte is checked as
+/// other ranks sleep 500 ms before they take them all; every byte is checked as
 /// usual. Plain MPI and an unbounded shim let the root run ahead and the messages
 /// wait at the sleeping ranks; with the shim's bound (HMCAST_MPI_QUEUE_BYTES) the
 /// root waits for them instead. The shim's stats say which (tests/mpi/run.sh checks).
@@ -325,7 +325,7 @@ void run_ahead_case(int n, std::uint32_t& tag) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   contiguous_case(MPI_COMM_WORLD, "world (warm-up)", MPI_BYTE, "MPI_BYTE", 1, 64, 0, ++tag);
   MPI_Barrier(MPI_COMM_WORLD);
-  if (rank != 0) usleep(300U * 1000U);
+  if (rank != 0) usleep(500U * 1000U);
   for (int i = 0; i < n; ++i)
     contiguous_case(MPI_COMM_WORLD, "world (the root runs ahead)", MPI_BYTE, "MPI_BYTE", 1, 64U << 10U, 0, ++tag);
 }

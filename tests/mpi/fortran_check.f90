@@ -1,6 +1,7 @@
 ! A Fortran program (it knows nothing of hmcast) that broadcasts integer arrays from
 ! every root with MPI_BCAST (`use mpi`; `include 'mpif.h'` and `use mpi_f08` in a subroutine each)
-! and with MPI_IBCAST completed by MPI_WAIT, MPI_WAITALL and MPI_TEST, and checks
+! and with MPI_IBCAST completed by MPI_WAIT, MPI_WAITALL, MPI_TEST, MPI_WAITANY,
+! MPI_TESTANY, MPI_WAITSOME and MPI_TESTSOME, and checks
 ! every element at every rank. Run by tests/mpi/run.sh with and without the shim.
 ! Rank 0 prints one JSON line like bcast_check's: procs, checks, failures, calls,
 ! seconds, root_wait_ms; the exit status is 1 if any check failed.
@@ -83,7 +84,7 @@ program fortran_check
   use tally_mod
   implicit none
   integer, parameter :: guard = 16
-  integer :: ierr, nprocs, root, k, tag, style, rc, left, sizes(4)
+  integer :: ierr, nprocs, root, k, tag, style, rc, left, sizes(4), idx, outcount, indices(4)
   logical :: flag
   integer :: reqs(4), mine(3), total(3)
   integer, allocatable :: a(:), b(:), bufs(:, :)
@@ -118,9 +119,9 @@ program fortran_check
     call check(a, 700, tag, root, 0, 'MPI_BCAST (mpif.h)')
   end do
 
-  ! MPI_IBCAST, four in flight (two from root 0), completed three ways.
+  ! MPI_IBCAST, four in flight (two from root 0), completed seven ways.
   allocate(bufs(300000 + guard, 4))
-  do style = 1, 3
+  do style = 1, 7
     do k = 1, 4
       tag = tag + 1
       root = mod(k / 2, nprocs)
@@ -137,6 +138,33 @@ program fortran_check
     else if (style == 2) then
       call MPI_WAITALL(4, reqs, MPI_STATUSES_IGNORE, ierr)
       rc = abs(ierr)
+    else if (style == 4) then
+      do k = 1, 4
+        call MPI_WAITANY(4, reqs, idx, MPI_STATUS_IGNORE, ierr)
+        rc = max(rc, abs(ierr))
+      end do
+    else if (style == 5) then
+      left = 4
+      do while (left > 0)
+        call MPI_TESTANY(4, reqs, idx, flag, MPI_STATUS_IGNORE, ierr)
+        rc = max(rc, abs(ierr))
+        if (flag) then
+          if (idx == MPI_UNDEFINED) exit
+          left = left - 1
+        end if
+      end do
+    else if (style == 6 .or. style == 7) then
+      left = 4
+      do while (left > 0)
+        if (style == 6) then
+          call MPI_WAITSOME(4, reqs, outcount, indices, MPI_STATUSES_IGNORE, ierr)
+        else
+          call MPI_TESTSOME(4, reqs, outcount, indices, MPI_STATUSES_IGNORE, ierr)
+        end if
+        rc = max(rc, abs(ierr))
+        if (outcount == MPI_UNDEFINED) exit
+        left = left - outcount
+      end do
     else
       done = .false.
       left = 4
