@@ -27,6 +27,7 @@
 #include "cp_send.hpp"
 #include "cp_tree.hpp"
 #include "hmcast/hmcast.hpp"
+#include "process_info.hpp"
 #include "size_text.hpp"
 #include "transport/socket/manager_server.hpp"
 #include "transport/socket/net_util.hpp"
@@ -55,13 +56,6 @@ struct CpOptions {
   std::string prefix;
   std::string crash_after;  // tests: SIGKILL after writing (receiver) or sending (source) this much
 };
-
-std::string self_exe() {
-  std::array<char, PATH_MAX> buf{};
-  const ssize_t n = ::readlink("/proc/self/exe", buf.data(), buf.size() - 1);
-  if (n <= 0) throw std::runtime_error("cannot find this program's path (/proc/self/exe): is /proc mounted?");
-  return {buf.data(), static_cast<std::size_t>(n)};
-}
 
 std::string replace_index(std::string s, std::uint32_t i) {
   for (std::size_t at = s.find("{i}"); at != std::string::npos; at = s.find("{i}", at))

@@ -24,23 +24,12 @@
 #include "commands.hpp"
 #include "hmcast/hmcast.hpp"
 #include "mono_clock.hpp"
+#include "process_info.hpp"
 #include "large/schedule.hpp"
 #include "workload.hpp"
 
 namespace hmcast::tools {
 namespace {
-
-/// CPU seconds this process used so far (its threads included): user and system.
-struct CpuSeconds {
-  double user = 0;
-  double system = 0;
-};
-CpuSeconds process_cpu_seconds() {
-  rusage u{};
-  if (::getrusage(RUSAGE_SELF, &u) != 0) return {};
-  const auto secs = [](const timeval& t) { return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_usec) / 1e6; };
-  return {secs(u.ru_utime), secs(u.ru_stime)};
-}
 
 struct MemberOptions {
   std::string verify = "full";

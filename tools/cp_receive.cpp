@@ -1,7 +1,6 @@
 #include "cp_receive.hpp"
 
 #include <fcntl.h>
-#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -23,6 +22,7 @@
 #include "cp_digest.hpp"
 #include "cp_wire.hpp"
 #include "mono_clock.hpp"
+#include "process_info.hpp"
 
 namespace hmcast::tools::cp {
 namespace fs = std::filesystem;
@@ -303,13 +303,6 @@ class TreeWriter {
   bool finished_ = false;
 };
 
-double cpu_seconds() {
-  rusage u{};
-  if (::getrusage(RUSAGE_SELF, &u) != 0) return 0;
-  const auto secs = [](const timeval& t) { return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_usec) / 1e6; };
-  return secs(u.ru_utime) + secs(u.ru_stime);
-}
-
 }  // namespace
 
 ReceiveOutcome receive_tree(Group& g, const ReceiveOptions& o) {
@@ -334,7 +327,7 @@ ReceiveOutcome receive_tree(Group& g, const ReceiveOptions& o) {
 
   TreeWriter w(o);
   if (ec) w.fail("cannot create " + o.into.string() + ": " + ec.message());
-  const double cpu0 = cpu_seconds();
+  const double cpu0 = process_cpu_seconds().total();
   const auto t0 = mono_ns();
   std::optional<Completion> reported;
   bool stopped = false, source_gone = false;
@@ -380,7 +373,7 @@ ReceiveOutcome receive_tree(Group& g, const ReceiveOptions& o) {
   r.summary["into"] = o.into.string();
   r.summary["ok"] = r.ok;
   r.summary["seconds"] = static_cast<double>(t_done - t0) / 1e9;
-  r.summary["cpu_seconds"] = cpu_seconds() - cpu0;
+  r.summary["cpu_seconds"] = process_cpu_seconds().total() - cpu0;
   if (w.error()) r.summary["error"] = *w.error();
   return r;
 }

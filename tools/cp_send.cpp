@@ -1,7 +1,6 @@
 #include "cp_send.hpp"
 
 #include <fcntl.h>
-#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -23,16 +22,10 @@
 #include "cp_progress.hpp"
 #include "cp_wire.hpp"
 #include "mono_clock.hpp"
+#include "process_info.hpp"
 
 namespace hmcast::tools::cp {
 namespace {
-
-double cpu_seconds() {
-  rusage u{};
-  if (::getrusage(RUSAGE_SELF, &u) != 0) return 0;
-  const auto secs = [](const timeval& t) { return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_usec) / 1e6; };
-  return secs(u.ru_utime) + secs(u.ru_stime);
-}
 
 /// What the group tells the source while it sends: the receivers' verdicts, who left.
 struct Verdicts {
@@ -168,7 +161,7 @@ SendOutcome send_tree(Group& g, const SourceTree& tree, const SendOptions& o) {
   } leave_on_exit{g};
   Progress progress(o.progress, tree.bytes, o.progress_terminal);
   Sender out(g, o, progress);
-  const double cpu0 = cpu_seconds();
+  const double cpu0 = process_cpu_seconds().total();
   const auto t0 = mono_ns();
   for (const auto& d : tree.directories) out.send(encode(transfer, Directory{d.mode, d.name}));
   // Files are read in order into messages of up to chunk_bytes of data: a large
@@ -257,7 +250,7 @@ SendOutcome send_tree(Group& g, const SourceTree& tree, const SendOptions& o) {
                {"seconds", secs},
                {"seconds_with_verdicts", static_cast<double>(t_reported - t0) / 1e9},
                {"bytes_per_second", secs > 0 ? static_cast<double>(tree.bytes) / secs : 0.0},
-               {"cpu_seconds", cpu_seconds() - cpu0},
+               {"cpu_seconds", process_cpu_seconds().total() - cpu0},
                {"bad_messages", v.bad_messages},
                {"ok", r.all_verified}};
   nlohmann::json failures = nlohmann::json::array();

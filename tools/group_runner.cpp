@@ -24,6 +24,7 @@
 #include "core/rng.hpp"
 #include "transport/socket/manager_server.hpp"
 #include "mono_clock.hpp"
+#include "process_info.hpp"
 #include "sprayer.hpp"
 #include "workload.hpp"
 
@@ -37,13 +38,6 @@ std::string substitute(std::string s, std::uint32_t i) {
   for (auto pos = s.find("{i}"); pos != std::string::npos; pos = s.find("{i}"))
     s.replace(pos, 3, std::to_string(i));
   return s;
-}
-
-std::string self_exe() {
-  std::array<char, PATH_MAX> buf{};
-  const ssize_t n = ::readlink("/proc/self/exe", buf.data(), buf.size() - 1);
-  if (n <= 0) throw std::runtime_error("cannot find this program's path (/proc/self/exe): is /proc mounted?");
-  return {buf.data(), static_cast<std::size_t>(n)};
 }
 
 struct Child {
