@@ -46,7 +46,7 @@ for f in build-fuzz/bin/*_fuzz; do
   corpus=$(mktemp -d)
   seeds="fuzz/corpus/$(basename "$f" _fuzz)"
   [ -d "$seeds" ] && cp "$seeds"/* "$corpus"/
-  if ! "$f" -max_total_time="${HMCAST_FUZZ_SECONDS:-15}" -print_final_stats=1 "$corpus" >"$log" 2>&1; then
+  if ! "$f" -max_total_time="${HMCAST_FUZZ_SECONDS:-10}" -print_final_stats=1 "$corpus" >"$log" 2>&1; then
     cat "$log"; echo "FAILED: fuzz target $f"; exit 1
   fi
   echo "$(basename "$f"): $(grep -E 'stat::number_of_executed_units' "$log" | awk '{print $2}') inputs, no crash"
