@@ -179,6 +179,7 @@ class TreeWriter {
       f.fd = -1;
       if (!f.done) ::unlink(f.temp.c_str());
     }
+    open_files_ = 0;
   }
 
   [[nodiscard]] nlohmann::json figures() const {
@@ -216,8 +217,7 @@ class TreeWriter {
       fail("the source sent two files named " + c.name);
       return nullptr;
     }
-    if (std::count_if(files_.begin(), files_.end(), [](const auto& e) { return !e.second.done; }) >=
-        static_cast<std::ptrdiff_t>(kMaxOpenFiles)) {
+    if (open_files_ >= kMaxOpenFiles) {
       fail("more than " + std::to_string(kMaxOpenFiles) + " files arriving at once");
       return nullptr;
     }
@@ -238,6 +238,7 @@ class TreeWriter {
       fail(errno_text("cannot create " + f.temp.string(), errno));
       return nullptr;
     }
+    ++open_files_;
     return &files_.emplace(c.file, std::move(f)).first->second;
   }
 
@@ -277,6 +278,7 @@ class TreeWriter {
     if (::fchmod(f.fd, f.mode) != 0) return fail(errno_text("chmod " + f.final.string(), errno));
     ::close(f.fd);
     f.fd = -1;
+    --open_files_;
     if (::rename(f.temp.c_str(), f.final.c_str()) != 0) {
       const int err = errno;
       ::unlink(f.temp.c_str());
@@ -300,6 +302,7 @@ class TreeWriter {
   std::uint64_t bytes_verified_ = 0;
   std::uint64_t written_ = 0;
   std::uint64_t bad_ = 0;
+  std::size_t open_files_ = 0;  // files_ still being written (each holds a descriptor)
   bool finished_ = false;
 };
 

@@ -10,7 +10,6 @@
 
 #include <cstdio>
 #include <cstdlib>
-#include <thread>
 
 #include <mpi.h>
 
@@ -48,19 +47,6 @@ using TestallF = void (*)(MPI_Fint*, MPI_Fint*, MPI_Fint*, MPI_Fint*, MPI_Fint*)
 using WaitanyF = void (*)(MPI_Fint*, MPI_Fint*, MPI_Fint*, MPI_Fint*, MPI_Fint*);
 using TestanyF = void (*)(MPI_Fint*, MPI_Fint*, MPI_Fint*, MPI_Fint*, MPI_Fint*, MPI_Fint*);
 using SomeF = void (*)(MPI_Fint*, MPI_Fint*, MPI_Fint*, MPI_Fint*, MPI_Fint*, MPI_Fint*);  // waitsome, testsome
-
-/// Waiting on any of several requests while shim MPI_Ibcasts are pending: Open
-/// MPI's own wait would never see them finish (the shim finishes them), so poll
-/// them and test, as the C MPI_Waitany does, until `test` reports progress.
-template <class Test>
-void wait_polling(Test&& test) {
-  auto& p = pending_ibcasts();
-  while (!p.empty()) {
-    p.poll();
-    if (test()) return;
-    std::this_thread::yield();
-  }
-}
 
 }  // namespace
 }  // namespace hmcast::mpi
@@ -122,12 +108,10 @@ HMCAST_MPI_EXPORT void ompi_testany_f(MPI_Fint* count, MPI_Fint* requests, MPI_F
 HMCAST_MPI_EXPORT void ompi_waitany_f(MPI_Fint* count, MPI_Fint* requests, MPI_Fint* index, MPI_Fint* status,
                                       MPI_Fint* ierr) {
   static const auto testany = hmcast::mpi::next<hmcast::mpi::TestanyF>("ompi_testany_f");
-  bool answered = false;
-  hmcast::mpi::wait_polling([&] {
+  const bool answered = hmcast::mpi::pending_ibcasts().poll_until([&] {
     MPI_Fint flag = 0;
     testany(count, requests, index, &flag, status, ierr);
-    answered = (ierr != nullptr && *ierr != MPI_SUCCESS) || flag != 0;
-    return answered;
+    return (ierr != nullptr && *ierr != MPI_SUCCESS) || flag != 0;
   });
   if (answered) return;
   static const auto real = hmcast::mpi::next<hmcast::mpi::WaitanyF>("ompi_waitany_f");
@@ -144,11 +128,9 @@ HMCAST_MPI_EXPORT void ompi_testsome_f(MPI_Fint* incount, MPI_Fint* requests, MP
 HMCAST_MPI_EXPORT void ompi_waitsome_f(MPI_Fint* incount, MPI_Fint* requests, MPI_Fint* outcount, MPI_Fint* indices,
                                        MPI_Fint* statuses, MPI_Fint* ierr) {
   static const auto testsome = hmcast::mpi::next<hmcast::mpi::SomeF>("ompi_testsome_f");
-  bool answered = false;
-  hmcast::mpi::wait_polling([&] {
+  const bool answered = hmcast::mpi::pending_ibcasts().poll_until([&] {
     testsome(incount, requests, outcount, indices, statuses, ierr);
-    answered = (ierr != nullptr && *ierr != MPI_SUCCESS) || *outcount != 0;  // MPI_UNDEFINED: none active
-    return answered;
+    return (ierr != nullptr && *ierr != MPI_SUCCESS) || *outcount != 0;  // MPI_UNDEFINED: none active
   });
   if (answered) return;
   static const auto real = hmcast::mpi::next<hmcast::mpi::SomeF>("ompi_waitsome_f");

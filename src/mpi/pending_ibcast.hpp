@@ -17,6 +17,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <thread>
 
 #include <mpi.h>
 
@@ -39,6 +40,19 @@ class PendingIbcasts {
   void advance(MPI_Request request, bool block);
   /// Tries every pending one, without waiting (the -any and -some forms).
   void poll();
+  /// The -any and -some waits: MPI's own would never see a pending one finish (the
+  /// shim finishes them), so while any is pending this polls them and runs `test`
+  /// (the matching test call), yielding between rounds, until `test` says it has
+  /// an answer. False if none is pending (then MPI's own wait is safe).
+  template <class Test>
+  bool poll_until(Test&& test) {
+    while (!empty()) {
+      poll();
+      if (test()) return true;
+      std::this_thread::yield();
+    }
+    return false;
+  }
   /// Before a receiver's blocking MPI_Bcast from `root` on one path: the pending
   /// ones of the same root and path complete first (they take the earlier messages).
   void settle_before(const CommGroup* group, int root, bool large);

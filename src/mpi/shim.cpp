@@ -15,7 +15,6 @@
 #include <memory>
 #include <mutex>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include <mpi.h>
@@ -313,15 +312,13 @@ HMCAST_MPI_EXPORT int MPI_Testany(int count, MPI_Request requests[], int* index,
 }
 
 HMCAST_MPI_EXPORT int MPI_Waitany(int count, MPI_Request requests[], int* index, MPI_Status* status) {
-  auto& p = hmcast::mpi::pending_ibcasts();
-  while (!p.empty()) {
-    p.poll();
+  int rc = MPI_SUCCESS;
+  const bool answered = hmcast::mpi::pending_ibcasts().poll_until([&] {
     int flag = 0;
-    const int rc = PMPI_Testany(count, requests, index, &flag, status);
-    if (rc != MPI_SUCCESS || flag != 0) return rc;
-    std::this_thread::yield();
-  }
-  return PMPI_Waitany(count, requests, index, status);
+    rc = PMPI_Testany(count, requests, index, &flag, status);
+    return rc != MPI_SUCCESS || flag != 0;
+  });
+  return answered ? rc : PMPI_Waitany(count, requests, index, status);
 }
 
 HMCAST_MPI_EXPORT int MPI_Testsome(int count, MPI_Request requests[], int* done, int indices[],
@@ -332,14 +329,12 @@ HMCAST_MPI_EXPORT int MPI_Testsome(int count, MPI_Request requests[], int* done,
 
 HMCAST_MPI_EXPORT int MPI_Waitsome(int count, MPI_Request requests[], int* done, int indices[],
                                    MPI_Status statuses[]) {
-  auto& p = hmcast::mpi::pending_ibcasts();
-  while (!p.empty()) {
-    p.poll();
-    const int rc = PMPI_Testsome(count, requests, done, indices, statuses);
-    if (rc != MPI_SUCCESS || *done != 0) return rc;  // MPI_UNDEFINED: no active request
-    std::this_thread::yield();
-  }
-  return PMPI_Waitsome(count, requests, done, indices, statuses);
+  int rc = MPI_SUCCESS;
+  const bool answered = hmcast::mpi::pending_ibcasts().poll_until([&] {
+    rc = PMPI_Testsome(count, requests, done, indices, statuses);
+    return rc != MPI_SUCCESS || *done != 0;  // MPI_UNDEFINED: no active request
+  });
+  return answered ? rc : PMPI_Waitsome(count, requests, done, indices, statuses);
 }
 
 HMCAST_MPI_EXPORT int MPI_Comm_free(MPI_Comm* comm) {
