@@ -4,38 +4,39 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 start=$(date +%s)
+phase() { echo "=== $* (at $(( $(date +%s) - start )) s)"; }  # the times say where CI's minutes go
 scripts/install-deps.sh
 jobs=$(nproc)
 
 for preset in default asan tsan; do
-  echo "=== $preset: build"
+  phase "$preset: build"
   cmake --preset "$preset" >/dev/null
   cmake --build --preset "$preset" -j "$jobs"
-  echo "=== $preset: test"
+  phase "$preset: test"
   ctest --preset "$preset" -j "$jobs"
   if [ "$preset" = default ]; then
-    echo "=== default: install into a temporary prefix, build and run consumers (tests/install/run.sh)"
+    phase "default: install into a temporary prefix, build and run consumers (tests/install/run.sh)"
     tests/install/run.sh | tee build/install-summary.log
-    echo "=== default: the MPI_Bcast shim under mpirun (tests/mpi/run.sh)"
+    phase "default: the MPI_Bcast shim under mpirun (tests/mpi/run.sh)"
     tests/mpi/run.sh | tee build/mpi-summary.log
     export HMCAST_MPI_SUMMARY="$PWD/build/mpi-summary.log"  # must-show checks this run's figures
     # The verbs transport on a real verbs device: Soft-RoCE in a VM (never skipped;
     # it fails, saying why, where the VM cannot start).
-    echo "=== verbs: the suites on Soft-RoCE inside a QEMU VM (tests/rxe/run.sh)"
+    phase "verbs: the suites on Soft-RoCE inside a QEMU VM (tests/rxe/run.sh)"
     tests/rxe/run.sh
     export HMCAST_RXE_SUMMARY="$PWD/build/rxe/summary.json"  # must-show checks this run's figures
   else
-    echo "=== $preset: the MPI_Bcast shim under the sanitizer"
+    phase "$preset: the MPI_Bcast shim under the sanitizer"
     tests/mpi/run.sh --build "build-$preset" --sanitizer "$preset"
   fi
   if [ "$preset" = asan ]; then
-    echo "=== asan: members leaving while others still send (tests/member_leave.py)"
+    phase "asan: members leaving while others still send (tests/member_leave.py)"
     python3 tests/member_leave.py --tool build-asan/bin/hmcast --runs 20 | tee build/member-leave.log
     export HMCAST_LEAVE_SUMMARY="$PWD/build/member-leave.log"  # must-show checks this run's figures
   fi
 done
 
-echo "=== fuzz: build and run each target briefly"
+phase "fuzz: build and run each target briefly"
 cmake --preset fuzz >/dev/null
 cmake --build --preset fuzz -j "$jobs"
 for f in build-fuzz/bin/*_fuzz; do
@@ -53,7 +54,7 @@ for f in build-fuzz/bin/*_fuzz; do
   rm -rf "$log" "$corpus"
 done
 
-echo "=== the issue's must-show runs"
+phase "the issue's must-show runs"
 scripts/must-show.sh
 
 echo "all tests passed in $(( $(date +%s) - start )) s"
