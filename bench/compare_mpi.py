@@ -37,6 +37,8 @@ CLUSTER = os.path.join(ROOT, "tests/cluster/cluster.sh")
 RSH = os.path.join(ROOT, "bench/netns_rsh.sh")
 UNICAST = os.path.join(ROOT, "bench/unicast.py")
 MPIRUN = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--mca", "pml", "ob1", "--mca", "btl", "self,tcp"]
+# Open MPI's shared memory on one host (the baseline of the shm transport).
+MPIRUN_VADER = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--mca", "pml", "ob1", "--mca", "btl", "self,vader"]
 MPIRUN_LO = MPIRUN + ["--mca", "btl_tcp_if_include", "lo", "--mca", "oob_tcp_if_include", "lo"]
 MIB = 1 << 20
 LOG = []
@@ -81,8 +83,8 @@ def fmt_us(us):
 
 # ---------------------------------------------------------------- small messages (loopback)
 
-def hmcast_small(procs, sizes, messages=None, extra=()):
-    cmd = [HM, "bench", "--transport", "socket", "--procs", str(procs), "--sizes", ",".join(map(str, sizes)),
+def hmcast_small(procs, sizes, messages=None, extra=(), transport="socket"):
+    cmd = [HM, "bench", "--transport", transport, "--procs", str(procs), "--sizes", ",".join(map(str, sizes)),
            "--latency-only", "--json"] + list(extra)
     if messages:
         cmd += ["--messages", str(messages)]
@@ -124,6 +126,32 @@ def small_runs(procs_list, sizes, rounds, scale, shim):
                                  "last_p50_us": r["last"], "all_p99_us": r["all_p99"], "last_p99_us": r["last_p99"],
                                  "ok": r["ok"], "policy": json.dumps(r.get("policy", {}))})
     return rows
+
+
+def shm_runs(procs_list, sizes):
+    """One host, shared memory on both sides: hmcast's shm transport against Open MPI's
+    vader BTL. rows as small_runs() with impl "hmcast_shm" and "mpi_vader"."""
+    rows = []
+    for procs in procs_list:
+        got = {"hmcast_shm": hmcast_small(procs, sizes, transport="shm"),
+               "mpi_vader": mpi_small(procs, sizes, 1.0, prefix=MPIRUN_VADER)}
+        for impl, res in got.items():
+            for size, r in res.items():
+                rows.append({"impl": impl, "procs": procs, "size": size, "round": 0, "all_p50_us": r["all"],
+                             "last_p50_us": r["last"], "all_p99_us": r["all_p99"], "last_p99_us": r["last_p99"],
+                             "ok": r["ok"], "policy": json.dumps(r.get("policy", {}))})
+    return rows
+
+
+def worst_cell(rows, a, b, procs_list, sizes):
+    """(ratio, procs, size) of the cell where impl a's all-acked p50 is worst against b's."""
+    worst = None
+    for procs in procs_list:
+        for size in sizes:
+            h, m = median_of(rows, a, procs, size, "all_p50_us"), median_of(rows, b, procs, size, "all_p50_us")
+            if h and m and (worst is None or h / m > worst[0]):
+                worst = (h / m, procs, size)
+    return worst
 
 
 # ---------------------------------------------------------------- streaming (loopback)
@@ -386,6 +414,20 @@ def stream_table(stream, summary):
     return "\n".join(md) + "\n"
 
 
+def shm_table(shm, procs_list, sizes):
+    md = ["\n### One host, shared memory on both sides, p50 until every member has it\n",
+          "hmcast's shm transport, all-acked, against Open MPI with `--mca btl self,vader`, MPI_Bcast + MPI_Barrier "
+          "(one round).\n",
+          "| procs | size | hmcast shm all-acked | Open MPI vader Bcast+Barrier | ratio |", "|---|---|---|---|---|"]
+    for procs in procs_list:
+        for size in sizes:
+            h = median_of(shm, "hmcast_shm", procs, size, "all_p50_us")
+            m = median_of(shm, "mpi_vader", procs, size, "all_p50_us")
+            md.append("| %d | %s | %s | %s | %s |" % (procs, fmt_size(size), fmt_us(h) if h else "n/a",
+                                                     fmt_us(m) if m else "n/a", "%.2f" % (h / m) if h and m else "n/a"))
+    return "\n".join(md) + "\n"
+
+
 def tables(small, procs_list, sizes, large, summary, shim_ran):
     md = []
     md.append("Run: `%s` (%s, %s).\n" % (summary["command"], summary["started_utc"], summary["host"]))
@@ -495,6 +537,18 @@ def main():
     if worst:
         summary["loopback_worst_ratio_vs_mpi_bcast_barrier"] = round(worst[0], 3)
         summary["loopback_worst_cell"] = "%d procs, %s" % (worst[1], fmt_size(worst[2]))
+    # One host, shared memory on both sides (issue 18).
+    shm_sizes = [8, 2048, 65536, MIB, 64 * MIB] if args.quick else [8, 64, 2048, 65536, MIB, 8 * MIB, 64 * MIB]
+    shm = shm_runs(procs_list, shm_sizes)
+    for key, cells in (("shm", shm_sizes), ("shm_small", [x for x in shm_sizes if x <= 65536])):
+        w = worst_cell(shm, "hmcast_shm", "mpi_vader", procs_list, cells)
+        if w:
+            summary["%s_worst_ratio_vs_mpi_vader" % key] = round(w[0], 3)
+            summary["%s_worst_cell" % key] = "%d procs, %s" % (w[1], fmt_size(w[2]))
+    for procs, size, name in ((8, 2048, "8p_2k"), (8, 64 * MIB, "8p_64m"), (2, 2048, "2p_2k")):
+        h, m = median_of(shm, "hmcast_shm", procs, size, "all_p50_us"), median_of(shm, "mpi_vader", procs, size, "all_p50_us")
+        summary["shm_%s_hmcast_us" % name] = h
+        summary["shm_%s_mpi_vader_us" % name] = m
     stream = stream_runs(1 if args.quick else 2)
     for size, name in ((64, "64b"), (2048, "2k"), (65536, "64k")):
         h, m = stream_median(stream, "hmcast", size), stream_median(stream, "mpi", size)
@@ -547,14 +601,16 @@ def main():
         "large_64m_ratio_vs_unicast": round(pipe / uni, 3) if pipe and uni else None,
         "large_64m_ratio_vs_sequential": round(pipe / seq, 3) if pipe and seq else None,
     })
-    summary["ok"] = (all(r["ok"] for r in small) and all(r["ok"] for r in large if r["key"] != "mpi_bcast")
+    summary["ok"] = (all(r["ok"] for r in small) and all(r["ok"] for r in shm) and all(r["ok"] for r in large if r["key"] != "mpi_bcast")
                      and all(r["ok"] for r in stream))
     summary["elapsed_s"] = round(time.time() - t0, 1)
     write_csv(os.path.join(args.out, "small.csv"), small)
     write_csv(os.path.join(args.out, "cluster.csv"), large)
     write_csv(os.path.join(args.out, "stream.csv"), stream)
+    write_csv(os.path.join(args.out, "shm.csv"), shm)
     made = charts(args.out, small, procs_list, sizes, large, shim_ran)
-    table_md = tables(small, procs_list, sizes, large, summary, shim_ran) + stream_table(stream, summary)
+    table_md = (tables(small, procs_list, sizes, large, summary, shim_ran) + stream_table(stream, summary)
+                + shm_table(shm, procs_list, shm_sizes))
     open(os.path.join(args.out, "results.md"), "w").write(table_md)
     open(os.path.join(args.out, "commands.log"), "w").write("\n".join(LOG) + "\n")
     json.dump(summary, open(os.path.join(args.out, "summary.json"), "w"), indent=1)

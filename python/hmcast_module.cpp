@@ -76,7 +76,8 @@ hmcast::TransportKind transport_of(const std::string& name) {
   if (name == "socket") return hmcast::TransportKind::socket;
   if (name == "inproc") return hmcast::TransportKind::inproc;
   if (name == "verbs") return hmcast::TransportKind::verbs;
-  throw py::value_error("transport must be 'socket', 'inproc' or 'verbs', not '" + name + "'");
+  if (name == "shm") return hmcast::TransportKind::shm;
+  throw py::value_error("transport must be 'socket', 'shm', 'inproc' or 'verbs', not '" + name + "'");
 }
 
 py::object event_to_python(Inbox::Event e) {

@@ -64,12 +64,15 @@ double cpu_per_gb(const GroupRunReport& rep, std::uint32_t procs) {
   return gb > 0 ? rep.members_cpu_s / gb : 0;
 }
 
-Row socket_row(std::uint32_t procs, std::uint64_t size, double scale, const GroupRunOptions& base, const Knobs& k) {
+/// A row of real member processes on `transport` (socket or shm).
+Row process_row(const std::string& transport, std::uint32_t procs, std::uint64_t size, double scale,
+                const GroupRunOptions& base, const Knobs& k) {
   Row r;
-  r.transport = "socket";
+  r.transport = transport;
   r.procs = procs;
   r.size = size;
   GroupRunOptions o = base;
+  o.transport = transport;
   o.procs = procs;
   o.senders = 1;
   o.sizes = std::to_string(size);
@@ -166,7 +169,8 @@ void add_bench_command(CLI::App& app) {
   auto extra = std::make_shared<std::vector<std::string>>();
   auto calibrate = std::make_shared<bool>(false);
   auto profile_out = std::make_shared<std::string>("hmcast-profile.txt");
-  cmd->add_option("--transport", *transport, "socket, sim or both")->capture_default_str();
+  cmd->add_option("--transport", *transport, "socket, sim, both (socket and sim) or shm (shared memory)")
+      ->capture_default_str();
   cmd->add_option("--procs", *procs, "Group sizes, comma-separated")->capture_default_str();
   cmd->add_option("--sizes", *sizes, "Message sizes, comma-separated")->capture_default_str();
   cmd->add_option("--scale", *scale, "Multiply the message counts")->check(CLI::Range(0.01, 100.0));
@@ -179,6 +183,7 @@ void add_bench_command(CLI::App& app) {
   cmd->add_flag("--latency-only", knobs->latency_only, "socket: skip the throughput runs");
   cmd->add_flag("--throughput-only", knobs->throughput_only, "socket: skip the latency runs")->excludes("--latency-only");
   cmd->add_option("--messages", knobs->messages, "socket: latency messages per row (default: by size and --scale)");
+  cmd->add_option("--mtu", base->mtu, "Largest datagram members send")->check(CLI::Range(256U, 65507U));
   cmd->add_option("--profile", *profile, "socket: members load this profile file (default: built in)");
   cmd->add_option("--radix", *radix, "socket: override the policy's ACK-tree radix")->check(CLI::Range(2U, 65536U));
   cmd->add_option("--algo", *algo, "socket: large-path schedule: sequential, chain, tree, binomial_pipeline");
@@ -205,8 +210,8 @@ void add_bench_command(CLI::App& app) {
       run_calibration(n, *base, *profile_out, *json);
       return;
     }
-    if (*transport != "socket" && *transport != "sim" && *transport != "both")
-      throw CLI::ValidationError("--transport", "choose socket, sim or both");
+    if (*transport != "socket" && *transport != "sim" && *transport != "both" && *transport != "shm")
+      throw CLI::ValidationError("--transport", "choose socket, sim, both or shm");
     std::vector<Row> rows;
     std::cout << std::left << std::setw(8) << "path" << std::setw(7) << "procs" << std::setw(8) << "size"
               << std::right << std::setw(14) << "complete p50" << std::setw(13) << "p99" << std::setw(15)
@@ -215,9 +220,9 @@ void add_bench_command(CLI::App& app) {
       const auto n = static_cast<std::uint32_t>(std::stoul(p));
       for (const auto& s : split_list(*sizes)) {
         const auto size = parse_size(s);
-        for (const char* t : {"sim", "socket"}) {
-          if (*transport != "both" && *transport != t) continue;
-          Row r = std::string(t) == "sim" ? sim_row(n, size, *scale) : socket_row(n, size, *scale, *base, *knobs);
+        for (const char* t : {"sim", "socket", "shm"}) {
+          if (*transport != t && !(*transport == "both" && std::string(t) != "shm")) continue;
+          Row r = std::string(t) == "sim" ? sim_row(n, size, *scale) : process_row(t, n, size, *scale, *base, *knobs);
           std::cout << std::left << std::setw(8) << r.transport << std::setw(7) << r.procs << std::setw(8)
                     << format_size(r.size) << std::right << std::fixed << std::setprecision(1) << std::setw(11)
                     << r.complete_p50_us << " us" << std::setw(10) << r.complete_p99_us << " us" << std::setw(12)

@@ -48,8 +48,8 @@ struct MemberOptions {
   std::uint32_t delay_us = 0;       // datagram delay drawn from [0, this]
   std::uint32_t link_delay_us = 0;  // link frame delay drawn from [0, this]
   std::string interface_address = "127.0.0.1";
-  std::uint32_t mtu = 8192;
-  std::string transport = "socket";   // or "verbs"
+  std::uint32_t mtu = 0;  // 0: the transport's default
+  std::string transport = "socket";   // or "verbs", "shm"
   std::string device;                 // verbs: RDMA device (empty: the first active)
   std::string completion = "hybrid";  // how the progress thread waits: hybrid, poll or interrupt
   bool no_zero_copy = false;           // verbs: large blocks by SEND and copy, not RDMA WRITE
@@ -120,10 +120,12 @@ int run_member(const MemberOptions& o) {
                                " (leave out --cpu, or name a CPU this process may use)");
   }
   Config cfg;
-  cfg.transport = o.transport == "verbs" ? TransportKind::verbs : TransportKind::socket;
+  cfg.transport = o.transport == "verbs" ? TransportKind::verbs
+                  : o.transport == "shm" ? TransportKind::shm
+                                         : TransportKind::socket;
   cfg.verbs.device = o.device;
   cfg.verbs.interface_address = o.interface_address;  // rdma_cm binds to it
-  cfg.verbs.mtu = std::min<std::uint32_t>(o.mtu, 4096);
+  if (o.mtu != 0) cfg.verbs.mtu = std::min<std::uint32_t>(o.mtu, 4096);
   cfg.verbs.completion = o.completion == "poll"        ? CompletionMode::poll
                          : o.completion == "interrupt" ? CompletionMode::interrupt
                                                        : CompletionMode::hybrid;
@@ -134,7 +136,7 @@ int run_member(const MemberOptions& o) {
   cfg.socket.manager = o.manager;
   cfg.socket.embed_manager = o.embed_manager;
   cfg.socket.interface_address = o.interface_address;
-  cfg.socket.mtu = o.mtu;
+  if (o.mtu != 0) cfg.socket.mtu = cfg.shm.mtu = o.mtu;
   cfg.join_timeout = std::chrono::seconds(60);
   cfg.faults.datagram_loss = o.loss;
   cfg.faults.datagram_duplicate = o.dup;
@@ -462,11 +464,10 @@ void add_member_command(CLI::App& app) {
   cmd->add_option("--link-delay-us", o->link_delay_us, "Received link frames delayed by [0, N] us (links stay FIFO)")
       ->check(CLI::Range(0U, 10'000'000U));
   cmd->add_option("--interface", o->interface_address, "Local IPv4 address")->capture_default_str();
-  cmd->add_option("--mtu", o->mtu, "Largest datagram (verbs: at most 4096, the UD MTU)")
-      ->check(CLI::Range(256U, 65507U))
-      ->capture_default_str();
-  cmd->add_option("--transport", o->transport, "socket or verbs")
-      ->check(CLI::IsMember({"socket", "verbs"}))
+  cmd->add_option("--mtu", o->mtu, "Largest datagram (default: the transport's; verbs: at most 4096, the UD MTU)")
+      ->check(CLI::Range(256U, 65507U));
+  cmd->add_option("--transport", o->transport, "socket, verbs or shm (members on one host)")
+      ->check(CLI::IsMember({"socket", "verbs", "shm"}))
       ->capture_default_str();
   cmd->add_option("--device", o->device, "verbs: RDMA device (default: the first with an active port)");
   cmd->add_option("--completion", o->completion, "How the progress thread waits: hybrid, poll or interrupt")

@@ -33,7 +33,7 @@ void add_soak_command(CLI::App& app) {
   cmd->add_option("--kill", o->kill, "Non-sender members SIGKILLed mid-run");
   cmd->add_option("--join", o->join, "Members started mid-run that join the running group");
   cmd->add_option("--seed", o->seed, "Workload, fault and kill seed")->capture_default_str();
-  cmd->add_option("--transport", *transport, "socket or verbs (the simulator has `hmcast sim small`)")
+  cmd->add_option("--transport", *transport, "socket, verbs or shm (members on one host; the simulator has `hmcast sim small`)")
       ->capture_default_str();
   cmd->add_option("--device", o->device, "verbs: RDMA device (default: the first with an active port)");
   cmd->add_option("--completion", o->completion, "verbs: hybrid, poll or interrupt")
@@ -44,7 +44,7 @@ void add_soak_command(CLI::App& app) {
   cmd->add_option("--interface-template", o->interface_template, "Each member's address ({i}: its index)")
       ->capture_default_str();
   cmd->add_option("--manager-host", o->manager_host, "Address the manager listens on")->capture_default_str();
-  cmd->add_option("--mtu", o->mtu, "Largest datagram")->check(CLI::Range(256U, 65507U))->capture_default_str();
+  cmd->add_option("--mtu", o->mtu, "Largest datagram (default: the transport's)")->check(CLI::Range(256U, 65507U));
   cmd->add_option("--timeout", o->timeout_s, "Seconds before the run is called failed")->capture_default_str();
   cmd->add_flag("--json", *json, "Print the result as one JSON line (last line of output)");
   cmd->add_flag("--block-multicast", o->block_multicast,
@@ -64,9 +64,9 @@ void add_soak_command(CLI::App& app) {
   cmd->callback([cmd, o, json, transport, no_zero_copy, no_bind] {
     o->bind = !*no_bind;
     if (*no_zero_copy) o->member_args.emplace_back("--no-zero-copy");
-    if (*transport != "socket" && *transport != "verbs")
+    if (*transport != "socket" && *transport != "verbs" && *transport != "shm")
       throw CLI::ValidationError("--transport",
-                                 "'socket' or 'verbs' run processes; for the simulator use `hmcast sim small`");
+                                 "'socket', 'verbs' or 'shm' run processes; for the simulator use `hmcast sim small`");
     o->transport = *transport;
     if (*transport == "verbs") {
       if (cmd->count("--mtu") == 0) o->mtu = 4096;  // the UD MTU; the socket default is larger

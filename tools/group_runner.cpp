@@ -207,10 +207,11 @@ GroupRunReport run_group(const GroupRunOptions& o) {
                              "--loss", o.block_multicast ? std::string("1") : std::to_string(o.loss), "--dup", std::to_string(o.dup), "--reorder",
                              std::to_string(o.reorder), "--delay-us", std::to_string(o.delay_us), "--link-delay-us",
                              std::to_string(o.link_delay_us), "--interface", substitute(o.interface_template, c.index),
-                             "--mtu", std::to_string(o.mtu), "--progress-ms", std::to_string(o.progress_ms),
+                             "--progress-ms", std::to_string(o.progress_ms),
                              "--timeout", std::to_string(o.timeout_s)});
     if (o.transport != "socket")
       argv.insert(argv.end(), {"--transport", o.transport, "--device", o.device, "--completion", o.completion});
+    if (o.mtu != 0) argv.insert(argv.end(), {"--mtu", std::to_string(o.mtu)});
     if (o.probe_deadline_ms != 0) argv.insert(argv.end(), {"--probe-deadline-ms", std::to_string(o.probe_deadline_ms)});
     if (o.serial) argv.emplace_back("--serial");
     if (o.timestamps) argv.emplace_back("--timestamps");

@@ -35,7 +35,7 @@ struct GroupRunOptions {
   std::string interface_template = "127.0.0.1";
   /// Where the manager listens (reachable from every member).
   std::string manager_host = "127.0.0.1";
-  std::uint32_t mtu = 8192;
+  std::uint32_t mtu = 0;  // 0: the transport's default
   /// "socket" or "verbs" (the members' transport; membership is TCP either way).
   std::string transport = "socket";
   /// verbs: the RDMA device (empty: the first with an active port) and the

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -117,6 +118,11 @@ enum class TransportKind : std::uint8_t {
   /// reliable links (VerbsOptions). Membership is the socket transport's: the TCP
   /// manager named by SocketOptions::manager (or embedded, SocketOptions::embed_manager).
   verbs,
+  /// Processes on one host: shared memory files in /dev/shm (ShmOptions), a
+  /// multicast log per member that every other member reads, and an inbox per
+  /// member for reliable frames. Membership, waiting and the large-buffer pool are
+  /// the socket transport's (SocketOptions).
+  shm,
 };
 
 /// How the verbs transport waits for completions.
@@ -211,6 +217,26 @@ struct SocketOptions {
   std::size_t large_pool_bytes = std::size_t{256} << 20;
 };
 
+/// The shared-memory transport (TransportKind::shm). Each member's file holds
+/// both areas below, touched page by page as they fill.
+struct ShmOptions {
+  /// Largest datagram (hmcast header included; at most 65507, as on the other
+  /// transports). No network fragments it here, so the default is the largest:
+  /// fewer, larger datagrams cost fewer records and fewer ACKs per byte.
+  std::uint32_t mtu = 65'000;
+  /// The member's multicast log. A datagram is dropped (and repaired by the
+  /// protocol) only when some attached reader is this far behind.
+  std::size_t multicast_bytes = std::size_t{8} << 20;
+  /// The member's inbox for reliable frames from all peers.
+  std::size_t inbox_bytes = std::size_t{8} << 20;
+  /// Frames to one peer that wait for room in its inbox; past this the link to
+  /// that peer is broken (the protocol then suspects it).
+  std::size_t max_pending_bytes = std::size_t{256} << 20;
+  /// A reader whose position has not moved for this long while the log is full is
+  /// let go (it re-attaches when it reads again, the protocol repairs what it missed).
+  std::chrono::milliseconds reader_stall{1000};
+};
+
 /// Seeded faults injected on what a member receives (tests; all off by default).
 /// They are applied by one layer between the transport and the protocol (the same
 /// for every transport), so real processes see loss, duplication, reordering and
@@ -274,6 +300,8 @@ struct Config {
   SocketOptions socket;
   /// verbs: device, port, queue depths, completion mode.
   VerbsOptions verbs;
+  /// shm: ring sizes (the rest is in `socket`).
+  ShmOptions shm;
   /// Protocol tuning; empty means the transport's profile tuned by the policy for
   /// group_size (hmcast::default_protocol).
   std::optional<ProtocolConfig> protocol;

@@ -25,7 +25,8 @@ TimeNs now_ns() {
 }
 
 std::chrono::nanoseconds NodeState::completion_spin() const {
-  if (cfg.transport == TransportKind::socket) return poll_window(cfg.socket.completion, cfg.socket.busy_poll);
+  if (cfg.transport == TransportKind::socket || cfg.transport == TransportKind::shm)
+    return poll_window(cfg.socket.completion, cfg.socket.busy_poll);
   if (cfg.transport == TransportKind::verbs) return poll_window(cfg.verbs.completion, cfg.verbs.busy_poll);
   return std::chrono::nanoseconds{0};
 }
@@ -207,6 +208,8 @@ std::unique_ptr<transport::Link> make_link(const Config& cfg, const membership::
                                          cfg.faults);
     case TransportKind::verbs:
       return transport::make_verbs_link(welcome.member, welcome.multicast_address, cfg.verbs, cfg.faults);
+    case TransportKind::shm:
+      return transport::make_shm_link(welcome.member, welcome.group_id, cfg.socket, cfg.shm, cfg.faults);
   }
   throw Error(ErrorCode::invalid_config, "unknown Config::transport");
 }
@@ -226,11 +229,13 @@ Node::Node(Config config) : state_(std::make_shared<detail::NodeState>()) {
   if (config.transport == TransportKind::inproc) return;
   const bool verbs = config.transport == TransportKind::verbs;
   if (verbs) transport::check_verbs_device(config.verbs);  // no device: fail now, naming the fixes
-  const std::uint32_t transport_mtu = verbs ? config.verbs.mtu : config.socket.mtu;
+  const std::uint32_t transport_mtu = verbs                                    ? config.verbs.mtu
+                                      : config.transport == TransportKind::shm ? config.shm.mtu
+                                                                               : config.socket.mtu;
   if (state_->protocol.mtu > transport_mtu)
     throw Error(ErrorCode::invalid_config, "ProtocolConfig::mtu (" + std::to_string(state_->protocol.mtu) +
                                                ") is over the transport's MTU (" + std::to_string(transport_mtu) +
-                                               ", SocketOptions::mtu or VerbsOptions::mtu): lower it, or leave "
+                                               ", SocketOptions::mtu, VerbsOptions::mtu or ShmOptions::mtu): lower it, or leave "
                                                "Config::protocol empty");
   if (config.socket.embed_manager) {
     const auto [host, port] = socket::split_host_port(config.socket.manager, "manager address");

@@ -19,9 +19,9 @@ ProtocolConfig transport_defaults(std::string_view transport, std::uint32_t mtu)
     p.multicast_probe_deadline_ns = 0;
     return p;
   }
-  if (transport != "inproc" && transport != "socket" && transport != "verbs")
+  if (transport != "inproc" && transport != "socket" && transport != "verbs" && transport != "shm")
     throw ProfileError("no protocol defaults for transport '" + std::string(transport) +
-                       "' (inproc, socket, verbs or sim)");
+                       "' (inproc, socket, verbs, shm or sim)");
   // Threads and processes are scheduled by the OS: a hand-off takes tens of
   // microseconds, so timers start cautious.
   p.initial_hop_rtt_ns = 200'000;
@@ -61,6 +61,9 @@ ProtocolConfig protocol_for(const Config& config) {
   if (config.transport == TransportKind::socket) {
     transport = "socket";
     mtu = config.socket.mtu;
+  } else if (config.transport == TransportKind::shm) {
+    transport = "shm";
+    mtu = config.shm.mtu;
   } else if (config.transport == TransportKind::verbs) {
     transport = "verbs";
     mtu = config.verbs.mtu;

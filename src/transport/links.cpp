@@ -7,6 +7,7 @@
 #include "transport/inproc/inproc_fabric.hpp"
 #include "transport/links.hpp"
 #include "hmcast/error.hpp"
+#include "transport/shm/shm_transport.hpp"
 #include "transport/socket/socket_transport.hpp"
 #ifdef HMCAST_HAVE_VERBS
 #include "transport/verbs/device.hpp"
@@ -97,6 +98,31 @@ class SocketLink final : public EndpointLink<socket::Endpoint, socket::Transport
   std::shared_ptr<BufferPool> pool_;
 };
 
+class ShmLink final : public Link {
+ public:
+  ShmLink(MemberId self, const shm::ShmConfig& cfg, std::size_t pool_bytes)
+      : endpoint_(std::make_unique<shm::Endpoint>(self, cfg)), pool_(std::make_shared<BufferPool>(pool_bytes)) {}
+  [[nodiscard]] MemberId id() const override { return endpoint_->id(); }
+  void multicast(std::span<const std::byte> bytes) override { endpoint_->multicast(bytes); }
+  bool unicast(MemberId to, std::vector<std::byte> bytes) override { return endpoint_->unicast(to, std::move(bytes)); }
+  std::optional<Inbound> wait(std::chrono::steady_clock::time_point deadline) override {
+    return endpoint_->wait(deadline);
+  }
+  void wake() override { endpoint_->wake(); }
+  /// Peers are found by their member id on this host; the address is not used.
+  void add_peer(MemberId id, const std::string&, std::uint16_t) override { endpoint_->add_peer(id); }
+  void remove_peer(MemberId id) override { endpoint_->remove_peer(id); }
+  void close() override { endpoint_->close(); }
+  LargeBuffer allocate_large(std::size_t size) override { return pool_->acquire(size); }
+  [[nodiscard]] std::uint64_t bad_input() const override { return endpoint_->stats().bad_input; }
+  [[nodiscard]] std::uint64_t multicast_datagrams_sent() const override { return endpoint_->stats().datagrams_sent; }
+  [[nodiscard]] std::uint64_t link_bytes_sent() const override { return endpoint_->stats().link_bytes_sent; }
+
+ private:
+  std::unique_ptr<shm::Endpoint> endpoint_;
+  std::shared_ptr<BufferPool> pool_;
+};
+
 #ifdef HMCAST_HAVE_VERBS
 class VerbsLink final : public EndpointLink<verbs::Endpoint, verbs::TransportError> {
  public:
@@ -151,6 +177,21 @@ std::unique_ptr<Link> make_socket_link(MemberId self, std::uint32_t multicast_ad
   cfg.busy_poll = options.busy_poll;
   try {
     return with_faults(std::make_unique<SocketLink>(self, cfg, options.large_pool_bytes), faults);
+  } catch (const socket::TransportError& e) {
+    throw Error(ErrorCode::transport_failed, e.what());
+  }
+}
+
+std::unique_ptr<Link> make_shm_link(MemberId self, GroupId group, const SocketOptions& socket,
+                                    const ShmOptions& options, const FaultConfig& faults) {
+  shm::ShmConfig cfg;
+  cfg.group_id = group;
+  cfg.options = options;
+  cfg.mtu = options.mtu;
+  cfg.completion = socket.completion;
+  cfg.busy_poll = socket.busy_poll;
+  try {
+    return with_faults(std::make_unique<ShmLink>(self, cfg, socket.large_pool_bytes), faults);
   } catch (const socket::TransportError& e) {
     throw Error(ErrorCode::transport_failed, e.what());
   }

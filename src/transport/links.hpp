@@ -23,6 +23,11 @@ std::unique_ptr<Link> make_inproc_link(const std::string& fabric, std::uint64_t 
 std::unique_ptr<Link> make_socket_link(MemberId self, std::uint32_t multicast_address, std::uint16_t multicast_port,
                                        const SocketOptions& options, const FaultConfig& faults);
 
+/// A shared-memory endpoint (transport/shm) for member `self` of group `group`,
+/// whose peers run on this host; waiting and the large-buffer pool come from `socket`.
+std::unique_ptr<Link> make_shm_link(MemberId self, GroupId group, const SocketOptions& socket,
+                                    const ShmOptions& options, const FaultConfig& faults);
+
 /// A verbs endpoint (UD multicast + RC links; transport/verbs) for member `self` of a
 /// group whose datagrams use multicast_address (IPv4, host order). Throws
 /// hmcast::Error(transport_failed) naming the fixes when there is no RDMA device,

@@ -68,6 +68,9 @@ class Transport {
   }
   /// Where peer `id` listens (transports that need addresses; others ignore it).
   virtual void add_peer(MemberId id, const std::string& host, std::uint16_t port) = 0;
+  /// Peer `id` left the view: what the transport holds for it can go (shm: its
+  /// reader slot, and the file of a peer whose process died). Others ignore it.
+  virtual void remove_peer(MemberId /*id*/) {}
   /// A final buffer for a large message of `size` bytes. Transports that let peers
   /// write into it (verbs) lend one from their registration cache.
   virtual LargeBuffer allocate_large(std::size_t size) { return std::make_shared<std::vector<std::byte>>(size); }

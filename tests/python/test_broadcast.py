@@ -45,9 +45,9 @@ def manager():
     proc.wait(timeout=10)
 
 
-def start(manager, procs, send, expect, expect_left=0):
+def start(manager, procs, send, expect, expect_left=0, transport="socket"):
     cmd = [sys.executable, str(HERE / "member.py"), "--manager", manager, "--procs", str(procs),
-           "--send", str(send), "--expect", str(expect), "--expect-left", str(expect_left)]
+           "--send", str(send), "--expect", str(expect), "--expect-left", str(expect_left), "--transport", transport]
     return subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
 
 
@@ -68,10 +68,12 @@ def finish(members):
         assert p.wait(timeout=30) == 0
 
 
-def test_four_processes_numpy_and_bytes(manager):
+@pytest.mark.parametrize("transport", ["socket", "shm"])
+def test_four_processes_numpy_and_bytes(manager, transport):
     senders, messages = 4, 12
     # Every member delivers every message, its own included.
-    members = [start(manager, 4, messages if i < senders else 0, senders * messages) for i in range(4)]
+    members = [start(manager, 4, messages if i < senders else 0, senders * messages, transport=transport)
+               for i in range(4)]
     try:
         done = [read_event(p, "done") for p in members]
         for d in done:
@@ -81,11 +83,12 @@ def test_four_processes_numpy_and_bytes(manager):
         finish(members)
 
 
-def test_killed_member_is_a_view_change(manager):
+@pytest.mark.parametrize("transport", ["socket", "shm"])
+def test_killed_member_is_a_view_change(manager, transport):
     senders, messages = 2, 8
     # The victim is a receiver: the others expect every message and its departure.
     members = [start(manager, 4, messages if i < senders else 0, senders * messages,
-                     expect_left=1 if i < 3 else 0) for i in range(4)]
+                     expect_left=1 if i < 3 else 0, transport=transport) for i in range(4)]
     victim = members[3]
     victim_id = read_event(victim, "joined")["self"]
     victim.send_signal(signal.SIGKILL)

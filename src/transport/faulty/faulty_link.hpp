@@ -49,6 +49,7 @@ class FaultyLink final : public Link {
   /// The next item due: held ones at their release time, new ones as the faults say.
   std::optional<Inbound> wait(TimePoint deadline) override;
   void wake() override { inner_->wake(); }
+  void remove_peer(MemberId id) override { inner_->remove_peer(id); }
   void add_peer(MemberId id, const std::string& host, std::uint16_t port) override {
     inner_->add_peer(id, host, port);
   }

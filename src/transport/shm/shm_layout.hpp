@@ -1,0 +1,118 @@
+// What one member's shared-memory file holds (transport/shm): a header, the
+// member's multicast log and its inbox. Other processes of the host map the same
+// file, so everything here is plain data at fixed offsets, shared words are
+// lock-free atomics, and the inbox lock is a process-shared robust mutex.
+//
+// - The multicast log has one writer (the owner) and up to kMaxReaders readers,
+//   each with a slot holding its position: the writer never overwrites what an
+//   attached reader has not read, so a fast sender cannot overrun a reader. A full
+//   log drops the datagram (the protocol repairs it, as for UDP), and a reader
+//   that is dead or stalled for ShmConfig::reader_stall is evicted: its slot's
+//   generation changes, and it re-attaches at the head and discards what it read.
+// - The inbox has many writers (peers' reliable frames, in fragments) under the
+//   mutex and one reader (the owner). A writer publishes a record by moving the
+//   tail only after writing it, so a writer that dies mid-record leaves nothing
+//   torn: the next writer overwrites it.
+// - Records in both: a 16-byte header and the payload, padded to 16 bytes; a record
+//   that would run past the end of the buffer is preceded by a padding record.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <span>
+
+#include <pthread.h>
+
+namespace hmcast::shm {
+
+inline constexpr std::uint64_t kMagic = 0x6873'6d63'6d68'0001ULL;
+inline constexpr std::uint32_t kVersion = 1;
+inline constexpr std::uint32_t kMaxReaders = 256;
+/// A reader slot being set up: the writer ignores it until it names its member.
+inline constexpr std::uint32_t kClaiming = 0xFFFF'FFFFU;
+inline constexpr std::size_t kRecordHeader = 16;
+inline constexpr std::size_t kAlign = 16;
+
+static_assert(std::atomic<std::uint64_t>::is_always_lock_free && std::atomic<std::uint32_t>::is_always_lock_free,
+              "shared words must be lock-free to work across processes");
+
+struct alignas(64) ReaderSlot {
+  std::atomic<std::uint32_t> member{0};  // 0: free
+  std::atomic<std::uint32_t> pid{0};
+  std::atomic<std::uint64_t> position{0};
+  /// Bumped when the writer evicts the reader (its reads since are void).
+  std::atomic<std::uint64_t> generation{0};
+};
+
+struct Header {
+  std::uint64_t magic = 0;
+  std::uint32_t version = 0;
+  std::uint32_t owner = 0;
+  std::uint32_t pid = 0;
+  std::uint32_t reserved = 0;
+  std::uint64_t multicast_capacity = 0;
+  std::uint64_t inbox_capacity = 0;
+  /// The owner sleeps on this futex word; writers bump it and wake the owner when
+  /// `sleeping` says it may be asleep.
+  alignas(64) std::atomic<std::uint32_t> doorbell{0};
+  std::atomic<std::uint32_t> sleeping{0};
+  std::atomic<std::uint32_t> closed{0};
+  alignas(64) std::atomic<std::uint64_t> multicast_head{0};  // end of the last published record
+  /// Reader slots ever claimed are below this (the writer scans no further).
+  std::atomic<std::uint32_t> readers_used{0};
+  alignas(64) std::atomic<std::uint64_t> inbox_tail{0};      // moved by writers, under inbox_mu
+  alignas(64) std::atomic<std::uint64_t> inbox_head{0};      // moved by the owner as it reads
+  alignas(64) pthread_mutex_t inbox_mu;
+  ReaderSlot readers[kMaxReaders];
+};
+
+enum RecordFlags : std::uint32_t {
+  kPadding = 1,
+  kFirst = 2,  // inbox: the first fragment of a frame
+  kLast = 4,   // inbox: the last fragment of a frame
+};
+
+struct RecordHeader {
+  std::uint32_t length = 0;  // payload bytes
+  std::uint32_t source = 0;  // inbox: the writing member
+  std::uint32_t flags = 0;
+  std::uint32_t reserved = 0;
+};
+static_assert(sizeof(RecordHeader) == kRecordHeader);
+
+constexpr std::uint64_t align_up(std::uint64_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+
+/// Where the data areas lie in the file, and its size.
+struct Offsets {
+  std::uint64_t multicast = 0;
+  std::uint64_t inbox = 0;
+  std::uint64_t file_size = 0;
+};
+Offsets offsets_for(std::uint64_t multicast_capacity, std::uint64_t inbox_capacity);
+
+/// A ring buffer of records: `data` of `capacity` bytes (a multiple of kAlign),
+/// positions counted in bytes since the start (never wrapped).
+struct Ring {
+  std::byte* data = nullptr;
+  std::uint64_t capacity = 0;
+
+  /// Bytes a record of `length` payload bytes takes when written at `tail`,
+  /// padding to the end of the buffer included.
+  [[nodiscard]] std::uint64_t span_at(std::uint64_t tail, std::uint64_t length) const;
+  /// Writes the record at `tail` (the caller checked the space: span_at()) and
+  /// returns the new tail.
+  std::uint64_t write(std::uint64_t tail, RecordHeader header, std::span<const std::byte> payload) const;
+  /// The record at `pos` (< the published tail), past any padding: its header,
+  /// where its payload lies, and where the next record starts. Nothing when the
+  /// header is malformed (a length past the buffer: the ring cannot be trusted).
+  struct Read {
+    RecordHeader header;
+    const std::byte* payload;
+    std::uint64_t next;
+  };
+  [[nodiscard]] bool read(std::uint64_t pos, std::uint64_t tail, Read& out) const;
+};
+
+}  // namespace hmcast::shm

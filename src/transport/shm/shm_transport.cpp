@@ -1,0 +1,528 @@
+#include "transport/shm/shm_transport.hpp"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <new>
+#include <thread>
+
+#include <signal.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "core/assert.hpp"
+#include "transport/socket/net_util.hpp"
+
+namespace hmcast::shm {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+/// A frame travels in fragments of at most this much (or a quarter of the inbox),
+/// so a large frame moves while the reader drains the first fragments.
+constexpr std::size_t kMaxFragment = std::size_t{256} << 10;
+
+/// How long wait() sleeps at most while frames wait for room in a peer's inbox
+/// (the peer does not ring us when it frees room).
+constexpr std::int64_t kPendingRecheckNs = 200'000;
+
+/// How often a reader tries again to open a peer's file it could not open.
+constexpr std::chrono::milliseconds kAttachRetry{10};
+
+/// False once process `pid` has exited, also while it is a zombie its parent has
+/// not reaped yet (it will never read or write again).
+bool process_alive(std::uint32_t pid) {
+  if (pid == 0) return true;
+  if (::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) return false;
+  char path[32];
+  std::snprintf(path, sizeof path, "/proc/%u/stat", pid);
+  std::FILE* f = std::fopen(path, "r");
+  if (f == nullptr) return true;  // no /proc: trust kill()
+  char stat[256] = {};
+  const std::size_t n = std::fread(stat, 1, sizeof stat - 1, f);
+  std::fclose(f);
+  const char* close_paren = std::strrchr(stat, ')');  // the state follows the command name
+  return n == 0 || close_paren == nullptr || close_paren[1] != ' ' || close_paren[2] != 'Z';
+}
+
+std::uint64_t ring_bytes(std::size_t asked) {
+  // At least two of the largest records, a multiple of the record alignment.
+  return align_up(std::max<std::uint64_t>(asked, 64 * 1024));
+}
+
+/// Locks the inbox mutex of `h`; a previous holder that died left no torn record
+/// (the tail moves only after a whole record), so its state is consistent as is.
+bool lock_inbox(Header& h) {
+  const int rc = ::pthread_mutex_lock(&h.inbox_mu);
+  if (rc == EOWNERDEAD) return ::pthread_mutex_consistent(&h.inbox_mu) == 0;
+  return rc == 0;
+}
+
+}  // namespace
+
+std::string file_name(GroupId group, MemberId member) {
+  char name[64];
+  std::snprintf(name, sizeof name, "/hmcast-%016llx-%u", static_cast<unsigned long long>(group), member);
+  return name;
+}
+
+Endpoint::Endpoint(MemberId self, const ShmConfig& cfg)
+    : self_(self), cfg_(cfg), pid_(static_cast<std::uint32_t>(::getpid())), seen_(kMaxReaders) {
+  HMCAST_ASSERT(self != 0 && self != kClaiming);
+  const std::uint64_t mcap = ring_bytes(cfg.options.multicast_bytes);
+  const std::uint64_t icap = ring_bytes(cfg.options.inbox_bytes);
+  if (cfg.mtu + kRecordHeader > mcap / 2)
+    throw socket::TransportError(EINVAL, "ShmOptions::multicast_bytes must hold two datagrams of the MTU");
+  const Offsets off = offsets_for(mcap, icap);
+  file_ = SharedFile::create(file_name(cfg.group_id, self), off.file_size);
+  header_ = new (file_.base()) Header();
+  header_->version = kVersion;
+  header_->owner = self;
+  header_->pid = pid_;
+  header_->multicast_capacity = mcap;
+  header_->inbox_capacity = icap;
+  pthread_mutexattr_t attr;
+  ::pthread_mutexattr_init(&attr);
+  ::pthread_mutexattr_setpshared(&attr, PTHREAD_PROCESS_SHARED);
+  ::pthread_mutexattr_setrobust(&attr, PTHREAD_MUTEX_ROBUST);
+  const int rc = ::pthread_mutex_init(&header_->inbox_mu, &attr);
+  ::pthread_mutexattr_destroy(&attr);
+  if (rc != 0) throw socket::TransportError(rc, "shared memory: cannot set up the inbox lock");
+  multicast_ = Ring{file_.base() + off.multicast, mcap};
+  inbox_ = Ring{file_.base() + off.inbox, icap};
+  // Published last: a peer that opens the file before this sees no magic and retries
+  // at its next add_peer.
+  std::atomic_ref<std::uint64_t>(header_->magic).store(kMagic, std::memory_order_release);
+}
+
+Endpoint::~Endpoint() { close(); }
+
+void Endpoint::ring(Header& h) {
+  h.doorbell.fetch_add(1, std::memory_order_seq_cst);
+  if (h.sleeping.load(std::memory_order_seq_cst) != 0) futex_wake(&h.doorbell);
+}
+
+void Endpoint::multicast(std::span<const std::byte> bytes) {
+  if (closed_.load() || bytes.empty()) return;
+  HMCAST_ASSERT(bytes.size() <= cfg_.mtu);
+  std::vector<std::shared_ptr<Peer>> peers;
+  {
+    std::lock_guard lock(multicast_mu_);
+    const std::uint64_t head = header_->multicast_head.load(std::memory_order_relaxed);
+    const std::uint64_t need = multicast_.span_at(head, bytes.size());
+    if (!evict_stalled(head + need)) {
+      std::lock_guard s(stats_mu_);
+      ++stats_.multicast_overruns;
+      return;
+    }
+    RecordHeader h;
+    h.length = static_cast<std::uint32_t>(bytes.size());
+    h.source = self_;
+    const std::uint64_t tail = multicast_.write(head, h, bytes);
+    header_->multicast_head.store(tail, std::memory_order_release);
+  }
+  {
+    std::lock_guard lock(peers_mu_);
+    for (auto& [id, p] : peers_) {
+      std::lock_guard peer(p->mu);
+      if (p->header != nullptr) ring(*p->header);
+    }
+  }
+  std::lock_guard s(stats_mu_);
+  ++stats_.datagrams_sent;
+}
+
+bool Endpoint::evict_stalled(std::uint64_t new_head) {
+  const auto now = Clock::now();
+  const std::uint64_t cap = multicast_.capacity;
+  bool fits = true;
+  const std::uint32_t used = std::min(header_->readers_used.load(std::memory_order_acquire), kMaxReaders);
+  for (std::uint32_t i = 0; i < used; ++i) {
+    ReaderSlot& slot = header_->readers[i];
+    const std::uint32_t member = slot.member.load(std::memory_order_acquire);
+    if (member == 0 || member == kClaiming) continue;
+    const std::uint64_t pos = slot.position.load(std::memory_order_acquire);
+    if (new_head - pos <= cap) continue;
+    // This reader would lose a record it has not read.
+    if (seen_[i].first != pos || seen_[i].second == Clock::time_point{}) seen_[i] = {pos, now};
+    const bool dead = !process_alive(slot.pid.load(std::memory_order_relaxed));
+    if (dead || now - seen_[i].second >= cfg_.options.reader_stall) {
+      slot.generation.fetch_add(1, std::memory_order_acq_rel);
+      slot.member.store(0, std::memory_order_release);
+      seen_[i] = {};
+      std::lock_guard s(stats_mu_);
+      ++stats_.readers_evicted;
+      continue;
+    }
+    fits = false;
+  }
+  return fits;
+}
+
+bool Endpoint::unicast(MemberId to, std::vector<std::byte> frame) {
+  if (closed_.load()) return false;
+  std::shared_ptr<Peer> p;
+  {
+    std::lock_guard lock(peers_mu_);
+    auto it = peers_.find(to);
+    if (it == peers_.end()) return false;
+    p = it->second;
+  }
+  std::lock_guard lock(p->mu);
+  if (p->header == nullptr) attach(*p);  // its file may not have been there at add_peer()
+  if (p->broken || p->header == nullptr) return false;
+  p->out_bytes += frame.size();
+  p->out.push_back(Pending{std::move(frame), 0});
+  if (p->out_bytes > cfg_.options.max_pending_bytes) {
+    p->broken = true;
+    p->out.clear();
+    p->out_bytes = 0;
+    p->has_pending.store(false);
+    return false;
+  }
+  flush(*p);
+  return !p->broken;
+}
+
+void Endpoint::flush(Peer& p) {
+  Header& h = *p.header;
+  if (h.closed.load(std::memory_order_acquire) != 0) {
+    p.broken = true;
+  } else if (!p.out.empty() && lock_inbox(h)) {
+    std::uint64_t tail = h.inbox_tail.load(std::memory_order_relaxed);
+    const std::uint64_t cap = p.inbox.capacity;
+    const std::size_t fragment = std::min<std::size_t>(kMaxFragment, cap / 4);
+    bool wrote = false;
+    std::uint64_t frames = 0;
+    std::uint64_t bytes = 0;
+    while (!p.out.empty()) {
+      Pending& f = p.out.front();
+      const std::size_t n = std::min(fragment, f.frame.size() - f.offset);
+      const std::uint64_t need = p.inbox.span_at(tail, n);
+      if (tail + need - h.inbox_head.load(std::memory_order_acquire) > cap) break;
+      RecordHeader rh;
+      rh.length = static_cast<std::uint32_t>(n);
+      rh.source = self_;
+      rh.flags = (f.offset == 0 ? kFirst : 0U) | (f.offset + n == f.frame.size() ? kLast : 0U);
+      tail = p.inbox.write(tail, rh, std::span<const std::byte>(f.frame).subspan(f.offset, n));
+      f.offset += n;
+      wrote = true;
+      if (f.offset == f.frame.size()) {
+        p.out_bytes -= f.frame.size();
+        bytes += f.frame.size();
+        ++frames;
+        p.out.pop_front();
+      }
+    }
+    if (wrote) h.inbox_tail.store(tail, std::memory_order_release);
+    ::pthread_mutex_unlock(&h.inbox_mu);
+    if (wrote) ring(h);
+    if (!wrote && !process_alive(h.pid)) p.broken = true;  // no room, and nobody left to make it
+    if (frames > 0) {
+      std::lock_guard s(stats_mu_);
+      stats_.frames_sent += frames;
+      stats_.link_bytes_sent += bytes;
+    }
+  } else if (!p.out.empty()) {
+    p.broken = true;  // the lock is unrecoverable
+  }
+  if (p.broken) {
+    p.out.clear();
+    p.out_bytes = 0;
+  }
+  p.has_pending.store(!p.out.empty());
+}
+
+bool Endpoint::attach(Peer& p) {
+  if (p.header == nullptr) {
+    SharedFile f = SharedFile::open(file_name(cfg_.group_id, p.id));
+    if (!f.ok() || f.size() < sizeof(Header)) return false;
+    auto* h = reinterpret_cast<Header*>(f.base());
+    if (std::atomic_ref<std::uint64_t>(h->magic).load(std::memory_order_acquire) != kMagic ||
+        h->version != kVersion || h->owner != p.id)
+      return false;
+    const std::uint64_t mcap = h->multicast_capacity;
+    const std::uint64_t icap = h->inbox_capacity;
+    if (mcap % kAlign != 0 || icap % kAlign != 0 || mcap < 2 * (cfg_.mtu + kRecordHeader) ||
+        icap < 4 * kRecordHeader || mcap > (std::uint64_t{1} << 40) || icap > (std::uint64_t{1} << 40))
+      return false;
+    const Offsets off = offsets_for(mcap, icap);
+    if (off.file_size > f.size()) return false;
+    p.multicast = Ring{f.base() + off.multicast, mcap};
+    p.inbox = Ring{f.base() + off.inbox, icap};
+    p.file = std::move(f);
+    p.header = h;
+  }
+  // A reader slot in its log, set up before the writer counts it.
+  Header& h = *p.header;
+  if (p.slot < kMaxReaders) {
+    ReaderSlot& mine = h.readers[p.slot];
+    if (mine.member.load(std::memory_order_acquire) == self_ &&
+        mine.generation.load(std::memory_order_acquire) == p.generation)
+      return true;  // still attached
+  }
+  for (std::uint32_t i = 0; i < kMaxReaders; ++i) {
+    std::uint32_t expected = 0;
+    ReaderSlot& slot = h.readers[i];
+    if (!slot.member.compare_exchange_strong(expected, kClaiming, std::memory_order_acq_rel)) continue;
+    p.generation = slot.generation.load(std::memory_order_acquire);
+    p.read_pos = h.multicast_head.load(std::memory_order_acquire);
+    slot.position.store(p.read_pos, std::memory_order_release);
+    slot.pid.store(pid_, std::memory_order_relaxed);
+    std::uint32_t used = h.readers_used.load(std::memory_order_acquire);
+    while (used < i + 1 && !h.readers_used.compare_exchange_weak(used, i + 1, std::memory_order_acq_rel)) {
+    }
+    // Named last: from here the writer counts this reader (readers_used covers it).
+    slot.member.store(self_, std::memory_order_release);
+    p.slot = i;
+    return true;
+  }
+  return false;  // kMaxReaders members already read this log
+}
+
+void Endpoint::add_peer(MemberId id) {
+  if (id == self_ || closed_.load()) return;
+  std::shared_ptr<Peer> p;
+  {
+    std::lock_guard lock(peers_mu_);
+    auto& slot = peers_[id];
+    if (!slot) {
+      slot = std::make_shared<Peer>();
+      slot->id = id;
+    }
+    p = slot;
+  }
+  bool ok = false;
+  {
+    std::lock_guard lock(p->mu);
+    ok = attach(*p);
+    if (ok) p->broken = false;
+  }
+  if (!ok) {
+    std::lock_guard s(stats_mu_);
+    ++stats_.peers_unreachable;
+  }
+  peers_version_.fetch_add(1);
+}
+
+void Endpoint::remove_peer(MemberId id) {
+  std::shared_ptr<Peer> p;
+  {
+    std::lock_guard lock(peers_mu_);
+    auto it = peers_.find(id);
+    if (it == peers_.end()) return;
+    p = it->second;
+    peers_.erase(it);
+  }
+  peers_version_.fetch_add(1);
+  {
+    // Its slot in our log would hold the log back once it fills.
+    std::lock_guard lock(multicast_mu_);
+    const std::uint32_t used = std::min(header_->readers_used.load(std::memory_order_acquire), kMaxReaders);
+    for (std::uint32_t i = 0; i < used; ++i) {
+      ReaderSlot& slot = header_->readers[i];
+      if (slot.member.load(std::memory_order_acquire) != id) continue;
+      slot.generation.fetch_add(1, std::memory_order_acq_rel);
+      slot.member.store(0, std::memory_order_release);
+      seen_[i] = {};
+    }
+  }
+  std::lock_guard lock(p->mu);
+  if (p->header != nullptr) {
+    if (p->slot < kMaxReaders) {
+      std::uint32_t me = self_;
+      p->header->readers[p->slot].member.compare_exchange_strong(me, 0, std::memory_order_acq_rel);
+    }
+    if (!process_alive(p->header->pid)) ::shm_unlink(file_name(cfg_.group_id, id).c_str());
+  }
+  p->slot = kMaxReaders;
+  p->out.clear();
+  p->out_bytes = 0;
+  p->broken = true;
+  p->has_pending.store(false);
+}
+
+void Endpoint::refresh_snapshot() {
+  const std::uint64_t v = peers_version_.load();
+  if (v == snapshot_version_) return;
+  std::lock_guard lock(peers_mu_);
+  snapshot_.clear();
+  for (auto& [id, p] : peers_) snapshot_.push_back(p);
+  snapshot_version_ = v;
+}
+
+std::optional<Inbound> Endpoint::read_inbox() {
+  for (;;) {
+    const std::uint64_t tail = header_->inbox_tail.load(std::memory_order_acquire);
+    std::uint64_t head = header_->inbox_head.load(std::memory_order_relaxed);
+    if (head == tail) return std::nullopt;
+    Ring::Read r{};
+    if (!inbox_.read(head, tail, r)) {  // cannot be trusted past here: drop what is there
+      header_->inbox_head.store(tail, std::memory_order_release);
+      partial_.clear();
+      std::lock_guard s(stats_mu_);
+      ++stats_.bad_input;
+      return std::nullopt;
+    }
+    const MemberId from = r.header.source;
+    auto& buf = partial_[from];
+    if (r.header.flags & kFirst) buf.clear();
+    bool keep = (r.header.flags & kFirst) != 0 || !buf.empty();
+    if (keep && buf.size() + r.header.length > cfg_.max_frame) {
+      keep = false;
+      std::lock_guard s(stats_mu_);
+      ++stats_.bad_input;
+    }
+    if (keep) buf.insert(buf.end(), r.payload, r.payload + r.header.length);
+    header_->inbox_head.store(r.next, std::memory_order_release);
+    if (!keep) {
+      buf.clear();
+      continue;
+    }
+    if (r.header.flags & kLast) {
+      Inbound in;
+      in.from = from;
+      in.bytes = std::move(buf);
+      partial_.erase(from);
+      std::lock_guard s(stats_mu_);
+      ++stats_.frames_received;
+      return in;
+    }
+  }
+}
+
+std::optional<Inbound> Endpoint::read_multicast(Peer& p) {
+  std::lock_guard lock(p.mu);
+  if (p.header == nullptr || p.slot >= kMaxReaders) {
+    const auto now = Clock::now();
+    if (now < p.next_attach) return std::nullopt;
+    p.next_attach = now + kAttachRetry;
+    if (!attach(p)) return std::nullopt;
+  }
+  Header& h = *p.header;
+  ReaderSlot& slot = h.readers[p.slot];
+  const std::uint64_t head = h.multicast_head.load(std::memory_order_acquire);
+  if (p.read_pos == head) return std::nullopt;
+  auto evicted = [&] {
+    // A read-modify-write with release order: the copy above cannot move after it
+    // (a plain acquire load would let it), so an eviction during the copy shows here.
+    return slot.generation.fetch_add(0, std::memory_order_acq_rel) != p.generation ||
+           slot.member.load(std::memory_order_acquire) != self_;
+  };
+  Ring::Read r{};
+  const bool ok = head - p.read_pos <= p.multicast.capacity && p.multicast.read(p.read_pos, head, r) &&
+                  r.header.length <= cfg_.mtu;
+  Inbound in;
+  if (ok) {
+    in.datagram = true;
+    in.from = p.id;
+    in.bytes.assign(r.payload, r.payload + r.header.length);
+  }
+  if (evicted()) {  // what we read may have been overwritten: start again at the head
+    {
+      std::lock_guard s(stats_mu_);
+      ++stats_.evicted_from_peers;
+    }
+    p.slot = kMaxReaders;
+    attach(p);
+    return std::nullopt;
+  }
+  if (!ok) {  // a malformed log: skip to its head
+    p.read_pos = head;
+    slot.position.store(head, std::memory_order_release);
+    std::lock_guard s(stats_mu_);
+    ++stats_.bad_input;
+    return std::nullopt;
+  }
+  p.read_pos = r.next;
+  slot.position.store(r.next, std::memory_order_release);
+  std::lock_guard s(stats_mu_);
+  ++stats_.datagrams_received;
+  return in;
+}
+
+std::optional<Inbound> Endpoint::poll_once() {
+  refresh_snapshot();
+  for (auto& p : snapshot_) {
+    if (!p->has_pending.load()) continue;
+    std::lock_guard lock(p->mu);
+    if (!p->broken) flush(*p);
+  }
+  if (auto in = read_inbox()) return in;
+  const std::size_t n = snapshot_.size();
+  for (std::size_t i = 0; i < n; ++i) {
+    Peer& p = *snapshot_[(next_peer_ + i) % n];
+    if (auto in = read_multicast(p)) {
+      next_peer_ = (next_peer_ + i + 1) % n;  // the next call starts after this peer: fair to all senders
+      return in;
+    }
+  }
+  return std::nullopt;
+}
+
+std::optional<Inbound> Endpoint::wait(Clock::time_point deadline) {
+  for (;;) {
+    if (closed_.load()) return std::nullopt;
+    if (auto in = poll_once()) {
+      last_arrival_ = Clock::now();
+      return in;
+    }
+    if (woken_.exchange(false)) return std::nullopt;
+    const auto now = Clock::now();
+    if (now >= deadline) return std::nullopt;
+    const bool spin = cfg_.completion == CompletionMode::poll ||
+                      (cfg_.completion == CompletionMode::hybrid && now - last_arrival_ < cfg_.busy_poll);
+    if (spin) {
+      std::this_thread::yield();
+      continue;
+    }
+    const std::uint32_t bell = header_->doorbell.load(std::memory_order_seq_cst);
+    header_->sleeping.store(1, std::memory_order_seq_cst);
+    // Look again after saying we may sleep: a writer that published before it read
+    // `sleeping` is seen here; one after it wakes us (or changes the doorbell).
+    if (auto in = poll_once()) {
+      header_->sleeping.store(0, std::memory_order_relaxed);
+      last_arrival_ = Clock::now();
+      return in;
+    }
+    std::int64_t timeout = std::chrono::duration_cast<std::chrono::nanoseconds>(deadline - now).count();
+    for (auto& p : snapshot_)
+      if (p->has_pending.load()) timeout = std::min(timeout, kPendingRecheckNs);
+    if (!woken_.load()) futex_wait(&header_->doorbell, bell, timeout);
+    header_->sleeping.store(0, std::memory_order_relaxed);
+  }
+}
+
+void Endpoint::wake() {
+  woken_.store(true);
+  if (header_ != nullptr) ring(*header_);
+}
+
+void Endpoint::close() {
+  if (closed_.exchange(true)) return;
+  header_->closed.store(1, std::memory_order_release);
+  file_.unlink();
+  std::lock_guard lock(peers_mu_);
+  for (auto& [id, p] : peers_) {
+    std::lock_guard out(p->mu);
+    if (p->header != nullptr && p->slot < kMaxReaders) {
+      ReaderSlot& slot = p->header->readers[p->slot];
+      std::uint32_t me = self_;
+      slot.member.compare_exchange_strong(me, 0, std::memory_order_acq_rel);
+      p->slot = kMaxReaders;
+    }
+    p->out.clear();
+    p->broken = true;
+  }
+  ring(*header_);  // a thread in wait() sees closed_
+}
+
+ShmStats Endpoint::stats() const {
+  std::lock_guard s(stats_mu_);
+  return stats_;
+}
+
+}  // namespace hmcast::shm

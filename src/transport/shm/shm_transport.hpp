@@ -1,0 +1,158 @@
+// The shared-memory transport, for members that share a host: each member owns a
+// file in /dev/shm (shm_layout.hpp) named for its group and member id, holding
+// its multicast log and its inbox; peers map it. A datagram is written once into
+// the sender's log and read by every local member; a reliable frame is written
+// into the receiver's inbox (in fragments when large). The owner of a file sleeps
+// on its doorbell futex after polling for `busy_poll`; writers ring it.
+//
+// No byte crosses a socket, so the same seeded fault layer (faulty/) is the only
+// source of loss in tests; the log itself drops a datagram only when an attached
+// reader is a whole log behind (counted in stats().multicast_overruns).
+//
+// Thread-safety as the socket transport's: multicast(), unicast(), add_peer(),
+// wake(), close() and stats() from any thread; wait() from one at a time.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "hmcast/config.hpp"
+#include "hmcast/types.hpp"
+#include "transport/shm/shared_file.hpp"
+#include "transport/shm/shm_layout.hpp"
+#include "transport/transport.hpp"
+
+namespace hmcast::shm {
+
+using transport::Inbound;
+
+struct ShmConfig {
+  GroupId group_id = 0;
+  ShmOptions options;
+  /// Largest datagram multicast() sends and a reader accepts.
+  std::size_t mtu = 8192;
+  /// Largest frame a reader reassembles; a longer one is dropped as bad input.
+  std::size_t max_frame = std::size_t{1} << 30;
+  CompletionMode completion = CompletionMode::hybrid;
+  std::chrono::microseconds busy_poll{200};
+};
+
+struct ShmStats {
+  std::uint64_t datagrams_sent = 0;
+  std::uint64_t datagrams_received = 0;
+  std::uint64_t frames_sent = 0;
+  std::uint64_t frames_received = 0;
+  std::uint64_t link_bytes_sent = 0;
+  /// Datagrams dropped because an attached reader had not read a whole log's worth.
+  std::uint64_t multicast_overruns = 0;
+  /// Readers this member's log let go of (dead, or stalled for reader_stall).
+  std::uint64_t readers_evicted = 0;
+  /// Times this member found itself evicted from a peer's log (datagrams lost there).
+  std::uint64_t evicted_from_peers = 0;
+  /// Malformed records and frames over the limits, dropped.
+  std::uint64_t bad_input = 0;
+  /// Peers whose file could not be opened or did not check out.
+  std::uint64_t peers_unreachable = 0;
+};
+
+/// The file name of member `member` of group `group` ("/hmcast-<group>-<member>").
+std::string file_name(GroupId group, MemberId member);
+
+class Endpoint {
+ public:
+  /// Creates this member's file. Throws socket::TransportError when it cannot.
+  Endpoint(MemberId self, const ShmConfig& cfg);
+  ~Endpoint();
+  Endpoint(const Endpoint&) = delete;
+  Endpoint& operator=(const Endpoint&) = delete;
+
+  [[nodiscard]] MemberId id() const { return self_; }
+  void multicast(std::span<const std::byte> bytes);
+  /// False: the peer is gone (its file is missing, closed, its process dead) or
+  /// more than ShmOptions::max_pending_bytes wait for room in its inbox.
+  bool unicast(MemberId to, std::vector<std::byte> frame);
+  /// Maps peer `id`'s file and attaches to its multicast log (again, if named again).
+  void add_peer(MemberId id);
+  /// Lets go of peer `id` (left the view): our slot in its log, frames for it, and
+  /// its file when its process is dead (nobody else would remove it).
+  void remove_peer(MemberId id);
+  std::optional<Inbound> wait(std::chrono::steady_clock::time_point deadline);
+  void wake();
+  void close();
+  [[nodiscard]] ShmStats stats() const;
+
+ private:
+  struct Pending {
+    std::vector<std::byte> frame;
+    std::size_t offset = 0;
+  };
+  struct Peer {
+    MemberId id = 0;
+    SharedFile file;
+    Header* header = nullptr;
+    Ring multicast;
+    Ring inbox;
+    /// Guards everything below: our reader state in its log and our frames
+    /// waiting for room in its inbox.
+    std::mutex mu;
+    std::uint32_t slot = kMaxReaders;
+    std::uint64_t read_pos = 0;
+    std::uint64_t generation = 0;
+    std::chrono::steady_clock::time_point next_attach{};
+    std::deque<Pending> out;
+    std::size_t out_bytes = 0;
+    bool broken = false;
+    std::atomic<bool> has_pending{false};
+  };
+
+  static void ring(Header& h);
+  bool attach(Peer& p);  // p.mu held
+  void flush(Peer& p);  // p.mu held
+  std::optional<Inbound> poll_once();
+  std::optional<Inbound> read_inbox();
+  std::optional<Inbound> read_multicast(Peer& p);
+  bool evict_stalled(std::uint64_t need);  // multicast_mu_ held
+  void refresh_snapshot();
+
+  MemberId self_;
+  ShmConfig cfg_;
+  std::uint32_t pid_;
+  SharedFile file_;
+  Header* header_ = nullptr;
+  Ring multicast_;
+  Ring inbox_;
+
+  std::mutex multicast_mu_;  // the one writer of our log
+  /// Per reader slot: the position last seen and since when (stall detection).
+  std::vector<std::pair<std::uint64_t, std::chrono::steady_clock::time_point>> seen_;
+
+  mutable std::mutex peers_mu_;
+  std::map<MemberId, std::shared_ptr<Peer>> peers_;
+  std::atomic<std::uint64_t> peers_version_{0};
+
+  // The wait() thread's.
+  std::vector<std::shared_ptr<Peer>> snapshot_;
+  std::uint64_t snapshot_version_ = ~std::uint64_t{0};
+  std::size_t next_peer_ = 0;
+  std::unordered_map<MemberId, std::vector<std::byte>> partial_;
+  std::chrono::steady_clock::time_point last_arrival_{};
+
+  std::atomic<bool> woken_{false};
+  std::atomic<bool> closed_{false};
+
+  mutable std::mutex stats_mu_;
+  ShmStats stats_;
+};
+
+}  // namespace hmcast::shm

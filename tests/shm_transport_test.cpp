@@ -1,0 +1,283 @@
+// The shared-memory transport (src/transport/shm): the record ring on its own,
+// then endpoints in one process, each with its own file, read and written from
+// several threads (the TSan build runs this file too). Real processes run it in
+// the `tool_soak_shm` test. Group ids depend on the process id, so concurrent test
+// processes never open each other's files. Every wait is bounded.
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "transport/shm/shm_layout.hpp"
+#include "transport/shm/shm_transport.hpp"
+
+namespace shm = hmcast::shm;
+using Bytes = std::vector<std::byte>;
+using Clock = std::chrono::steady_clock;
+using namespace std::chrono_literals;
+
+namespace {
+
+hmcast::GroupId test_group(std::uint64_t which) {
+  return (static_cast<std::uint64_t>(::getpid()) << 20) ^ (which * 0x9e3779b97f4a7c15ULL);
+}
+
+Bytes pattern(std::size_t n, std::uint32_t salt) {
+  Bytes b(n);
+  for (std::size_t i = 0; i < n; ++i) b[i] = static_cast<std::byte>((i * 131U + salt * 7U + (i >> 9U)) & 0xffU);
+  return b;
+}
+
+Bytes numbered(std::uint32_t n, std::size_t size) {
+  Bytes b = pattern(size, n);
+  std::memcpy(b.data(), &n, sizeof n);
+  return b;
+}
+
+std::uint32_t number_of(const Bytes& b) {
+  std::uint32_t n = 0;
+  std::memcpy(&n, b.data(), sizeof n);
+  return n;
+}
+
+shm::ShmConfig config(hmcast::GroupId group, std::size_t log = 1 << 20, std::size_t inbox = 1 << 20) {
+  shm::ShmConfig c;
+  c.group_id = group;
+  c.options.multicast_bytes = log;
+  c.options.inbox_bytes = inbox;
+  c.mtu = 4096;
+  return c;
+}
+
+bool file_exists(hmcast::GroupId group, hmcast::MemberId m) {
+  const int fd = ::shm_open(shm::file_name(group, m).c_str(), O_RDONLY, 0);
+  if (fd >= 0) ::close(fd);
+  return fd >= 0;
+}
+
+/// Endpoints 1..n of one group, each told about all the others.
+std::vector<std::unique_ptr<shm::Endpoint>> group_of(std::uint32_t n, const shm::ShmConfig& cfg) {
+  std::vector<std::unique_ptr<shm::Endpoint>> eps;
+  for (std::uint32_t i = 1; i <= n; ++i) eps.push_back(std::make_unique<shm::Endpoint>(i, cfg));
+  for (auto& a : eps)
+    for (auto& b : eps) a->add_peer(b->id());
+  return eps;
+}
+
+std::optional<shm::Inbound> next(shm::Endpoint& e, std::chrono::milliseconds limit = 5s) {
+  return e.wait(Clock::now() + limit);
+}
+
+}  // namespace
+
+TEST_CASE("shm ring: records wrap with padding and read back in order", "[shm]") {
+  std::vector<std::byte> data(1024);
+  shm::Ring ring{data.data(), data.size()};
+  std::uint64_t tail = 0;
+  std::uint64_t head = 0;
+  std::uint32_t written = 0;
+  std::uint32_t read = 0;
+  // Sizes that do not divide the buffer, so records meet its end at every offset.
+  for (int round = 0; round < 200; ++round) {
+    const std::size_t len = 1 + (static_cast<std::size_t>(round) * 37) % 300;
+    while (tail + ring.span_at(tail, len) - head > ring.capacity) {  // full: read the oldest
+      shm::Ring::Read r{};
+      REQUIRE(ring.read(head, tail, r));
+      REQUIRE(r.header.source == read);
+      REQUIRE(Bytes(r.payload, r.payload + r.header.length) == pattern(r.header.length, read));
+      ++read;
+      head = r.next;
+    }
+    shm::RecordHeader h;
+    h.length = static_cast<std::uint32_t>(len);
+    h.source = written;
+    const Bytes payload = pattern(len, written);
+    tail = ring.write(tail, h, payload);
+    REQUIRE(tail % shm::kAlign == 0);
+    ++written;
+  }
+  while (head < tail) {
+    shm::Ring::Read r{};
+    REQUIRE(ring.read(head, tail, r));
+    REQUIRE(r.header.source == read++);
+    head = r.next;
+  }
+  REQUIRE(read == written);
+}
+
+TEST_CASE("shm ring: a malformed record is refused, not followed", "[shm]") {
+  std::vector<std::byte> data(256);
+  shm::Ring ring{data.data(), data.size()};
+  shm::RecordHeader h;
+  h.length = 1000;  // past the buffer
+  std::memcpy(data.data(), &h, sizeof h);
+  shm::Ring::Read r{};
+  CHECK_FALSE(ring.read(0, 256, r));
+  h.length = 8;
+  h.flags = shm::kPadding;  // padding that does not run to the end
+  std::memcpy(data.data(), &h, sizeof h);
+  CHECK_FALSE(ring.read(0, 256, r));
+  h.flags = 0;
+  std::memcpy(data.data(), &h, sizeof h);
+  CHECK_FALSE(ring.read(0, 16, r));  // the record runs past the published tail
+  CHECK(ring.read(0, 32, r));
+  CHECK_FALSE(ring.read(8, 32, r));  // not at a record boundary
+}
+
+TEST_CASE("shm: a datagram reaches every other member once, a frame only its receiver", "[shm]") {
+  const auto group = test_group(1);
+  auto eps = group_of(3, config(group));
+  eps[0]->multicast(numbered(7, 100));
+  for (int i : {1, 2}) {
+    auto in = next(*eps[static_cast<std::size_t>(i)]);
+    REQUIRE(in);
+    CHECK(in->datagram);
+    CHECK(in->from == 1);
+    CHECK(in->bytes == numbered(7, 100));
+    CHECK_FALSE(next(*eps[static_cast<std::size_t>(i)], 20ms));
+  }
+  CHECK_FALSE(next(*eps[0], 20ms));  // never its own
+  REQUIRE(eps[1]->unicast(3, pattern(5000, 3)));
+  auto in = next(*eps[2]);
+  REQUIRE(in);
+  CHECK_FALSE(in->datagram);
+  CHECK(in->from == 2);
+  CHECK(in->bytes == pattern(5000, 3));
+  CHECK_FALSE(next(*eps[0], 20ms));
+  CHECK(eps[0]->stats().datagrams_sent == 1);
+  CHECK(eps[2]->stats().frames_received == 1);
+}
+
+TEST_CASE("shm: frames larger than the inbox arrive whole and in order, from two writers at once", "[shm]") {
+  const auto group = test_group(2);
+  auto eps = group_of(3, config(group, 1 << 20, 64 << 10));  // a 64 KiB inbox
+  constexpr int kFrames = 12;
+  std::atomic<int> refused{0};  // Catch's assertions are for the main thread
+  std::vector<std::thread> writers;
+  for (std::size_t w : {0U, 1U})
+    writers.emplace_back([&, w] {
+      for (int i = 0; i < kFrames; ++i) {
+        const std::size_t size = 1000 + static_cast<std::size_t>(i) * 50'000;  // up to 551 KB
+        if (!eps[w]->unicast(3, pattern(size, static_cast<std::uint32_t>(static_cast<std::size_t>(i) + 100 * w)))) ++refused;
+      }
+    });
+  std::map<hmcast::MemberId, int> seen;
+  const auto deadline = Clock::now() + 20s;
+  while ((seen[1] < kFrames || seen[2] < kFrames) && Clock::now() < deadline) {
+    // The writers' frames wait for room in the inbox; their own wait() moves them on.
+    for (std::size_t w : {0U, 1U}) (void)eps[w]->wait(Clock::now() + 1ms);
+    auto in = eps[2]->wait(Clock::now() + 10ms);
+    if (!in) continue;
+    const int i = seen[in->from]++;
+    const std::size_t size = 1000 + static_cast<std::size_t>(i) * 50'000;
+    REQUIRE(in->bytes == pattern(size, static_cast<std::uint32_t>(i) + 100 * (in->from - 1)));
+  }
+  for (auto& t : writers) t.join();
+  CHECK(refused == 0);
+  CHECK(seen[1] == kFrames);
+  CHECK(seen[2] == kFrames);
+  CHECK(eps[2]->stats().bad_input == 0);
+}
+
+TEST_CASE("shm: readers on their own threads get every datagram the log took, in order", "[shm]") {
+  const auto group = test_group(3);
+  auto eps = group_of(4, config(group, 64 << 10));  // a small log: the writer meets full
+  constexpr std::uint32_t kCount = 20'000;
+  std::atomic<bool> done{false};
+  std::atomic<int> wrong_size{0};
+  std::vector<std::vector<std::uint32_t>> got(3);
+  std::vector<std::thread> readers;
+  for (std::size_t r = 0; r < 3; ++r)
+    readers.emplace_back([&, r] {
+      auto& ep = *eps[r + 1];
+      const auto deadline = Clock::now() + 30s;
+      while (Clock::now() < deadline) {
+        auto in = ep.wait(Clock::now() + 5ms);
+        if (in) {
+          if (in->bytes.size() != 64 + number_of(in->bytes) % 900) ++wrong_size;
+          got[r].push_back(number_of(in->bytes));
+        } else if (done.load() && got[r].size() == eps[0]->stats().datagrams_sent) {
+          break;
+        }
+      }
+    });
+  for (std::uint32_t i = 0; i < kCount; ++i) eps[0]->multicast(numbered(i, 64 + i % 900));
+  done = true;
+  for (auto& t : readers) t.join();
+  const auto st = eps[0]->stats();
+  CHECK(wrong_size == 0);
+  CHECK(st.datagrams_sent + st.multicast_overruns == kCount);
+  CHECK(st.readers_evicted == 0);  // live readers are waited for, never let go
+  for (auto& g : got) {
+    CHECK(g.size() == st.datagrams_sent);  // a datagram the log took reaches every reader
+    for (std::size_t i = 1; i < g.size(); ++i) REQUIRE(g[i] > g[i - 1]);
+  }
+}
+
+TEST_CASE("shm: a reader that stops reading is let go after reader_stall and comes back", "[shm]") {
+  const auto group = test_group(4);
+  auto cfg = config(group, 64 << 10);
+  cfg.options.reader_stall = 50ms;
+  auto eps = group_of(2, cfg);
+  // Member 2 does not read: the log fills, then drops, then lets member 2 go.
+  std::uint32_t i = 0;
+  const auto deadline = Clock::now() + 5s;
+  while (eps[0]->stats().readers_evicted == 0 && Clock::now() < deadline) {
+    eps[0]->multicast(numbered(i++, 1000));
+    if (eps[0]->stats().multicast_overruns > 0) std::this_thread::sleep_for(1ms);
+  }
+  REQUIRE(eps[0]->stats().readers_evicted == 1);
+  const auto overruns = eps[0]->stats().multicast_overruns;
+  CHECK(overruns > 0);
+  eps[0]->multicast(numbered(i++, 1000));  // the log has room again
+  CHECK(eps[0]->stats().multicast_overruns == overruns);
+  // Member 2 reads again: what it had read before the eviction is void; it starts
+  // again at the head and hears what comes next.
+  while (next(*eps[1], 20ms)) {
+  }
+  CHECK(eps[1]->stats().evicted_from_peers == 1);
+  eps[0]->multicast(numbered(99'999, 1000));
+  auto in = next(*eps[1]);
+  REQUIRE(in);
+  CHECK(number_of(in->bytes) == 99'999);
+}
+
+TEST_CASE("shm: a closed member's file goes, and links to it break", "[shm]") {
+  const auto group = test_group(5);
+  auto eps = group_of(2, config(group));
+  REQUIRE(file_exists(group, 1));
+  eps[0]->close();
+  CHECK_FALSE(file_exists(group, 1));
+  CHECK_FALSE(eps[1]->unicast(1, pattern(10, 1)));
+  CHECK_FALSE(eps[0]->unicast(2, pattern(10, 1)));
+  // A member that never existed on this host: no link.
+  eps[1]->add_peer(77);
+  CHECK_FALSE(eps[1]->unicast(77, pattern(10, 1)));
+  CHECK(eps[1]->stats().peers_unreachable == 1);
+  eps[1]->remove_peer(1);
+  eps[1]->remove_peer(77);
+}
+
+TEST_CASE("shm: wake() ends a wait at once, from another thread", "[shm]") {
+  const auto group = test_group(6);
+  auto eps = group_of(1, config(group));
+  std::thread t([&] {
+    std::this_thread::sleep_for(50ms);
+    eps[0]->wake();
+  });
+  const auto start = Clock::now();
+  CHECK_FALSE(eps[0]->wait(start + 10s));
+  CHECK(Clock::now() - start < 5s);
+  t.join();
+}
