@@ -132,6 +132,14 @@ echo "$DEMO_OUT" | grep -q "verified:   8 of 8 members" && echo "$DEMO_OUT" | gr
 echo "met: demo --nodes 8 exits 0 with every member verified"
 SOAK_OK='d["delivered_ok"] and d["duplicates_delivered"] == 0 and d["missing"] == 0 and d["views_installed"] >= 2 and 0 <= d["view_change_ms"] <= 2000'
 run "$SOAK_OK" soak --procs 8 --senders 4 --messages 10000 --loss 0.02 --kill 1 --json
+# Issue 18 (first step): the same soak on the shared-memory transport, and members
+# killed while large messages move through their inboxes (8 MiB takes the large path
+# here): nothing torn is delivered (every message's digest is checked), and no file
+# of the group is left in /dev/shm once every member is gone.
+run "$SOAK_OK"' and d["transport"] == "shm" and d["shm_files_left"] == 0' \
+  soak --transport shm --procs 8 --senders 4 --messages 10000 --loss 0.02 --kill 1 --json
+run "$SOAK_OK"' and d["corrupt"] == 0 and d["large_restarted"] >= 1 and d["shm_files_left"] == 0' \
+  soak --transport shm --procs 8 --senders 2 --messages 200 --sizes 64:40,64KiB:10,8MiB:3 --loss 0.02 --kill 2 --json
 run "$SOAK_OK"' and d["spray_datagrams"] > 0 and d["bad_packets_dropped"] > 0 and d["spray_tcp_disconnected"] == d["spray_tcp_attempts"] > 0' \
   soak --procs 8 --senders 4 --messages 3000 --loss 0.02 --kill 1 --spray --json
 # Joining mid-stream: two members start once the group runs (mixed sizes, large ones too).
@@ -181,7 +189,9 @@ if command -v mpirun >/dev/null && [ -x build/bin/hmcast_mpi_bench ]; then
   # Issue 17 tightened the 2 KiB goal to 0.5. Its other goals (the worst loopback cell,
   # the stream ratios, 64 MiB at 1 Gbit/s per host) are in the JSON and docs/benchmarks.md,
   # not asserted here while they are not met (issue 17 is open).
-  CMP_OK='d["ok"] and d["small_2k_p50_ratio_vs_mpi_bcast_barrier"] <= 0.5'
+  # Issue 18's ratios against Open MPI's shared memory are reported (not yet met, so
+  # not asserted): the run must have made them.
+  CMP_OK='d["ok"] and d["small_2k_p50_ratio_vs_mpi_bcast_barrier"] <= 0.5 and d["shm_worst_ratio_vs_mpi_vader"] > 0'
   if [ "$(id -u)" -eq 0 ] && command -v ip >/dev/null; then
     CMP_OK="$CMP_OK"' and d["large_64m_ratio_vs_unicast"] <= 1.3 and d["large_64m_ratio_vs_sequential"] <= 0.4'
   else

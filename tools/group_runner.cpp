@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <array>
 #include <cerrno>
 #include <climits>
@@ -22,6 +23,7 @@
 #include <optional>
 
 #include "core/rng.hpp"
+#include "transport/shm/shm_transport.hpp"
 #include "transport/socket/manager_server.hpp"
 #include "mono_clock.hpp"
 #include "process_info.hpp"
@@ -154,6 +156,7 @@ nlohmann::json GroupRunReport::to_json() const {
           {"emulated_datagrams", emulated_datagrams},
           {"policy", policy}};
   j["transport"] = transport;
+  if (transport == "shm") j["shm_files_left"] = shm_files_left;
   if (transport == "verbs") {
     j["ud_multicast_datagrams"] = ud_multicast_datagrams;
     j["rc_bytes"] = rc_bytes;
@@ -387,6 +390,17 @@ GroupRunReport run_group(const GroupRunOptions& o) {
     if (!c.killed && !rep.timed_out && !(WIFEXITED(status) && WEXITSTATUS(status) == 0))
       rep.problems.push_back("member process " + std::to_string(c.index) + " exited abnormally (status " +
                              std::to_string(status) + ")");
+  }
+  if (o.transport == "shm" && first_view) {
+    // Every member is gone: the live ones removed their own files, the survivors
+    // those of the killed ones. Whatever is left leaked.
+    const std::string prefix = shm::file_prefix(first_view->group_id);
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator("/dev/shm", ec))
+      if (e.path().filename().string().rfind(prefix, 0) == 0) ++rep.shm_files_left;
+    if (rep.shm_files_left > 0)
+      rep.problems.push_back(std::to_string(rep.shm_files_left) + " shared-memory file(s) left in /dev/shm (" +
+                             prefix + "*)");
   }
 
   // Judge.

@@ -65,6 +65,7 @@ struct GroupRunOptions {
 
 struct GroupRunReport {
   std::uint32_t procs = 0;
+  std::uint64_t shm_files_left = 0;  // shm: files of the group still in /dev/shm after every member is gone
   std::uint32_t senders = 0;
   std::uint64_t messages_sent = 0;  // senders x messages
   std::uint64_t completed = 0;      // all-acked at their senders

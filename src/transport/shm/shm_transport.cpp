@@ -63,11 +63,13 @@ bool lock_inbox(Header& h) {
 
 }  // namespace
 
-std::string file_name(GroupId group, MemberId member) {
+std::string file_prefix(GroupId group) {
   char name[64];
-  std::snprintf(name, sizeof name, "/hmcast-%016llx-%u", static_cast<unsigned long long>(group), member);
+  std::snprintf(name, sizeof name, "hmcast-%016llx-", static_cast<unsigned long long>(group));
   return name;
 }
+
+std::string file_name(GroupId group, MemberId member) { return "/" + file_prefix(group) + std::to_string(member); }
 
 Endpoint::Endpoint(MemberId self, const ShmConfig& cfg)
     : self_(self), cfg_(cfg), pid_(static_cast<std::uint32_t>(::getpid())), seen_(kMaxReaders) {

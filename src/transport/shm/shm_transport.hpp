@@ -68,6 +68,9 @@ struct ShmStats {
 
 /// The file name of member `member` of group `group` ("/hmcast-<group>-<member>").
 std::string file_name(GroupId group, MemberId member);
+/// What the names of all of group `group`'s files start with, without the "/"
+/// (as they appear in /dev/shm).
+std::string file_prefix(GroupId group);
 
 class Endpoint {
  public:
