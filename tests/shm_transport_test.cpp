@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <thread>
@@ -19,6 +20,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "core/wire.hpp"
 #include "transport/shm/shm_layout.hpp"
 #include "transport/shm/shm_transport.hpp"
 
@@ -280,4 +282,48 @@ TEST_CASE("shm: wake() ends a wait at once, from another thread", "[shm]") {
   CHECK_FALSE(eps[0]->wait(start + 10s));
   CHECK(Clock::now() - start < 5s);
   t.join();
+}
+
+TEST_CASE("shm: a Block's payload goes from the sender's buffer straight into the receiver's", "[shm]") {
+  const auto group = test_group(7);
+  auto eps = group_of(2, config(group, 1 << 20, 64 << 10));  // fragments: the payload spans many
+  constexpr std::uint32_t kLen = 300'000;
+  auto src = std::make_shared<Bytes>(pattern(kLen, 9));
+  auto dest = std::make_shared<Bytes>(kLen + 100, std::byte{0});
+  int asked = 0;
+  eps[1]->set_block_placer([&](hmcast::MemberId from, std::span<const std::byte> head, std::size_t size)
+                               -> std::optional<hmcast::transport::Placement> {
+    ++asked;
+    CHECK(from == 1);
+    CHECK(head.size() == hmcast::wire::kBlockHeadSize);
+    CHECK(size == hmcast::wire::kBlockHeadSize + kLen);
+    return hmcast::transport::Placement{std::span(*dest).subspan(50, kLen), dest};
+  });
+  // The head alone (the payload left out), as the large path encodes it.
+  const hmcast::wire::Header h{hmcast::wire::Type::block, group, 1, 1};
+  Bytes head = hmcast::wire::encode(h, hmcast::wire::Block{1, 1, 0, 0, kLen, {}});
+  REQUIRE(head.size() == hmcast::wire::kBlockHeadSize);
+  // One frame placed, then an ordinary one behind it.
+  REQUIRE(eps[0]->unicast(2, head, std::span<const std::byte>(*src), src));
+  REQUIRE(eps[0]->unicast(2, pattern(1000, 1)));
+  std::optional<shm::Inbound> in;
+  const auto deadline = Clock::now() + 10s;
+  while (!in && Clock::now() < deadline) {
+    (void)eps[0]->wait(Clock::now() + 1ms);  // moves what waits for room in the inbox
+    in = eps[1]->wait(Clock::now() + 1ms);
+  }
+  REQUIRE(in);
+  CHECK(in->placed);
+  CHECK(in->bytes == head);
+  CHECK(asked == 1);
+  CHECK(std::equal(src->begin(), src->end(), dest->begin() + 50));
+  CHECK(eps[1]->stats().bytes_placed == kLen);
+  in.reset();
+  while (!in && Clock::now() < deadline) {
+    (void)eps[0]->wait(Clock::now() + 1ms);
+    in = eps[1]->wait(Clock::now() + 1ms);
+  }
+  REQUIRE(in);
+  CHECK_FALSE(in->placed);
+  CHECK(in->bytes == pattern(1000, 1));
 }

@@ -112,6 +112,13 @@ class ShmLink final : public Link {
   /// Peers are found by their member id on this host; the address is not used.
   void add_peer(MemberId id, const std::string&, std::uint16_t) override { endpoint_->add_peer(id); }
   void remove_peer(MemberId id) override { endpoint_->remove_peer(id); }
+  /// The payload is written into the receiver's inbox from the message's buffer.
+  bool send_block(MemberId to, std::vector<std::byte> head, std::span<const std::byte> payload, std::uint64_t,
+                  std::shared_ptr<const void> keep) override {
+    return endpoint_->unicast(to, std::move(head), payload, std::move(keep));
+  }
+  void set_block_placer(BlockPlacer placer) override { endpoint_->set_block_placer(std::move(placer)); }
+  [[nodiscard]] std::uint64_t bytes_placed() const override { return endpoint_->stats().bytes_placed; }
   void close() override { endpoint_->close(); }
   LargeBuffer allocate_large(std::size_t size) override { return pool_->acquire(size); }
   [[nodiscard]] std::uint64_t bad_input() const override { return endpoint_->stats().bad_input; }

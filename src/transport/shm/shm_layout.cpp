@@ -23,9 +23,10 @@ std::uint64_t Ring::span_at(std::uint64_t tail, std::uint64_t length) const {
   return need <= to_end ? need : to_end + need;
 }
 
-std::uint64_t Ring::write(std::uint64_t tail, RecordHeader header, std::span<const std::byte> payload) const {
-  HMCAST_ASSERT(header.length == payload.size());
-  const std::uint64_t need = align_up(kRecordHeader + payload.size());
+std::uint64_t Ring::write(std::uint64_t tail, RecordHeader header, std::span<const std::byte> payload,
+                          std::span<const std::byte> more) const {
+  HMCAST_ASSERT(header.length == payload.size() + more.size());
+  const std::uint64_t need = align_up(kRecordHeader + header.length);
   HMCAST_ASSERT(need <= capacity);
   std::uint64_t at = tail % capacity;
   if (capacity - at < need) {  // pad to the end; the record starts at 0
@@ -38,6 +39,7 @@ std::uint64_t Ring::write(std::uint64_t tail, RecordHeader header, std::span<con
   }
   std::memcpy(data + at, &header, sizeof header);
   if (!payload.empty()) std::memcpy(data + at + kRecordHeader, payload.data(), payload.size());
+  if (!more.empty()) std::memcpy(data + at + kRecordHeader + payload.size(), more.data(), more.size());
   return tail + need;
 }
 

@@ -78,7 +78,7 @@ struct RecordHeader {
   std::uint32_t length = 0;  // payload bytes
   std::uint32_t source = 0;  // inbox: the writing member
   std::uint32_t flags = 0;
-  std::uint32_t reserved = 0;
+  std::uint32_t frame_size = 0;  // inbox, first fragment: the whole frame's size
 };
 static_assert(sizeof(RecordHeader) == kRecordHeader);
 
@@ -102,8 +102,9 @@ struct Ring {
   /// padding to the end of the buffer included.
   [[nodiscard]] std::uint64_t span_at(std::uint64_t tail, std::uint64_t length) const;
   /// Writes the record at `tail` (the caller checked the space: span_at()) and
-  /// returns the new tail.
-  std::uint64_t write(std::uint64_t tail, RecordHeader header, std::span<const std::byte> payload) const;
+  /// returns the new tail. Its payload is `payload` followed by `more`.
+  std::uint64_t write(std::uint64_t tail, RecordHeader header, std::span<const std::byte> payload,
+                      std::span<const std::byte> more = {}) const;
   /// The record at `pos` (< the published tail), past any padding: its header,
   /// where its payload lies, and where the next record starts. Nothing when the
   /// header is malformed (a length past the buffer: the ring cannot be trusted).

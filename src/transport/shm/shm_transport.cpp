@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "core/assert.hpp"
+#include "core/wire.hpp"
 #include "transport/socket/net_util.hpp"
 
 namespace hmcast::shm {
@@ -53,12 +54,26 @@ std::uint64_t ring_bytes(std::size_t asked) {
   return align_up(std::max<std::uint64_t>(asked, 64 * 1024));
 }
 
+enum class Locked { no, yes, recovered };
+
 /// Locks the inbox mutex of `h`; a previous holder that died left no torn record
 /// (the tail moves only after a whole record), so its state is consistent as is.
-bool lock_inbox(Header& h) {
+Locked lock_inbox(Header& h) {
   const int rc = ::pthread_mutex_lock(&h.inbox_mu);
-  if (rc == EOWNERDEAD) return ::pthread_mutex_consistent(&h.inbox_mu) == 0;
-  return rc == 0;
+  if (rc == EOWNERDEAD) return ::pthread_mutex_consistent(&h.inbox_mu) == 0 ? Locked::recovered : Locked::no;
+  return rc == 0 ? Locked::yes : Locked::no;
+}
+
+/// The bytes [offset, offset + n) of the frame `head` + `payload`, as up to two spans.
+std::pair<std::span<const std::byte>, std::span<const std::byte>> frame_bytes(
+    std::span<const std::byte> head, std::span<const std::byte> payload, std::size_t offset, std::size_t n) {
+  std::span<const std::byte> a;
+  if (offset < head.size()) {
+    a = head.subspan(offset, std::min(n, head.size() - offset));
+    n -= a.size();
+    offset = head.size();
+  }
+  return {a, payload.subspan(offset - head.size(), n)};
 }
 
 }  // namespace
@@ -165,6 +180,13 @@ bool Endpoint::evict_stalled(std::uint64_t new_head) {
 }
 
 bool Endpoint::unicast(MemberId to, std::vector<std::byte> frame) {
+  return unicast(to, std::move(frame), {}, nullptr);
+}
+
+void Endpoint::set_block_placer(transport::BlockPlacer placer) { placer_ = std::move(placer); }
+
+bool Endpoint::unicast(MemberId to, std::vector<std::byte> head, std::span<const std::byte> payload,
+                       std::shared_ptr<const void> keep) {
   if (closed_.load()) return false;
   std::shared_ptr<Peer> p;
   {
@@ -176,8 +198,10 @@ bool Endpoint::unicast(MemberId to, std::vector<std::byte> frame) {
   std::lock_guard lock(p->mu);
   if (p->header == nullptr) attach(*p);  // its file may not have been there at add_peer()
   if (p->broken || p->header == nullptr) return false;
-  p->out_bytes += frame.size();
-  p->out.push_back(Pending{std::move(frame), 0});
+  Pending f{std::move(head), payload, std::move(keep), 0};
+  if (f.size() > cfg_.max_frame || f.size() > std::numeric_limits<std::uint32_t>::max()) return false;
+  p->out_bytes += f.size();
+  p->out.push_back(std::move(f));
   if (p->out_bytes > cfg_.options.max_pending_bytes) {
     p->broken = true;
     p->out.clear();
@@ -193,7 +217,11 @@ void Endpoint::flush(Peer& p) {
   Header& h = *p.header;
   if (h.closed.load(std::memory_order_acquire) != 0) {
     p.broken = true;
-  } else if (!p.out.empty() && lock_inbox(h)) {
+  } else if (const Locked locked = p.out.empty() ? Locked::no : lock_inbox(h); locked != Locked::no) {
+    if (locked == Locked::recovered) {
+      std::lock_guard s(stats_mu_);
+      ++stats_.inbox_locks_recovered;
+    }
     std::uint64_t tail = h.inbox_tail.load(std::memory_order_relaxed);
     const std::uint64_t cap = p.inbox.capacity;
     const std::size_t fragment = std::min<std::size_t>(kMaxFragment, cap / 4);
@@ -202,19 +230,22 @@ void Endpoint::flush(Peer& p) {
     std::uint64_t bytes = 0;
     while (!p.out.empty()) {
       Pending& f = p.out.front();
-      const std::size_t n = std::min(fragment, f.frame.size() - f.offset);
+      const std::size_t size = f.size();
+      const std::size_t n = std::min(fragment, size - f.offset);
       const std::uint64_t need = p.inbox.span_at(tail, n);
       if (tail + need - h.inbox_head.load(std::memory_order_acquire) > cap) break;
       RecordHeader rh;
       rh.length = static_cast<std::uint32_t>(n);
       rh.source = self_;
-      rh.flags = (f.offset == 0 ? kFirst : 0U) | (f.offset + n == f.frame.size() ? kLast : 0U);
-      tail = p.inbox.write(tail, rh, std::span<const std::byte>(f.frame).subspan(f.offset, n));
+      rh.flags = (f.offset == 0 ? kFirst : 0U) | (f.offset + n == size ? kLast : 0U);
+      rh.frame_size = static_cast<std::uint32_t>(size);
+      const auto [a, b] = frame_bytes(f.head, f.payload, f.offset, n);
+      tail = p.inbox.write(tail, rh, a, b);
       f.offset += n;
       wrote = true;
-      if (f.offset == f.frame.size()) {
-        p.out_bytes -= f.frame.size();
-        bytes += f.frame.size();
+      if (f.offset == size) {
+        p.out_bytes -= size;
+        bytes += size;
         ++frames;
         p.out.pop_front();
       }
@@ -359,7 +390,7 @@ void Endpoint::refresh_snapshot() {
 std::optional<Inbound> Endpoint::read_inbox() {
   for (;;) {
     const std::uint64_t tail = header_->inbox_tail.load(std::memory_order_acquire);
-    std::uint64_t head = header_->inbox_head.load(std::memory_order_relaxed);
+    const std::uint64_t head = header_->inbox_head.load(std::memory_order_relaxed);
     if (head == tail) return std::nullopt;
     Ring::Read r{};
     if (!inbox_.read(head, tail, r)) {  // cannot be trusted past here: drop what is there
@@ -370,27 +401,62 @@ std::optional<Inbound> Endpoint::read_inbox() {
       return std::nullopt;
     }
     const MemberId from = r.header.source;
-    auto& buf = partial_[from];
-    if (r.header.flags & kFirst) buf.clear();
-    bool keep = (r.header.flags & kFirst) != 0 || !buf.empty();
-    if (keep && buf.size() + r.header.length > cfg_.max_frame) {
-      keep = false;
-      std::lock_guard s(stats_mu_);
-      ++stats_.bad_input;
+    const std::span<const std::byte> bytes(r.payload, r.header.length);
+    Partial& part = partial_[from];
+    bool keep = true;
+    if (r.header.flags & kFirst) {
+      part = Partial{};
+      if (r.header.frame_size > cfg_.max_frame || r.header.frame_size < r.header.length) keep = false;
+      // A Block whose head is in this fragment: its payload may go straight into its
+      // final buffer (the placer says where, for a destination of exactly its size).
+      else if (placer_ && bytes.size() >= wire::kBlockHeadSize && r.header.frame_size > wire::kBlockHeadSize &&
+               wire::peek_type(bytes.first(wire::kBlockHeadSize)) == wire::Type::block)
+        if (auto place = placer_(from, bytes.first(wire::kBlockHeadSize), r.header.frame_size);
+            place && place->dest.size() == r.header.frame_size - wire::kBlockHeadSize)
+          part.place = std::move(place);
+    } else if (part.bytes.empty()) {
+      keep = false;  // the rest of a frame whose start we never saw (or dropped)
     }
-    if (keep) buf.insert(buf.end(), r.payload, r.payload + r.header.length);
+    if (keep) {
+      std::span<const std::byte> rest = bytes;
+      if (part.place) {
+        const std::size_t to_head = std::min(rest.size(), wire::kBlockHeadSize - std::min(part.bytes.size(), wire::kBlockHeadSize));
+        part.bytes.insert(part.bytes.end(), rest.begin(), rest.begin() + static_cast<std::ptrdiff_t>(to_head));
+        rest = rest.subspan(to_head);
+        if (part.placed + rest.size() > part.place->dest.size()) {
+          keep = false;
+        } else {
+          std::memcpy(part.place->dest.data() + part.placed, rest.data(), rest.size());
+          part.placed += rest.size();
+        }
+      } else if (part.bytes.size() + rest.size() > cfg_.max_frame) {
+        keep = false;
+      } else {
+        part.bytes.insert(part.bytes.end(), rest.begin(), rest.end());
+      }
+    }
     header_->inbox_head.store(r.next, std::memory_order_release);
     if (!keep) {
-      buf.clear();
+      partial_.erase(from);
+      std::lock_guard s(stats_mu_);
+      ++stats_.bad_input;
       continue;
     }
     if (r.header.flags & kLast) {
       Inbound in;
       in.from = from;
-      in.bytes = std::move(buf);
+      in.bytes = std::move(part.bytes);
+      in.placed = part.place.has_value();
+      const std::size_t placed = part.placed;
+      const bool whole = !part.place || placed == part.place->dest.size();
       partial_.erase(from);
       std::lock_guard s(stats_mu_);
+      if (!whole) {  // a placed frame shorter than it said: never hand on a torn payload
+        ++stats_.bad_input;
+        continue;
+      }
       ++stats_.frames_received;
+      stats_.bytes_placed += placed;
       return in;
     }
   }

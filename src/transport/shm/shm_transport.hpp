@@ -64,6 +64,10 @@ struct ShmStats {
   std::uint64_t bad_input = 0;
   /// Peers whose file could not be opened or did not check out.
   std::uint64_t peers_unreachable = 0;
+  /// Block payload bytes read from the inbox straight into their final buffer.
+  std::uint64_t bytes_placed = 0;
+  /// Times a writer found the inbox lock held by a process that had died.
+  std::uint64_t inbox_locks_recovered = 0;
 };
 
 /// The file name of member `member` of group `group` ("/hmcast-<group>-<member>").
@@ -85,6 +89,13 @@ class Endpoint {
   /// False: the peer is gone (its file is missing, closed, its process dead) or
   /// more than ShmOptions::max_pending_bytes wait for room in its inbox.
   bool unicast(MemberId to, std::vector<std::byte> frame);
+  /// A frame of `head` followed by `payload`, which is written into the peer's
+  /// inbox from where it lies (`keep` holds it until then).
+  bool unicast(MemberId to, std::vector<std::byte> head, std::span<const std::byte> payload,
+               std::shared_ptr<const void> keep);
+  /// Where Block payloads go (transport::BlockPlacer): read from the inbox straight
+  /// into their final buffer. Call before traffic starts.
+  void set_block_placer(transport::BlockPlacer placer);
   /// Maps peer `id`'s file and attaches to its multicast log (again, if named again).
   void add_peer(MemberId id);
   /// Lets go of peer `id` (left the view): our slot in its log, frames for it, and
@@ -96,9 +107,20 @@ class Endpoint {
   [[nodiscard]] ShmStats stats() const;
 
  private:
+  /// A frame waiting to be written: `head` then `payload` (kept alive by `keep`).
   struct Pending {
-    std::vector<std::byte> frame;
+    std::vector<std::byte> head;
+    std::span<const std::byte> payload;
+    std::shared_ptr<const void> keep;
     std::size_t offset = 0;
+    [[nodiscard]] std::size_t size() const { return head.size() + payload.size(); }
+  };
+  /// A frame coming in, in fragments: gathered in `bytes`, or (a placed Block) its
+  /// head in `bytes` and its payload written into `place`.
+  struct Partial {
+    std::vector<std::byte> bytes;
+    std::optional<transport::Placement> place;
+    std::size_t placed = 0;
   };
   struct Peer {
     MemberId id = 0;
@@ -148,7 +170,8 @@ class Endpoint {
   std::vector<std::shared_ptr<Peer>> snapshot_;
   std::uint64_t snapshot_version_ = ~std::uint64_t{0};
   std::size_t next_peer_ = 0;
-  std::unordered_map<MemberId, std::vector<std::byte>> partial_;
+  std::unordered_map<MemberId, Partial> partial_;
+  transport::BlockPlacer placer_;
   std::chrono::steady_clock::time_point last_arrival_{};
 
   std::atomic<bool> woken_{false};
