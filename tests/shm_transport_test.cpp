@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <map>
 #include <memory>
+#include <random>
 #include <thread>
 #include <vector>
 
@@ -326,4 +327,47 @@ TEST_CASE("shm: a Block's payload goes from the sender's buffer straight into th
   REQUIRE(in);
   CHECK_FALSE(in->placed);
   CHECK(in->bytes == pattern(1000, 1));
+}
+
+TEST_CASE("shm randomized: frames of random sizes from three writers, random inbox sizes, against a model",
+          "[shm][randomized]") {
+  // The model: each writer's frames arrive whole, once, in the order it sent them.
+  for (std::uint32_t seed = 1; seed <= 12; ++seed) {
+    INFO("seed " << seed);
+    std::mt19937 rng(seed);
+    const std::size_t inbox = std::size_t{4096} << (rng() % 7);  // 4 KiB .. 256 KiB
+    auto eps = group_of(4, config(test_group(100 + seed), 64 << 10, inbox));
+    std::map<hmcast::MemberId, std::vector<Bytes>> sent;
+    std::map<hmcast::MemberId, std::size_t> got;
+    std::size_t expected = 0;
+    for (int i = 0; i < 60; ++i) {
+      const std::size_t w = rng() % 3;
+      const std::size_t size = rng() % 4 == 0 ? 1 + rng() % 200'000 : 1 + rng() % 3000;
+      Bytes f = pattern(size, seed * 1000 + static_cast<std::uint32_t>(i));
+      REQUIRE(eps[w]->unicast(4, f));
+      sent[eps[w]->id()].push_back(std::move(f));
+      ++expected;
+      // Now and then the receiver reads a little, so the writers meet a full inbox.
+      while (rng() % 3 == 0)
+        if (auto in = eps[3]->wait(Clock::now())) {
+          REQUIRE(got[in->from] < sent[in->from].size());
+          REQUIRE(in->bytes == sent[in->from][got[in->from]++]);
+        }
+    }
+    std::size_t total = 0;
+    const auto deadline = Clock::now() + 20s;
+    while (Clock::now() < deadline) {
+      total = 0;
+      for (auto& [id, n] : got) total += n;
+      if (total == expected) break;
+      for (std::size_t w = 0; w < 3; ++w) (void)eps[w]->wait(Clock::now());  // writers move what waits
+      if (auto in = eps[3]->wait(Clock::now() + 1ms)) {
+        REQUIRE(got[in->from] < sent[in->from].size());
+        REQUIRE(in->bytes == sent[in->from][got[in->from]++]);
+      }
+    }
+    CHECK(total == expected);
+    CHECK(eps[3]->stats().bad_input == 0);
+    CHECK_FALSE(eps[3]->wait(Clock::now() + 5ms));  // nothing more, nothing twice
+  }
 }

@@ -391,10 +391,15 @@ GroupRunReport run_group(const GroupRunOptions& o) {
       rep.problems.push_back("member process " + std::to_string(c.index) + " exited abnormally (status " +
                              std::to_string(status) + ")");
   }
-  if (o.transport == "shm" && first_view) {
+  std::optional<GroupId> group_id;
+  {
+    std::lock_guard lock(views_mu);  // the manager's thread writes first_view
+    if (first_view) group_id = first_view->group_id;
+  }
+  if (o.transport == "shm" && group_id) {
     // Every member is gone: the live ones removed their own files, the survivors
     // those of the killed ones. Whatever is left leaked.
-    const std::string prefix = shm::file_prefix(first_view->group_id);
+    const std::string prefix = shm::file_prefix(*group_id);
     std::error_code ec;
     for (const auto& e : std::filesystem::directory_iterator("/dev/shm", ec))
       if (e.path().filename().string().rfind(prefix, 0) == 0) ++rep.shm_files_left;
