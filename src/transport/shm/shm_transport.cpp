@@ -125,7 +125,6 @@ void Endpoint::ring(Header& h) {
 void Endpoint::multicast(std::span<const std::byte> bytes) {
   if (closed_.load() || bytes.empty()) return;
   HMCAST_ASSERT(bytes.size() <= cfg_.mtu);
-  std::vector<std::shared_ptr<Peer>> peers;
   {
     std::lock_guard lock(multicast_mu_);
     const std::uint64_t head = header_->multicast_head.load(std::memory_order_relaxed);
@@ -310,6 +309,10 @@ bool Endpoint::attach(Peer& p) {
     }
     // Named last: from here the writer counts this reader (readers_used covers it).
     slot.member.store(self_, std::memory_order_release);
+    // A writer that looked at the slots just before may have gone past the head read
+    // above; from the head as it is now on, it counts us, so nothing we read is torn.
+    p.read_pos = h.multicast_head.load(std::memory_order_acquire);
+    slot.position.store(p.read_pos, std::memory_order_release);
     p.slot = i;
     return true;
   }
