@@ -528,12 +528,7 @@ def main():
     summary["rounds"] = rounds
     shim_ran = any(r["impl"] == "shim" for r in small)
     # The worst cell of the loopback grid: hmcast all-acked against MPI_Bcast + MPI_Barrier.
-    worst = None
-    for procs in procs_list:
-        for size in sizes:
-            h, m = median_of(small, "hmcast", procs, size, "all_p50_us"), median_of(small, "mpi", procs, size, "all_p50_us")
-            if h and m and (worst is None or h / m > worst[0]):
-                worst = (h / m, procs, size)
+    worst = worst_cell(small, "hmcast", "mpi", procs_list, sizes)
     if worst:
         summary["loopback_worst_ratio_vs_mpi_bcast_barrier"] = round(worst[0], 3)
         summary["loopback_worst_cell"] = "%d procs, %s" % (worst[1], fmt_size(worst[2]))

@@ -23,10 +23,7 @@ Runtime::Runtime(transport::Transport& transport, membership::ControlSink& contr
                  const membership::ViewPush& first, const ProtocolConfig& config, TimeNs now)
     : transport_(transport), control_(control), engine_(group, self, view_change_of(first), config, now) {
   for (const auto& m : first.members)
-    if (m.id != self) {
-      transport_.add_peer(m.id, m.host, m.port);
-      peers_.insert(m.id);
-    }
+    if (m.id != self) transport_.add_peer(m.id, m.host, m.port);
 }
 
 void Runtime::on_datagram(std::span<const std::byte> bytes, TimeNs now, AppEvents& app) {
@@ -77,16 +74,14 @@ void Runtime::on_control(const membership::ControlMessage& m, TimeNs now, AppEve
   Outbox out;
   std::visit(Overloaded{
                  [&](const membership::ViewPush& v) {
-                   std::set<MemberId> now_in;
                    for (const auto& a : v.members)
-                     if (a.id != engine_.self()) {
-                       transport_.add_peer(a.id, a.host, a.port);
-                       now_in.insert(a.id);
-                     }
-                   for (MemberId gone : peers_)
-                     if (now_in.count(gone) == 0) transport_.remove_peer(gone);
-                   peers_ = std::move(now_in);
+                     if (a.id != engine_.self()) transport_.add_peer(a.id, a.host, a.port);
+                   const View before = engine_.view();
                    engine_.on_view(view_change_of(v), now, out);
+                   // Who left (a view the engine ignored as stale changes nothing): the
+                   // transport can let go of what it holds for them.
+                   for (MemberId id : before.members)
+                     if (id != engine_.self() && !engine_.view().contains(id)) transport_.remove_peer(id);
                  },
                  [&](const membership::FlushRequest& f) { engine_.on_flush_request(f.view, out); },
                  [&](const membership::MulticastFallback&) { engine_.on_multicast_fallback(); },

@@ -10,7 +10,6 @@
 
 #include <cstdint>
 #include <map>
-#include <set>
 #include <optional>
 #include <span>
 #include <utility>
@@ -85,7 +84,6 @@ class Runtime {
   std::map<std::pair<MemberId, Seq>, transport::LargeBuffer> large_;
   std::span<const std::byte> inbound_payload_;  // of the Block frame being handed to the engine
   std::vector<MemberId> probe_silent_;
-  std::set<MemberId> peers_;  // the other members of the last view (the transport knows them)
   RuntimeStats stats_;
 };
 

@@ -33,6 +33,10 @@ constexpr std::int64_t kPendingRecheckNs = 200'000;
 /// How often a reader tries again to open a peer's file it could not open.
 constexpr std::chrono::milliseconds kAttachRetry{10};
 
+/// How often a writer held back by a peer (a full inbox, or a reader behind in our
+/// log) asks the kernel whether that peer's process still lives (kill + /proc).
+constexpr std::chrono::milliseconds kLivenessCheck{10};
+
 /// False once process `pid` has exited, also while it is a zombie its parent has
 /// not reaped yet (it will never read or write again).
 bool process_alive(std::uint32_t pid) {
@@ -155,6 +159,10 @@ bool Endpoint::evict_stalled(std::uint64_t new_head) {
   const auto now = Clock::now();
   const std::uint64_t cap = multicast_.capacity;
   bool fits = true;
+  // The kernel is asked whether the readers holding the log back live at most every
+  // kLivenessCheck (every multicast meets a full log until one moves or goes).
+  const bool check_liveness = now >= next_reader_check_;
+  bool checked = false;
   const std::uint32_t used = std::min(header_->readers_used.load(std::memory_order_acquire), kMaxReaders);
   for (std::uint32_t i = 0; i < used; ++i) {
     ReaderSlot& slot = header_->readers[i];
@@ -164,18 +172,47 @@ bool Endpoint::evict_stalled(std::uint64_t new_head) {
     if (new_head - pos <= cap) continue;
     // This reader would lose a record it has not read.
     if (seen_[i].first != pos || seen_[i].second == Clock::time_point{}) seen_[i] = {pos, now};
-    const bool dead = !process_alive(slot.pid.load(std::memory_order_relaxed));
+    checked |= check_liveness;
+    const bool dead = check_liveness && !process_alive(slot.pid.load(std::memory_order_relaxed));
     if (dead || now - seen_[i].second >= cfg_.options.reader_stall) {
-      slot.generation.fetch_add(1, std::memory_order_acq_rel);
-      slot.member.store(0, std::memory_order_release);
-      seen_[i] = {};
+      evict(i);
       std::lock_guard s(stats_mu_);
       ++stats_.readers_evicted;
       continue;
     }
     fits = false;
   }
+  if (checked) next_reader_check_ = now + kLivenessCheck;
   return fits;
+}
+
+void Endpoint::evict(std::uint32_t i) {
+  ReaderSlot& slot = header_->readers[i];
+  slot.generation.fetch_add(1, std::memory_order_acq_rel);
+  slot.member.store(0, std::memory_order_release);
+  seen_[i] = {};
+}
+
+void Endpoint::leave_log(Peer& p) {
+  if (p.header != nullptr && p.slot < kMaxReaders) {
+    std::uint32_t me = self_;
+    p.header->readers[p.slot].member.compare_exchange_strong(me, 0, std::memory_order_acq_rel);
+  }
+  p.slot = kMaxReaders;
+}
+
+void Endpoint::break_link(Peer& p) {
+  p.broken = true;
+  p.out.clear();
+  p.out_bytes = 0;
+  p.has_pending.store(false);
+}
+
+bool Endpoint::owner_dead(Peer& p) {
+  const auto now = Clock::now();
+  if (now < p.next_liveness_check) return false;
+  p.next_liveness_check = now + kLivenessCheck;
+  return !process_alive(p.header->pid);
 }
 
 bool Endpoint::unicast(MemberId to, std::vector<std::byte> frame) {
@@ -202,10 +239,7 @@ bool Endpoint::unicast(MemberId to, std::vector<std::byte> head, std::span<const
   p->out_bytes += f.size();
   p->out.push_back(std::move(f));
   if (p->out_bytes > cfg_.options.max_pending_bytes) {
-    p->broken = true;
-    p->out.clear();
-    p->out_bytes = 0;
-    p->has_pending.store(false);
+    break_link(*p);
     return false;
   }
   flush(*p);
@@ -252,7 +286,7 @@ void Endpoint::flush(Peer& p) {
     if (wrote) h.inbox_tail.store(tail, std::memory_order_release);
     ::pthread_mutex_unlock(&h.inbox_mu);
     if (wrote) ring(h);
-    if (!wrote && !process_alive(h.pid)) p.broken = true;  // no room, and nobody left to make it
+    if (!wrote && owner_dead(p)) p.broken = true;  // no room, and nobody left to make it
     if (frames > 0) {
       std::lock_guard s(stats_mu_);
       stats_.frames_sent += frames;
@@ -261,10 +295,7 @@ void Endpoint::flush(Peer& p) {
   } else if (!p.out.empty()) {
     p.broken = true;  // the lock is unrecoverable
   }
-  if (p.broken) {
-    p.out.clear();
-    p.out_bytes = 0;
-  }
+  if (p.broken) break_link(p);
   p.has_pending.store(!p.out.empty());
 }
 
@@ -301,16 +332,15 @@ bool Endpoint::attach(Peer& p) {
     ReaderSlot& slot = h.readers[i];
     if (!slot.member.compare_exchange_strong(expected, kClaiming, std::memory_order_acq_rel)) continue;
     p.generation = slot.generation.load(std::memory_order_acquire);
-    p.read_pos = h.multicast_head.load(std::memory_order_acquire);
-    slot.position.store(p.read_pos, std::memory_order_release);
+    slot.position.store(h.multicast_head.load(std::memory_order_acquire), std::memory_order_release);
     slot.pid.store(pid_, std::memory_order_relaxed);
     std::uint32_t used = h.readers_used.load(std::memory_order_acquire);
     while (used < i + 1 && !h.readers_used.compare_exchange_weak(used, i + 1, std::memory_order_acq_rel)) {
     }
     // Named last: from here the writer counts this reader (readers_used covers it).
     slot.member.store(self_, std::memory_order_release);
-    // A writer that looked at the slots just before may have gone past the head read
-    // above; from the head as it is now on, it counts us, so nothing we read is torn.
+    // A writer that looked at the slots just before may have gone past the position
+    // stored above; from the head as it is now on, it counts us: nothing we read is torn.
     p.read_pos = h.multicast_head.load(std::memory_order_acquire);
     slot.position.store(p.read_pos, std::memory_order_release);
     p.slot = i;
@@ -358,27 +388,13 @@ void Endpoint::remove_peer(MemberId id) {
     // Its slot in our log would hold the log back once it fills.
     std::lock_guard lock(multicast_mu_);
     const std::uint32_t used = std::min(header_->readers_used.load(std::memory_order_acquire), kMaxReaders);
-    for (std::uint32_t i = 0; i < used; ++i) {
-      ReaderSlot& slot = header_->readers[i];
-      if (slot.member.load(std::memory_order_acquire) != id) continue;
-      slot.generation.fetch_add(1, std::memory_order_acq_rel);
-      slot.member.store(0, std::memory_order_release);
-      seen_[i] = {};
-    }
+    for (std::uint32_t i = 0; i < used; ++i)
+      if (header_->readers[i].member.load(std::memory_order_acquire) == id) evict(i);
   }
   std::lock_guard lock(p->mu);
-  if (p->header != nullptr) {
-    if (p->slot < kMaxReaders) {
-      std::uint32_t me = self_;
-      p->header->readers[p->slot].member.compare_exchange_strong(me, 0, std::memory_order_acq_rel);
-    }
-    if (!process_alive(p->header->pid)) ::shm_unlink(file_name(cfg_.group_id, id).c_str());
-  }
-  p->slot = kMaxReaders;
-  p->out.clear();
-  p->out_bytes = 0;
-  p->broken = true;
-  p->has_pending.store(false);
+  leave_log(*p);
+  if (p->header != nullptr && !process_alive(p->header->pid)) ::shm_unlink(file_name(cfg_.group_id, id).c_str());
+  break_link(*p);
 }
 
 void Endpoint::refresh_snapshot() {
@@ -423,7 +439,9 @@ std::optional<Inbound> Endpoint::read_inbox() {
     if (keep) {
       std::span<const std::byte> rest = bytes;
       if (part.place) {
-        const std::size_t to_head = std::min(rest.size(), wire::kBlockHeadSize - std::min(part.bytes.size(), wire::kBlockHeadSize));
+        // The head stays in `bytes` (the first fragment holds all of it), the rest is payload.
+        const std::size_t to_head = wire::kBlockHeadSize - part.bytes.size();
+        HMCAST_ASSERT(rest.size() >= to_head);
         part.bytes.insert(part.bytes.end(), rest.begin(), rest.begin() + static_cast<std::ptrdiff_t>(to_head));
         rest = rest.subspan(to_head);
         if (part.placed + rest.size() > part.place->dest.size()) {
@@ -579,14 +597,8 @@ void Endpoint::close() {
   std::lock_guard lock(peers_mu_);
   for (auto& [id, p] : peers_) {
     std::lock_guard out(p->mu);
-    if (p->header != nullptr && p->slot < kMaxReaders) {
-      ReaderSlot& slot = p->header->readers[p->slot];
-      std::uint32_t me = self_;
-      slot.member.compare_exchange_strong(me, 0, std::memory_order_acq_rel);
-      p->slot = kMaxReaders;
-    }
-    p->out.clear();
-    p->broken = true;
+    leave_log(*p);
+    break_link(*p);
   }
   ring(*header_);  // a thread in wait() sees closed_
 }

@@ -135,6 +135,7 @@ class Endpoint {
     std::uint64_t read_pos = 0;
     std::uint64_t generation = 0;
     std::chrono::steady_clock::time_point next_attach{};
+    std::chrono::steady_clock::time_point next_liveness_check{};
     std::deque<Pending> out;
     std::size_t out_bytes = 0;
     bool broken = false;
@@ -143,6 +144,15 @@ class Endpoint {
 
   static void ring(Header& h);
   bool attach(Peer& p);  // p.mu held
+  /// Gives up our reader slot in p's log (p.mu held).
+  void leave_log(Peer& p);
+  /// The link to p is broken: frames waiting for it are dropped (p.mu held).
+  static void break_link(Peer& p);
+  /// Lets the reader in slot `i` of our log go: its reads since are void (multicast_mu_ held).
+  void evict(std::uint32_t i);
+  /// Whether p's process is dead, asking the kernel at most every kLivenessCheck
+  /// (p.mu held): called while frames wait for room, on every poll.
+  bool owner_dead(Peer& p);
   void flush(Peer& p);  // p.mu held
   std::optional<Inbound> poll_once();
   std::optional<Inbound> read_inbox();
@@ -161,6 +171,7 @@ class Endpoint {
   std::mutex multicast_mu_;  // the one writer of our log
   /// Per reader slot: the position last seen and since when (stall detection).
   std::vector<std::pair<std::uint64_t, std::chrono::steady_clock::time_point>> seen_;
+  std::chrono::steady_clock::time_point next_reader_check_{};
 
   mutable std::mutex peers_mu_;
   std::map<MemberId, std::shared_ptr<Peer>> peers_;
