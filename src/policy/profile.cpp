@@ -62,22 +62,16 @@ Profile builtin_profile(std::string_view transport) {
     p.min_block_size = 128U << 10;
     p.target_blocks = 256;
   } else if (transport == "shm") {
-    // Members on one host: a datagram is written once into the sender's log and read
-    // by all, while the large path moves every block through each receiver's inbox,
-    // member to member. So the small path stays faster up to about 1 MiB per member
-    // (docs/benchmarks.md, "Members on one host"); the large path's figures are the
-    // socket transport's.
-    p.flat_tree_max_group = 16;
-    p.tree_radix = 4;
-    p.ack_interval_ns = 20'000;
-    // At most half of the default multicast log (ShmOptions), so one message never
-    // overruns a reader that is a little behind.
+    // The socket profile (the same processes on one host, woken the same way), but a
+    // datagram is written once into the sender's log and read by all, while the large
+    // path moves every block through each receiver's inbox, member to member: the
+    // small path stays faster up to about 512 KiB per member (docs/benchmarks.md,
+    // "Members on one host"). At most half of the default multicast log
+    // (ShmOptions), so one message never overruns a reader that is a little behind.
+    p = builtin_profile("socket");
+    p.transport = std::string(transport);
     p.small_bytes_per_member = 512U << 10;
     p.max_small_message = 4U << 20;
-    p.receive_window = 2;
-    p.credit_lead_bytes = 512U << 10;
-    p.min_block_size = 128U << 10;
-    p.target_blocks = 256;
   } else if (transport == "verbs") {
     // Polled completion queues: a hop costs a few microseconds, the sender's
     // receive queue is the limit. Panda's RDMA collectives: degree 3 best for the
