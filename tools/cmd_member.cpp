@@ -15,6 +15,7 @@
 #include <deque>
 #include <iostream>
 #include <map>
+#include <set>
 #include <mutex>
 #include <optional>
 #include <nlohmann/json.hpp>
@@ -104,7 +105,27 @@ struct Ledger {
                 fifo_violations = 0, bytes = 0;
   std::uint64_t digest = 0;
   std::vector<std::int64_t> deliver_ns;  // of member 1's messages, by index (with timestamps)
+  /// Per sender: how many of its messages were delivered, and the XOR of their
+  /// digests. Survivors of a sender's death compare these: they must agree on
+  /// which of its messages they delivered.
+  std::map<MemberId, std::pair<std::uint64_t, std::uint64_t>> per_sender;
+  /// Senders that left the view (killed): their remaining messages never come.
+  std::set<MemberId> departed;
   std::condition_variable changed;
+
+  /// Every sender either delivered all `messages` or left. (mu held.)
+  [[nodiscard]] bool senders_accounted(std::uint32_t senders, std::uint32_t messages) const {
+    for (MemberId s = 1; s <= senders; ++s) {
+      const auto it = per_sender.find(s);
+      if (departed.count(s) == 0 && (it == per_sender.end() || it->second.first < messages)) return false;
+    }
+    return true;
+  }
+  [[nodiscard]] nlohmann::json tallies() const {
+    nlohmann::json j = nlohmann::json::object();
+    for (const auto& [s, t] : per_sender) j[std::to_string(s)] = {t.first, t.second};
+    return j;
+  }
 };
 
 int run_member(const MemberOptions& o) {
@@ -179,6 +200,12 @@ int run_member(const MemberOptions& o) {
   if (o.timestamps) led.deliver_ns.assign(o.messages, 0);
   std::vector<std::int64_t> send_ns(o.timestamps ? o.messages : 0, 0);
   g.on_view_change([&](const View& v, std::span<const MemberId> left) {
+    {
+      std::lock_guard lock(led.mu);
+      for (MemberId id : left)
+        if (id <= o.senders) led.departed.insert(id);
+    }
+    if (!left.empty()) led.changed.notify_all();
     out.emit({{"event", "view"}, {"member", self}, {"view", v.id}, {"members", v.members},
               {"left", std::vector<MemberId>(left.begin(), left.end())}, {"t_ns", mono_ns()}});
   });
@@ -206,7 +233,11 @@ int run_member(const MemberOptions& o) {
       if (!led.deliver_ns.empty() && d.sender == 1) led.deliver_ns[c->index] = t_delivered;
       ++led.unique;
       led.bytes += d.bytes.size();
-      led.digest ^= message_digest(o.seed, d.sender, c->index, d.bytes.size());
+      const auto digest = message_digest(o.seed, d.sender, c->index, d.bytes.size());
+      led.digest ^= digest;
+      auto& tally = led.per_sender[d.sender];
+      ++tally.first;
+      tally.second ^= digest;
       // Per path, a sender's messages arrive in index order.
       auto& last = led.last_index.try_emplace({d.sender, d.large}, -1).first->second;
       if (static_cast<std::int64_t>(c->index) < last) ++led.fifo_violations;
@@ -345,7 +376,11 @@ int run_member(const MemberOptions& o) {
   {
     std::unique_lock lock(led.mu);
     for (;;) {
-      const bool got_all = o.joiner ? joiner_has_all() : led.unique >= expected;
+      // A sender that left (killed) sends no more: what its survivors got of it is
+      // judged by the parent, which compares them.
+      const bool got_all = o.joiner ? joiner_has_all()
+                                    : led.unique >= expected ||
+                                          (!led.departed.empty() && led.senders_accounted(o.senders, o.messages));
       const bool sent_all = !sender || completed + send_failures >= o.messages;
       if ((got_all && sent_all) || stdin_closed || std::chrono::steady_clock::now() >= deadline) break;
       if (std::chrono::steady_clock::now() >= next_progress) {
@@ -396,6 +431,7 @@ int run_member(const MemberOptions& o) {
             {"unexpected", led.unexpected},
             {"fifo_violations", led.fifo_violations},
             {"digest", led.digest},
+            {"per_sender", led.tallies()},
             {"completed", completed.load()},
             {"send_failures", send_failures.load()},
             {"send_error", send_error},
@@ -439,6 +475,32 @@ int run_member(const MemberOptions& o) {
   }
   out.emit(done);
   stdin_thread.join();  // stay a member until the parent says all are done
+  {
+    // A departed sender's messages that some survivor holds reach the others through
+    // repair after the view change: let that settle (no delivery for 1 s, at most 10 s).
+    std::unique_lock lock(led.mu);
+    const auto settle_by = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    for (auto seen = led.unique; !led.departed.empty() && std::chrono::steady_clock::now() < settle_by;) {
+      led.changed.wait_for(lock, std::chrono::seconds(1));
+      if (led.unique == seen) break;
+      seen = led.unique;
+    }
+  }
+  {
+    // What was delivered by the end: a dead sender's last messages may still have
+    // been on their way (the survivors finish its stream) when "done" went out.
+    std::lock_guard lock(led.mu);
+    // Which of a departed sender's messages: the parent names those only some survivors have.
+    nlohmann::json indices = nlohmann::json::object();
+    for (MemberId s : led.departed) {
+      auto& list = indices[std::to_string(s)] = nlohmann::json::array();
+      if (const auto it = led.attempts_seen.find(s); it != led.attempts_seen.end())
+        for (std::uint32_t i = 0; i < it->second.size(); ++i)
+          if (it->second[i] != 0) list.push_back(i);
+    }
+    out.emit({{"event", "final"}, {"member", self}, {"delivered", led.unique}, {"per_sender", led.tallies()},
+              {"departed_delivered", indices}, {"duplicates_delivered", led.duplicates}});
+  }
   return 0;
 }
 

@@ -118,6 +118,8 @@ void add_sim_commands(CLI::App& app) {
   small->add_option("--dup", sc->network.duplicate, "Datagram duplication")->check(CLI::Range(0.0, 1.0));
   small->add_option("--reorder", sc->network.reorder, "Datagram reordering")->check(CLI::Range(0.0, 1.0));
   small->add_option("--crash", sc->crash, "Non-sender members crashed mid-run");
+  small->add_option("--crash-senders", sc->crash_senders,
+                    "Senders crashed mid-run (never the first): the survivors must deliver the same of each");
   small->add_option("--crash-detected", sc->crash_detected,
                     "Chance a crash closes its control connection (else only suspicion finds it)")
       ->check(CLI::Range(0.0, 1.0))->capture_default_str();

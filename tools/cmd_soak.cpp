@@ -31,6 +31,8 @@ void add_soak_command(CLI::App& app) {
   cmd->add_option("--link-delay-us", o->link_delay_us, "Received link frames delayed by [0, N] us (links stay FIFO)")
       ->check(CLI::Range(0U, 10'000'000U));
   cmd->add_option("--kill", o->kill, "Non-sender members SIGKILLed mid-run");
+  cmd->add_option("--kill-senders", o->kill_senders,
+                  "Senders SIGKILLed mid-run (never member 1): the survivors must deliver the same of their messages");
   cmd->add_option("--join", o->join, "Members started mid-run that join the running group");
   cmd->add_option("--seed", o->seed, "Workload, fault and kill seed")->capture_default_str();
   cmd->add_option("--transport", *transport, "socket, verbs or shm (members on one host; the simulator has `hmcast sim small`)")

@@ -55,6 +55,8 @@ struct Child {
   bool joiner = false;  // started once the group ran
   bool done = false;
   nlohmann::json done_report;
+  nlohmann::json final_tallies;  // per sender [count, digest] when it stopped (the "final" event)
+  nlohmann::json departed_delivered;  // per departed sender, the indices delivered (the "final" event)
   std::uint64_t delivered = 0;
   std::vector<std::pair<std::uint64_t, std::int64_t>> views;      // (view id, t_ns)
   std::vector<std::vector<std::uint32_t>> view_members;
@@ -120,6 +122,9 @@ nlohmann::json GroupRunReport::to_json() const {
           {"digests_agree", digests_agree},
           {"members_verified", members_verified},
           {"survivors", survivors},
+          {"senders_killed", senders_killed},
+          {"disagreements", disagreements},
+          {"dead_sender_delivered", dead_sender_delivered},
           {"joined", joined},
           {"joiner_delivered", joiner_delivered},
           {"joiner_first_index", joiner_first_index},
@@ -172,6 +177,10 @@ GroupRunReport run_group(const GroupRunOptions& o) {
   if (o.senders == 0 || o.senders > o.procs) throw std::invalid_argument("--senders must be in [1, --procs]");
   if (o.kill > o.procs - o.senders)
     throw std::invalid_argument("--kill must leave the senders alive: at most --procs minus --senders");
+  if (o.kill_senders >= o.senders)
+    throw std::invalid_argument("--kill-senders must leave a sender alive (member 1): at most --senders minus 1");
+  if (o.kill_senders > 0 && o.join > 0)
+    throw std::invalid_argument("--kill-senders and --join together are not supported: choose one");
   const SizeMix mix = SizeMix::parse(o.sizes);
   GroupRunReport rep;
   rep.procs = o.procs;
@@ -233,7 +242,8 @@ GroupRunReport run_group(const GroupRunOptions& o) {
   std::thread sprayer;
   bool spray_started = false;
   std::vector<std::pair<std::uint32_t, std::int64_t>> kills;  // (member id, t_ns)
-  bool killed_yet = o.kill == 0;
+  bool killed_yet = o.kill == 0 && o.kill_senders == 0;
+  std::vector<std::uint32_t> dead_senders;  // member ids
   bool joins_started = o.join == 0;
   bool stopping = false;
   std::int64_t first_join = 0;
@@ -255,6 +265,9 @@ GroupRunReport run_group(const GroupRunOptions& o) {
       c.view_members.push_back(j["members"].get<std::vector<std::uint32_t>>());
     } else if (ev == "progress") {
       c.delivered = j["delivered"].get<std::uint64_t>();
+    } else if (ev == "final") {
+      c.final_tallies = j["per_sender"];
+      c.departed_delivered = j.value("departed_delivered", nlohmann::json::object());
     } else if (ev == "done") {
       c.done = true;
       c.delivered = j["delivered"].get<std::uint64_t>();
@@ -294,20 +307,25 @@ GroupRunReport run_group(const GroupRunOptions& o) {
     for (const auto& c : kids) delivered += c.killed ? 0 : c.delivered;
     // Kill once the group is well under way: a fifth of all deliveries done.
     if (!killed_yet && all_joined && delivered * 5 >= expected * o.procs) {
-      std::vector<Child*> candidates;
-      for (auto& c : kids)
-        if (!c.sender && !c.killed) candidates.push_back(&c);
-      for (std::uint32_t k = 0; k < o.kill && !candidates.empty(); ++k) {
-        const auto pick = rng.below(candidates.size());
-        Child* victim = candidates[pick];
-        candidates.erase(candidates.begin() + static_cast<std::ptrdiff_t>(pick));
-        ::kill(victim->pid, SIGKILL);
-        victim->killed = true;
-        kills.emplace_back(*victim->member, mono_ns());
-        if (o.progress != nullptr)
-          *o.progress << "killed member " << *victim->member << " (pid " << victim->pid << ") with SIGKILL"
-                      << std::endl;
-      }
+      const auto kill_some = [&](std::uint32_t count, bool senders) {
+        std::vector<Child*> candidates;
+        for (auto& c : kids)
+          if (c.sender == senders && !c.killed && c.member != 1u) candidates.push_back(&c);
+        for (std::uint32_t k = 0; k < count && !candidates.empty(); ++k) {
+          const auto pick = rng.below(candidates.size());
+          Child* victim = candidates[pick];
+          candidates.erase(candidates.begin() + static_cast<std::ptrdiff_t>(pick));
+          ::kill(victim->pid, SIGKILL);
+          victim->killed = true;
+          kills.emplace_back(*victim->member, mono_ns());
+          if (senders) dead_senders.push_back(*victim->member);
+          if (o.progress != nullptr)
+            *o.progress << "killed " << (senders ? "sender " : "member ") << *victim->member << " (pid "
+                        << victim->pid << ") with SIGKILL" << std::endl;
+        }
+      };
+      kill_some(o.kill_senders, true);
+      kill_some(o.kill, false);
       killed_yet = true;
     }
     // Joiners come in once the group is well under way too: two fifths done.
@@ -410,12 +428,21 @@ GroupRunReport run_group(const GroupRunOptions& o) {
 
   // Judge.
   std::uint64_t expected_digest = 0;
+  std::map<std::uint32_t, std::uint64_t> sender_digest;  // all of a sender's messages
   for (std::uint32_t s = 1; s <= o.senders; ++s)
     for (std::uint32_t i = 0; i < o.messages; ++i) {
       const auto size = mix.size_of(o.seed, s, i);
-      expected_digest ^= message_digest(o.seed, s, i, size);
+      sender_digest[s] ^= message_digest(o.seed, s, i, size);
       rep.bytes_broadcast += size;
     }
+  for (const auto& [s, dg] : sender_digest) expected_digest ^= dg;
+  rep.senders_killed = static_cast<std::uint32_t>(dead_senders.size());
+  // A member's [count, digest] of sender s's deliveries in `tallies` (none: [0, 0]).
+  const auto tally_of = [](const nlohmann::json& tallies, std::uint32_t s) {
+    const auto key = std::to_string(s);
+    if (!tallies.is_object() || !tallies.contains(key)) return std::pair<std::uint64_t, std::uint64_t>{0, 0};
+    return std::pair{tallies[key][0].get<std::uint64_t>(), tallies[key][1].get<std::uint64_t>()};
+  };
   std::vector<double> lat;
   rep.digests_agree = true;
   std::uint64_t max_view = 0;
@@ -451,6 +478,13 @@ GroupRunReport run_group(const GroupRunOptions& o) {
       }
       ++rep.joined;
       rep.joiner_delivered += got;
+    }
+    // A killed sender's messages: this member is judged on the rest; whether the
+    // survivors agree on the killed one's is judged below.
+    for (std::uint32_t dead : dead_senders) {
+      const auto [count, digest] = tally_of(d["per_sender"], dead);
+      want = want - o.messages + count;
+      want_digest ^= sender_digest[dead] ^ digest;
     }
     rep.missing += want > got ? want - got : 0;
     rep.duplicates_delivered += d["duplicates_delivered"].get<std::uint64_t>();
@@ -493,6 +527,38 @@ GroupRunReport run_group(const GroupRunOptions& o) {
       if (t <= last_done) max_view = std::max(max_view, id);
   }
   rep.views_installed = max_view;
+  for (std::uint32_t dead : dead_senders) {
+    // What the survivors delivered of it by the time they stopped.
+    std::map<std::pair<std::uint64_t, std::uint64_t>, std::uint32_t> seen;
+    for (const auto& c : kids)
+      if (!c.killed && c.done)
+        ++seen[tally_of(c.final_tallies.is_null() ? c.done_report["per_sender"] : c.final_tallies, dead)];
+    if (seen.empty()) continue;
+    const auto common = std::max_element(seen.begin(), seen.end(),
+                                         [](const auto& a, const auto& b) { return a.second < b.second; });
+    std::uint32_t agreeing = common->second;
+    std::uint32_t total = 0;
+    for (const auto& [t, n] : seen) total += n;
+    rep.disagreements += total - agreeing;
+    rep.dead_sender_delivered[std::to_string(dead)] = common->first.first;
+    if (total != agreeing) {
+      std::string sets;
+      for (const auto& [t, n] : seen)
+        sets += (sets.empty() ? "" : ", ") + std::to_string(n) + " delivered " + std::to_string(t.first);
+      // The messages some survivors delivered and others did not, with their sizes.
+      std::map<std::uint32_t, std::uint32_t> holders;
+      for (const auto& c : kids)
+        if (!c.killed && c.done && c.departed_delivered.contains(std::to_string(dead)))
+          for (const auto& i : c.departed_delivered[std::to_string(dead)]) ++holders[i.get<std::uint32_t>()];
+      std::string split;
+      for (const auto& [i, n] : holders)
+        if (n != total && split.size() < 400)
+          split += (split.empty() ? "" : ", ") + std::to_string(i) + " (" + format_size(mix.size_of(o.seed, dead, i)) +
+                   ", " + std::to_string(n) + " of " + std::to_string(total) + ")";
+      rep.problems.push_back("the survivors disagree on killed sender " + std::to_string(dead) +
+                             "'s messages (" + sets + "); only some have: " + split);
+    }
+  }
   for (const auto& [victim, t_kill] : kills) {
     for (const auto& c : kids) {
       if (c.killed || c.joiner) continue;  // joiners came in after the kill: they never saw the victim
@@ -555,7 +621,9 @@ GroupRunReport run_group(const GroupRunOptions& o) {
   rep.delivered_ok = !rep.timed_out && rep.survivors == o.procs + o.join - kills.size() &&
                      rep.members_verified == rep.survivors && rep.missing == 0 && rep.duplicates_delivered == 0 &&
                      rep.corrupt == 0 && rep.fifo_violations == 0 && rep.digests_agree &&
-                     rep.completed == rep.messages_sent && rep.problems.empty();
+                     rep.disagreements == 0 &&
+                     rep.completed == std::uint64_t{o.senders - rep.senders_killed} * o.messages &&
+                     rep.problems.empty();
   return rep;
 }
 

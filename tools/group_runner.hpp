@@ -27,6 +27,9 @@ struct GroupRunOptions {
   std::uint32_t delay_us = 0;
   std::uint32_t link_delay_us = 0;
   std::uint32_t kill = 0;  // non-sender members SIGKILLed mid-run
+  /// Senders SIGKILLed mid-run (never member 1, whose figures the reports use): the
+  /// survivors must agree on which of a dead sender's messages they delivered.
+  std::uint32_t kill_senders = 0;
   std::uint32_t join = 0;  // members started once the group runs (they join mid-stream)
   std::string group = "demo";
   /// Command words put in front of each member; "{i}" becomes its 1-based index.
@@ -77,6 +80,12 @@ struct GroupRunReport {
   bool digests_agree = false;
   std::uint32_t members_verified = 0;  // survivors whose every check passed
   std::uint32_t survivors = 0;
+  std::uint32_t senders_killed = 0;
+  /// Per killed sender, survivors whose delivered set of its messages (count and
+  /// digest) differs from the one most survivors have; summed over killed senders.
+  std::uint64_t disagreements = 0;
+  /// Per killed sender (by member id), how many of its messages the survivors delivered.
+  nlohmann::json dead_sender_delivered = nlohmann::json::object();
   std::uint32_t joined = 0;               // members that joined mid-stream and reported
   std::uint64_t joiner_delivered = 0;     // messages those delivered (all sent in their view or later)
   std::int64_t joiner_first_index = -1;   // lowest index a joiner started at (of any sender)

@@ -789,13 +789,17 @@ void SmallPath::maybe_pull(Stream& s, TimeNs now, Outbox& out) {
   // A child ACKed messages we never got (Mansoor & Meehan 3.3.4): fetch them from it.
   // Only a proven hole: we hold something after it, so it was lost, not merely still
   // queued at our NIC (pulling what is queued would double the load on a receiver
-  // that is already behind). A tail we lack is our own parent's to repair.
+  // that is already behind). A tail we lack is our own parent's to repair, unless
+  // the sender left: then nobody above us can have more than our children, and the
+  // tail only some survivors hold must flow up to the proxy root and from it to all.
+  const bool sender_gone = !view_.contains(s.sender);
   auto next_held = s.held.upper_bound(s.delivered);
-  if (next_held == s.held.end()) {
+  if (next_held == s.held.end() && !sender_gone) {
     s.pull_deadline = kNever;
     return;
   }
-  const Seq to = std::min<Seq>({best->have, next_held->first - 1, s.delivered + cfg_.window_messages});
+  const Seq hole_end = next_held == s.held.end() ? best->have : next_held->first - 1;
+  const Seq to = std::min<Seq>({best->have, hole_end, s.delivered + cfg_.window_messages});
   ++stats_.pulls_sent;
   for (Seq q = s.delivered + 1; q <= to; ++q) {
     // Only the fragments we lack, as a nack to the child (which answers what it holds).

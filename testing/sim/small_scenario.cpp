@@ -73,6 +73,15 @@ class SmallRun {
       const auto at = static_cast<std::uint64_t>(static_cast<double>(total) * (0.1 + 0.6 * rng.uniform()));
       crashes_.emplace(at, std::make_pair(victim, rng.chance(sc.crash_detected)));
     }
+    // Drawn after the others, so scenarios without sender crashes run as before.
+    for (std::uint32_t c = 0; c < std::min<std::uint32_t>(sc.crash_senders, senders - 1); ++c) {
+      std::uint32_t k = 0;
+      do k = static_cast<std::uint32_t>(1 + rng.below(senders - 1));
+      while (crashed_senders_.count(k) != 0);
+      crashed_senders_.insert(k);
+      const auto at = static_cast<std::uint64_t>(static_cast<double>(total) * (0.1 + 0.5 * rng.uniform()));
+      crashes_.emplace(at, std::make_pair(senders_[k].node, rng.chance(sc.crash_detected)));
+    }
     for (std::uint32_t j = 0; j < sc.joins; ++j) {
       const auto at = static_cast<std::uint64_t>(static_cast<double>(total) * (0.05 + 0.6 * rng.uniform()));
       joins_.emplace(at, sc.nodes + j);
@@ -213,14 +222,48 @@ class SmallRun {
       cluster_.start_member(joins_.begin()->second, "sim", sc_.nodes);
       joins_.erase(joins_.begin());
     }
-    if (completed_total_ == std::uint64_t{sc_.messages} * senders_.size()) finish_when_settled();
+    if (live_senders_done()) finish_when_settled();
+  }
+
+  /// The group must end up emulating multicast: a member it does not reach is alive
+  /// (a crashed sender may be that member; then the group need not switch).
+  [[nodiscard]] bool fallback_due() const { return blocked_ && !cluster_.crashed(*blocked_); }
+
+  /// Every sender that did not crash has all its messages all-acked.
+  [[nodiscard]] bool live_senders_done() const {
+    for (std::uint32_t k = 0; k < senders_.size(); ++k)
+      if (crashed_senders_.count(k) == 0 && senders_[k].completed < sc_.messages) return false;
+    return true;
+  }
+
+  /// Delivered prefix of crashed sender `k`'s stream at each live original member.
+  [[nodiscard]] std::vector<Seq> crashed_prefixes(std::uint32_t k) const {
+    std::vector<Seq> v;
+    for (std::uint32_t n = 0; n < sc_.nodes; ++n)
+      if (!cluster_.crashed(n) && !removed_[n] && !expected_[n].empty()) v.push_back(expected_[n][k] - 1);
+    return v;
+  }
+
+  /// The survivors delivered the same of every crashed sender.
+  [[nodiscard]] bool survivors_agree() const {
+    for (std::uint32_t k : crashed_senders_) {
+      const auto v = crashed_prefixes(k);
+      if (!v.empty() && *std::min_element(v.begin(), v.end()) != *std::max_element(v.begin(), v.end())) return false;
+    }
+    return true;
   }
 
   /// Every message is all-acked: stop once what else the run started has settled
   /// (joiners in, the multicast fallback everywhere), checking every 100 us.
   void finish_when_settled() {
     bool settled = joins_.empty() && joined_.size() == sc_.joins;
-    for (std::uint32_t n = 0; n < sc_.nodes + sc_.joins && settled && blocked_; ++n) {
+    // A crashed sender's stream is finished by repair among the survivors: give it
+    // until they agree, or (a failure, reported) a virtual second.
+    if (!crashed_senders_.empty()) {
+      if (settle_start_ < 0) settle_start_ = cluster_.now();
+      settled = settled && (survivors_agree() || cluster_.now() - settle_start_ > 1'000'000'000);
+    }
+    for (std::uint32_t n = 0; n < sc_.nodes + sc_.joins && settled && fallback_due(); ++n) {
       auto* rt = cluster_.runtime(n);
       if (rt != nullptr && !removed_[n] && !rt->engine().multicast_emulated()) settled = false;
     }
@@ -236,17 +279,30 @@ class SmallRun {
       r.messages_sent += s.sent;
       r.completed += s.completed;
     }
-    r.timed_out = r.completed != std::uint64_t{sc_.messages} * senders_.size();
+    r.timed_out = !live_senders_done();
+    r.senders_crashed = crashed_senders_.size();
+    for (std::uint32_t k : crashed_senders_) {
+      const auto v = crashed_prefixes(k);
+      if (v.empty()) continue;
+      const Seq most = *std::max_element(v.begin(), v.end());
+      for (Seq d : v) r.disagreements += d != most ? 1 : 0;
+      if (most != *std::min_element(v.begin(), v.end()))
+        result_.violation("survivors delivered " + std::to_string(*std::min_element(v.begin(), v.end())) + " to " +
+                          std::to_string(most) + " messages of crashed sender node " + std::to_string(senders_[k].node));
+    }
     for (std::uint32_t n = 0; n < sc_.nodes + sc_.joins; ++n) {
       auto* rt = cluster_.runtime(n);
       if (rt == nullptr || removed_[n]) continue;
       // Every live member holds every completed message of every sender, from its start.
       for (std::size_t k = 0; k < senders_.size(); ++k) {
+        // A crashed sender's completed messages too: every member of its view held them
+        // (a joiner may come in after it died, when there is no stream to start from).
+        if (crashed_senders_.count(static_cast<std::uint32_t>(k)) != 0 && n >= sc_.nodes) continue;
         const Seq delivered = expected_[n][k] - 1;
         if (senders_[k].completed > delivered) r.missing += senders_[k].completed - delivered;
       }
       if (rt->engine().multicast_emulated()) ++r.members_emulating;
-      else if (blocked_) result_.violation("member on node " + std::to_string(n) + " never switched to emulated multicast");
+      else if (fallback_due()) result_.violation("member on node " + std::to_string(n) + " never switched to emulated multicast");
     }
     r.joined = joined_.size();
     if (r.joined != sc_.joins && !r.timed_out)
@@ -276,7 +332,8 @@ class SmallRun {
     r.held_bound = held_bound_;
     r.trace_hash = cluster_.fabric().trace_hash();
     r.delivered_ok = !r.timed_out && r.duplicates_delivered == 0 && r.fifo_violations == 0 &&
-                     r.corrupt_delivered == 0 && r.missing == 0 && r.removed_alive == 0 && r.violations.empty();
+                     r.corrupt_delivered == 0 && r.missing == 0 && r.removed_alive == 0 && r.disagreements == 0 &&
+                     r.violations.empty();
     return r;
   }
 
@@ -290,6 +347,8 @@ class SmallRun {
   std::set<std::uint32_t> joined_;
   std::multimap<std::uint64_t, std::pair<std::uint32_t, bool>> crashes_;  // completions -> (victim, detected)
   std::multimap<std::uint64_t, std::uint32_t> joins_;                     // completions -> joiner node
+  std::set<std::uint32_t> crashed_senders_;  // indices into senders_ (chosen at the start, crashed mid-run)
+  TimeNs settle_start_ = -1;
   std::uint64_t completed_total_ = 0;
   std::vector<double> latencies_;
   std::uint64_t max_held_ = 0;
@@ -306,7 +365,7 @@ std::string SmallScenario::command_line() const {
   o.precision(17);  // the replay must draw the very same numbers
   o << "build/bin/hmcast sim small --nodes " << nodes << " --senders " << senders << " --messages " << messages
     << " --size " << size << " --loss " << network.loss << " --dup " << network.duplicate << " --reorder "
-    << network.reorder << " --crash " << crash << " --crash-detected " << crash_detected << " --joins " << joins
+    << network.reorder << " --crash " << crash << " --crash-senders " << crash_senders << " --crash-detected " << crash_detected << " --joins " << joins
     << (block_multicast ? " --block-multicast" : "") << " --radix " << protocol.radix << " --latency-us "
     << static_cast<double>(network.latency_ns) / 1000.0 << " --mtu " << protocol.mtu << " --window "
     << protocol.window_messages << " --seed " << seed << " --json";
@@ -321,6 +380,8 @@ std::string SmallResult::to_json() const {
   j["joined"] = joined;
   j["members_emulating"] = members_emulating;
   j["removed_alive"] = removed_alive;
+  j["senders_crashed"] = senders_crashed;
+  j["disagreements"] = disagreements;
   j["sim_time_us"] = sim_time_us;
   j["datagrams_sent"] = datagrams_sent;
   j["p2p_messages_sent"] = p2p_messages_sent;

@@ -34,6 +34,10 @@ struct SmallScenario {
   std::uint32_t messages = 100;  // per sender
   std::uint32_t size = 1024;     // bytes per message
   std::uint32_t crash = 0;       // non-sender members crashed mid-run
+  /// Senders crashed mid-run (never the first, and always at least one left): the
+  /// survivors must deliver the same messages of each (the proxy root finishes its
+  /// stream), and at least every one it saw completed.
+  std::uint32_t crash_senders = 0;
   /// Chance that a crash is a process death the coordinator sees at once (its
   /// control connection closes); otherwise a silent host, found by suspicion.
   double crash_detected = 0.5;
@@ -56,6 +60,10 @@ struct SmallResult : RunResult {
   std::uint64_t joined = 0;            // joiners that got in and delivered to the end
   std::uint64_t members_emulating = 0; // live members that emulate multicast at the end
   std::uint64_t removed_alive = 0;  // live members removed by a false suspicion
+  std::uint64_t senders_crashed = 0;
+  /// Per crashed sender, live members whose delivered prefix of its stream differs
+  /// from the longest any live member delivered (summed over crashed senders).
+  std::uint64_t disagreements = 0;
   TimeNs sim_time_us = 0;
   std::uint64_t datagrams_sent = 0;
   std::uint64_t p2p_messages_sent = 0;
