@@ -184,7 +184,7 @@ class Messages {
 
   /// `h`: the header the message will carry (a Batch's items mostly carry it too).
   w::Body make(std::size_t kind, const w::Header& h) {
-    static_assert(std::variant_size_v<w::Body> == 15, "a new wire::Body type: make() must build it");
+    static_assert(std::variant_size_v<w::Body> == 16, "a new wire::Body type: make() must build it");
     switch (kind % std::variant_size_v<w::Body>) {
       case 0: return fragment();
       case 1: return w::Repair{member(), value(20), value(20), in_.bytes(in_.u8())};
@@ -217,6 +217,7 @@ class Messages {
         return n;
       }
       case 13: return w::FragmentRepair{fragment()};
+      case 15: return w::LargeCommit{member(), value(4)};
       default: {
         // Datagrams of the batch's sender (now and then of another member, or of
         // another view), kept alive in items_ while the engine reads them.

@@ -54,6 +54,10 @@ bool same_body(const wire::Body& a, const wire::Body& b) {
             const auto& y = std::get<w::LargeAck>(b);
             return x.sender == y.sender && x.seq == y.seq;
           },
+          [&](const w::LargeCommit& x) {
+            const auto& y = std::get<w::LargeCommit>(b);
+            return x.sender == y.sender && x.seq == y.seq;
+          },
           [&](const w::Ping&) { return true; },
           [&](const w::McastProbe& x) { return x.nonce == std::get<w::McastProbe>(b).nonce; },
           [&](const w::McastConfirm& x) { return x.nonce == std::get<w::McastConfirm>(b).nonce; },

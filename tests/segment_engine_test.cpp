@@ -276,7 +276,7 @@ TEST_CASE("segments: an empty message moves as one empty segment", "[pipeline][s
   p.on_ready(kLast, wire::Ready{kRoot, 1, 1}, out);
   out.clear();
   p.on_block(kRoot, segment(0, 0, 0), out);
-  CHECK(has<action::DeliverLarge>(out));
+  CHECK(!has<action::DeliverLarge>(out));  // held whole: delivered on the sender's commit
   const auto s = sends(out);
   REQUIRE(s.size() == 1);
   CHECK(s[0].length == 0);
@@ -286,4 +286,6 @@ TEST_CASE("segments: an empty message moves as one empty segment", "[pipeline][s
   // Counted as a duplicate, or (if member 11 has already ACKed and sent everything, so
   // the transfer is over) as a frame of no transfer, as for any late block.
   CHECK(p.stats().duplicate_segments + p.stats().invalid_dropped == 1);
+  p.on_commit(kRoot, wire::LargeCommit{kRoot, 1}, out);
+  CHECK(has<action::DeliverLarge>(out));
 }

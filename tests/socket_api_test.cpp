@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include <atomic>
+#include <chrono>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -93,12 +94,25 @@ TEST_CASE("socket api: members find each other through the manager and deliver e
       std::vector<hmcast::Completion> done;
       for (std::uint32_t m = 0; m < kMessages; ++m) {
         // A large and a small message of one sender may be delivered either way round:
-        // fence each large one, so the receivers' count-based check holds.
+        // fence each large one, so the receivers' count-based check holds. (A large
+        // message completes once every member holds it; they deliver it on the
+        // sender's commit, which follows: the fence waits for the deliveries.)
         const bool large = size_of(m) > (1U << 20);
         if (large)
           for (auto& c : done) c.get();
         auto c = groups[i].broadcast(payload(groups[i].self(), m, size_of(m)));
-        if (large) c.get();
+        if (large) {
+          c.get();
+          const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+          for (bool all = false; !all && std::chrono::steady_clock::now() < until;) {
+            all = true;
+            for (auto& r : got) {
+              std::lock_guard lock(r.mu);
+              all = all && r.count[groups[i].self()] > m;
+            }
+            if (!all) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+          }
+        }
         done.push_back(c);
       }
       for (auto& c : done) {

@@ -88,6 +88,8 @@ std::string describe(const w::Body& body) {
              << " length " << x.length << " payload " << x.payload.size() << "B}";
         } else if constexpr (std::is_same_v<T, w::LargeAck>) {
           os << "LargeAck{sender " << x.sender << " seq " << x.seq << "}";
+        } else if constexpr (std::is_same_v<T, w::LargeCommit>) {
+          os << "LargeCommit{sender " << x.sender << " seq " << x.seq << "}";
         } else if constexpr (std::is_same_v<T, w::Batch>) {
           os << "Batch{" << x.items.size() << " items}";
         } else {
@@ -239,6 +241,9 @@ std::vector<Sample> samples() {
   // LargeAck
   s.push_back(sample("large ack", w::LargeAck{3, 1}));
   s.push_back(sample("large ack extreme values", w::LargeAck{kU32Max, kU64Max}, kU64Max, kU64Max, kU32Max));
+  // LargeCommit
+  s.push_back(sample("large commit", w::LargeCommit{3, 1}));
+  s.push_back(sample("large commit extreme values", w::LargeCommit{kU32Max, kU64Max}, kU64Max, kU64Max, kU32Max));
   // Ping
   s.push_back(sample("ping", w::Ping{}));
   // Multicast probe and its confirmation
@@ -283,6 +288,7 @@ std::size_t expected_size(const w::Body& body) {
         else if constexpr (std::is_same_v<T, w::Ping>) return w::kHeaderSize;
         else if constexpr (std::is_same_v<T, w::Block>) return kBlockOverhead + x.payload.size();
         else if constexpr (std::is_same_v<T, w::LargeAck>) return w::kHeaderSize + 12;
+        else if constexpr (std::is_same_v<T, w::LargeCommit>) return w::kHeaderSize + 12;
         else if constexpr (std::is_same_v<T, w::McastProbe> || std::is_same_v<T, w::McastConfirm>)
           return w::kHeaderSize + 8;
         else if constexpr (std::is_same_v<T, w::Nack>) return w::kHeaderSize + 14 + x.missing.size();
@@ -677,6 +683,8 @@ TEST_CASE("wire: inconsistent fields are refused", "[wire]") {
     CHECK(decode_body(w::Ready{2, 1, 1}) == E::none);
     CHECK(decode_body(w::LargeAck{2, 0}) == E::inconsistent);
     CHECK(decode_body(w::LargeAck{2, 1}) == E::none);
+    CHECK(decode_body(w::LargeCommit{2, 0}) == E::inconsistent);
+    CHECK(decode_body(w::LargeCommit{2, 1}) == E::none);
   }
   SECTION("Block") {
     const auto p10 = pool(0, 10);

@@ -134,6 +134,9 @@ nlohmann::json GroupRunReport::to_json() const {
           {"repairs_sent", repairs_sent},
           {"large_restarted", large_restarted},
           {"large_redeliveries_suppressed", large_redeliveries_suppressed},
+          {"large_commits_relayed", large_commits_relayed},
+          {"large_delivered_on_relay", large_delivered_on_relay},
+          {"large_uncommitted_discarded", large_uncommitted_discarded},
           {"faults_dropped", faults_dropped},
           {"faults_duplicated", faults_duplicated},
           {"faults_reordered", faults_reordered},
@@ -494,6 +497,9 @@ GroupRunReport run_group(const GroupRunOptions& o) {
     rep.repairs_sent += d["repairs_sent"].get<std::uint64_t>();
     rep.large_restarted += d["large_restarted"].get<std::uint64_t>();
     rep.large_redeliveries_suppressed += d["large_redeliveries_suppressed"].get<std::uint64_t>();
+    rep.large_commits_relayed += d.value("large_commits_relayed", std::uint64_t{0});
+    rep.large_delivered_on_relay += d.value("large_delivered_on_relay", std::uint64_t{0});
+    rep.large_uncommitted_discarded += d.value("large_uncommitted_discarded", std::uint64_t{0});
     rep.ud_multicast_datagrams += d.value("ud_multicast_datagrams", std::uint64_t{0});
     rep.rc_bytes += d.value("rc_bytes", std::uint64_t{0});
     rep.large_bytes_placed += d.value("large_bytes_placed", std::uint64_t{0});

@@ -97,6 +97,9 @@ struct GroupRunReport {
   // survivors), and those restarts received again by members that had them.
   std::uint64_t large_restarted = 0;
   std::uint64_t large_redeliveries_suppressed = 0;
+  // A dead sender's large messages: commits survivors relayed, messages delivered on a
+  // relay, and messages held whole but never committed (discarded everywhere).
+  std::uint64_t large_commits_relayed = 0, large_delivered_on_relay = 0, large_uncommitted_discarded = 0;
   // What the fault layers did, summed over the members that reported (not the killed).
   std::uint64_t faults_dropped = 0, faults_duplicated = 0, faults_reordered = 0, faults_delayed = 0,
                 faults_link_delayed = 0, faults_released_early = 0;

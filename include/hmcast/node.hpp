@@ -101,6 +101,13 @@ struct GroupStats {
   std::uint64_t large_restarted = 0;
   /// Restarted large messages received again here but not delivered again (had them).
   std::uint64_t large_redeliveries_suppressed = 0;
+  /// A large message is delivered on its sender's commit (every member holds it), so
+  /// survivors of a sender's death deliver it all or none. Commits of departed senders
+  /// this member passed on at view changes; messages delivered on such a relayed
+  /// commit; messages held whole but discarded because no survivor had their commit.
+  std::uint64_t large_commits_relayed = 0;
+  std::uint64_t large_delivered_on_relay = 0;
+  std::uint64_t large_uncommitted_discarded = 0;
   std::uint64_t repairs_sent = 0;        // point-to-point retransmissions by this member
   std::uint64_t views_installed = 0;     // after the first
   std::uint64_t duplicates_dropped = 0;  // copies received again and dropped (never delivered)

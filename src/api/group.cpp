@@ -78,6 +78,9 @@ GroupStats Group::stats() const {
     out.large_completed = large.completed;
     out.large_restarted = large.restarted;
     out.large_redeliveries_suppressed = large.redeliveries_suppressed;
+    out.large_commits_relayed = large.commits_relayed;
+    out.large_delivered_on_relay = large.delivered_on_relay;
+    out.large_uncommitted_discarded = large.uncommitted_discarded;
     out.repairs_sent = small.repairs_sent;
     out.views_installed = admission.views_installed;
     out.duplicates_dropped = small.duplicates_dropped + large.duplicate_segments;

@@ -36,6 +36,7 @@ constexpr Type type_of() {
   else if constexpr (std::is_same_v<T, Ready>) return Type::ready;
   else if constexpr (std::is_same_v<T, Block>) return Type::block;
   else if constexpr (std::is_same_v<T, LargeAck>) return Type::large_ack;
+  else if constexpr (std::is_same_v<T, LargeCommit>) return Type::large_commit;
   else if constexpr (std::is_same_v<T, McastProbe>) return Type::mcast_probe;
   else if constexpr (std::is_same_v<T, McastConfirm>) return Type::mcast_confirm;
   else if constexpr (std::is_same_v<T, Nack>) return Type::nack;
@@ -122,6 +123,10 @@ void encode_body(Writer& w, const McastConfirm& c) { w.u64(c.nonce); }
 void encode_body(Writer& w, const LargeAck& a) {
   w.u32(a.sender);
   w.u64(a.seq);
+}
+void encode_body(Writer& w, const LargeCommit& c) {
+  w.u32(c.sender);
+  w.u64(c.seq);
 }
 DecodeError decode_data_fields(Reader& r, Data& d) {
   d.sender = r.u32();
@@ -334,6 +339,16 @@ DecodeError decode_large_ack(Reader& r, Body& out) {
   return DecodeError::none;
 }
 
+DecodeError decode_large_commit(Reader& r, Body& out) {
+  LargeCommit c;
+  c.sender = r.u32();
+  c.seq = r.u64();
+  if (!r.ok()) return DecodeError::truncated;
+  if (c.seq == 0) return DecodeError::inconsistent;
+  out = c;
+  return DecodeError::none;
+}
+
 }  // namespace
 
 std::vector<std::byte> encode(const Header& header, const Body& body) {
@@ -385,6 +400,7 @@ DecodeResult decode(std::span<const std::byte> bytes) {
     case static_cast<std::uint8_t>(Type::ready): err = decode_ready(r, res.packet.body); break;
     case static_cast<std::uint8_t>(Type::block): err = decode_block(r, res.packet.body); break;
     case static_cast<std::uint8_t>(Type::large_ack): err = decode_large_ack(r, res.packet.body); break;
+    case static_cast<std::uint8_t>(Type::large_commit): err = decode_large_commit(r, res.packet.body); break;
     case static_cast<std::uint8_t>(Type::ping): res.packet.body = Ping{}; break;
     case static_cast<std::uint8_t>(Type::mcast_probe): err = decode_nonce<McastProbe>(r, res.packet.body); break;
     case static_cast<std::uint8_t>(Type::mcast_confirm): err = decode_nonce<McastConfirm>(r, res.packet.body); break;

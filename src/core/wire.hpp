@@ -21,7 +21,7 @@
 namespace hmcast::wire {
 
 inline constexpr std::uint16_t kMagic = 0x4d48;  // "HM" little-endian
-inline constexpr std::uint8_t kVersion = 4;
+inline constexpr std::uint8_t kVersion = 5;
 inline constexpr std::size_t kHeaderSize = 24;
 /// Larger packets are refused before any field is read: no frame of ours is this big.
 inline constexpr std::size_t kMaxPacket = 64U << 20;
@@ -51,6 +51,9 @@ enum class Type : std::uint8_t {
   // v4: several datagrams of one sender in one (a stream of small messages pays one
   // send and one receive per batch, not per message):
   batch = 18,
+  // v5: a large message is delivered on its sender's commit (every member holds it),
+  // so a sender's death never leaves some survivors with it and others without.
+  large_commit = 19,  // sender -> every member (or a survivor relaying a departed sender's)
 };
 
 /// Types that travel by datagram multicast (or its emulation); every other type
@@ -173,6 +176,12 @@ struct LargeAck {
   Seq seq = 0;
 };
 
+/// Every member of the view holds large message (sender, seq): deliver it.
+struct LargeCommit {
+  MemberId sender = 0;
+  Seq seq = 0;
+};
+
 struct Ping {};
 
 struct McastProbe {
@@ -194,7 +203,7 @@ inline constexpr std::size_t kBatchOverhead = kHeaderSize + 2;
 inline constexpr std::size_t kBatchItemOverhead = 2;
 
 using Body = std::variant<Data, Repair, Ack, Stable, AckQuery, Announce, Ready, Block, LargeAck,
-                          Ping, McastProbe, McastConfirm, Nack, FragmentRepair, Batch>;
+                          Ping, McastProbe, McastConfirm, Nack, FragmentRepair, Batch, LargeCommit>;
 
 struct Packet {
   Header header;

@@ -158,6 +158,7 @@ void GroupEngine::dispatch(const wire::Packet& p, MemberId from, TimeNs now, Out
                  [&](const wire::Ready& r) { large([&] { pipeline_.on_ready(from, r, out); }); },
                  [&](const wire::Block& b) { large([&] { pipeline_.on_block(from, b, out); }); },
                  [&](const wire::LargeAck& a) { large([&] { pipeline_.on_ack(from, a, out); }); },
+                 [&](const wire::LargeCommit& c) { large([&] { pipeline_.on_commit(from, c, out); }); },
                  [&](const wire::Ping&) {},  // nothing to do: that it arrived is the answer
                  [&](const wire::McastProbe& pr) { emit_.frame(from, wire::McastConfirm{pr.nonce}, out); },
                  [&](const wire::Batch& b) { dispatch_batch(p.header, b, from, now, out); },

@@ -49,6 +49,7 @@ void Pipeline::start_next(Outbox& out) {
   t.buffer = true;
   t.have.assign(t.blocks, true);
   t.have_count = t.blocks;
+  t.complete = true;
   t.delivered_before = seq <= delivered_[self_];  // a restart after a view change
   deliver(t, out);  // the sender delivers its own, as on the small path
   for (MemberId p : t.send_peers) emit_.frame(p, announce_of(t), out);
@@ -103,6 +104,12 @@ void Pipeline::on_announce(MemberId from, const wire::Announce& a, Outbox& out) 
   const Key key{a.sender, a.seq};
   if (a.sender == self_ || !view_.contains(a.sender) || transfers_.count(key) != 0) return;  // ours, or seen
   if (a.seq <= finished_[a.sender]) return;  // a late copy of something over
+  if (auto held = awaiting_.find(key); held != awaiting_.end()) {
+    // The sender never committed it (it restarts it): the copy from the old view goes,
+    // before NeedBuffer asks for the new one.
+    awaiting_.erase(held);
+    out.emplace_back(action::DiscardLarge{a.sender, a.seq});
+  }
   if (a.block_size == 0 || a.block_size > wire::kMaxBlock) {
     ++stats_.invalid_dropped;
     return;
@@ -273,13 +280,13 @@ void Pipeline::on_block(MemberId from, const wire::Block& b, Outbox& out) {
   }
   grant(t, out);
   pump(t, out);
-  if (t.have_count == t.blocks && !t.delivered) deliver(t, out);
+  if (t.have_count == t.blocks) t.complete = true;  // delivered on the commit (step 5)
   check_ack(t, out);
   maybe_finish(key, out);
 }
 
 void Pipeline::deliver(Message& t, Outbox& out) {
-  HMCAST_ASSERT(!t.delivered && t.have_count == t.blocks);  // once, and only with every block
+  HMCAST_ASSERT(!t.delivered && t.complete && t.have_count == t.blocks);  // once, and only with every block
   t.delivered = true;
   if (t.delivered_before) {
     ++stats_.redeliveries_suppressed;
@@ -309,14 +316,16 @@ void Pipeline::on_ack(MemberId from, const wire::LargeAck& a, Outbox& out) {
 }
 
 void Pipeline::check_ack(Message& t, Outbox& out) {
-  if (!t.delivered || t.acked_up || t.acked.size() != t.ack_children.size()) return;
+  if (!t.complete || t.acked_up || t.acked.size() != t.ack_children.size()) return;
   t.acked_up = true;
   if (t.ack_parent) {
     emit_.frame(*t.ack_parent, wire::LargeAck{t.sender, t.seq}, out);
     return;
   }
-  // The root: every member has every byte.
+  // The root: every member has every byte. Commit it: each member delivers on this.
   HMCAST_ASSERT(t.sender == self_ && own_active_ == t.seq);
+  last_commit_ = t.seq;
+  send_to_all(wire::LargeCommit{self_, t.seq}, out);
   ++stats_.completed;
   out.emplace_back(action::CompletedLarge{t.seq});
   own_active_.reset();
@@ -325,11 +334,50 @@ void Pipeline::check_ack(Message& t, Outbox& out) {
   start_next(out);
 }
 
+void Pipeline::send_to_all(const wire::LargeCommit& c, Outbox& out) {
+  for (MemberId m : view_.members)
+    if (m != self_) emit_.frame(m, c, out);
+}
+
+void Pipeline::on_commit(MemberId from, const wire::LargeCommit& c, Outbox& out) {
+  // From the sender itself, or relayed by a survivor once the sender left.
+  if (from != c.sender && view_.contains(c.sender)) {
+    ++stats_.invalid_dropped;
+    return;
+  }
+  const Key key{c.sender, c.seq};
+  if (auto it = transfers_.find(key); it != transfers_.end()) {
+    Message& t = it->second;
+    if (t.delivered) return;  // a commit sent again after a view change
+    if (!t.complete) {
+      ++stats_.invalid_dropped;  // a commit exists only once every member holds every byte
+      return;
+    }
+    deliver(t, out);
+    maybe_finish(key, out);
+    return;
+  }
+  auto held = awaiting_.find(key);
+  if (held == awaiting_.end()) return;  // delivered already, or never ours to deliver
+  const std::uint64_t size = held->second.size;
+  awaiting_.erase(held);
+  if (from != c.sender) ++stats_.delivered_on_relay;
+  if (c.seq <= delivered_[c.sender]) {
+    ++stats_.redeliveries_suppressed;
+  } else {
+    delivered_[c.sender] = c.seq;
+    ++stats_.delivered;
+    out.emplace_back(action::DeliverLarge{c.sender, c.seq, size, nullptr});
+  }
+  out.emplace_back(action::ReleaseLarge{c.sender, c.seq});
+}
+
 void Pipeline::maybe_finish(const Key& key, Outbox& out) {
   auto it = transfers_.find(key);
   if (it == transfers_.end()) return;
   const Message& t = it->second;
   if (!t.acked_up || t.next_send < t.sends.size()) return;  // others may still need our blocks
+  if (!t.delivered) return;  // its commit is still to come
   finished_[t.sender] = std::max(finished_[t.sender], t.seq);
   out.emplace_back(action::ReleaseLarge{t.sender, t.seq});
   transfers_.erase(it);
@@ -343,12 +391,13 @@ std::set<MemberId> Pipeline::waiting_on() const {
       if (t.credit_from.count(to) == 0 || t.sent_to.count(to) == 0 || t.sent_to.at(to) >= t.credit_from.at(to))
         peers.insert(to);
     }
-    if (!t.delivered)
+    if (!t.complete)
       for (std::uint32_t b = 0; b < t.blocks; ++b)
         if (!t.have[b]) peers.insert(view_.members[t.source[b]]);
-    if (t.delivered && !t.acked_up)
+    if (t.complete && !t.acked_up)
       for (MemberId c : t.ack_children)
         if (t.acked.count(c) == 0) peers.insert(c);
+    if (t.acked_up && !t.delivered) peers.insert(t.sender);  // its commit
   }
   peers.erase(self_);
   return peers;
@@ -359,22 +408,53 @@ void Pipeline::on_view(const View& view, Outbox& out) {
   // what is in flight; our own unfinished message starts again over the new view
   // (same seq, ahead of the queue), so it completes against the survivors.
   std::optional<Queued> restart;
+  const bool still_member = view.contains(self_);
+  // Held whole from two view changes ago and still uncommitted: no survivor had the
+  // commit (a relay comes at the view change after the sender left).
+  for (auto it = awaiting_.begin(); it != awaiting_.end();) {
+    if (--it->second.views_left > 0 && still_member) {
+      ++it;
+      continue;
+    }
+    ++stats_.uncommitted_discarded;
+    out.emplace_back(action::DiscardLarge{it->first.first, it->first.second});
+    it = awaiting_.erase(it);
+  }
   for (auto& [key, t] : transfers_) {
     if (t.sender == self_ && !t.acked_up) {
       restart = Queued{t.seq, t.size, t.block_size};  // its buffer stays: no ReleaseLarge
       continue;
     }
+    if (t.sender != self_ && t.complete && !t.delivered && still_member) {
+      awaiting_[key] = Awaiting{t.size};  // every byte is here: keep it for its commit
+      continue;
+    }
     if (!t.delivered) out.emplace_back(action::DiscardLarge{t.sender, t.seq});
     out.emplace_back(action::ReleaseLarge{t.sender, t.seq});
   }
+  // Senders that left: the last message each delivered here, relayed below.
+  for (const auto& [sender, seq] : delivered_)
+    if (!view.contains(sender) && sender != self_) relay_[sender] = {seq, 2};
   transfers_.clear();
   early_.clear();
   finished_.clear();  // a surviving sender may restart a seq that was over here
   own_active_.reset();
   for (auto it = delivered_.begin(); it != delivered_.end();)  // departed senders restart nothing
     it = view.contains(it->first) ? std::next(it) : delivered_.erase(it);
-  const bool still_member = view.contains(self_);
   view_ = view;
+  if (still_member) {
+    // A survivor that may await a commit gets it: ours again, and departed senders'
+    // (for two view changes: a relay of this one may name a view that is gone before
+    // it arrives).
+    if (last_commit_ > 0) send_to_all(wire::LargeCommit{self_, last_commit_}, out);
+    for (auto it = relay_.begin(); it != relay_.end();) {
+      send_to_all(wire::LargeCommit{it->first, it->second.first}, out);
+      ++stats_.commits_relayed;
+      it = --it->second.second == 0 ? relay_.erase(it) : std::next(it);
+    }
+  } else {
+    relay_.clear();
+  }
   if (restart) {
     if (still_member) ++stats_.restarted;
     queue_.push_front(*restart);  // may exceed queue_limit by this one message: it was admitted before

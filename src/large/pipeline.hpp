@@ -40,6 +40,15 @@
 //   4. When a member holds every block and its ACK-tree children (a k-nomial tree
 //      rooted at the sender) have ACKed, it ACKs to its parent; the sender
 //      completes when its children have: every member has every byte.
+//   5. Then the sender commits it (LargeCommit to every member), and members deliver
+//      on the commit, not on the last byte: a commit exists only once every member
+//      holds the message, so whether the sender lives or dies, the survivors deliver
+//      it all or none of them do. A member that holds a message when the view
+//      changes keeps it, awaiting the commit: a surviving sender sends its last
+//      commit again in the new view (the old view's copy is dropped as stale), and
+//      when the sender left, every survivor that delivered its last message relays
+//      that commit to the others (for two views; a message still uncommitted after
+//      two view changes is discarded: no survivor had its commit).
 // A sender runs one large message at a time and queues the next (bounded), so a
 // sender's large messages are delivered in its order. Several senders run at once.
 // When the view changes, a schedule laid out over the old view cannot finish, so
@@ -49,8 +58,8 @@
 // do, and the application sees no failure. Members that already delivered it take
 // part again (they may be relays in the new schedule) but do not deliver it twice:
 // each member remembers, per sender, the last large seq it delivered. A message
-// whose sender left is abandoned (see README: what the small path's proxy root
-// gives, the large path does not yet).
+// whose sender left is delivered by the survivors if it was committed (step 5),
+// and by none of them otherwise.
 #pragma once
 
 #include <cstdint>
@@ -89,6 +98,9 @@ struct PipelineStats {
   std::uint64_t failed = 0;
   std::uint64_t restarted = 0;               // own messages started again after a view change
   std::uint64_t redeliveries_suppressed = 0;  // restarted messages received again, not delivered again
+  std::uint64_t commits_relayed = 0;          // a departed sender's commits passed on to the survivors
+  std::uint64_t delivered_on_relay = 0;       // messages delivered on a survivor's relayed commit
+  std::uint64_t uncommitted_discarded = 0;    // held whole, never committed (the sender left before)
 };
 
 /// Most schedule steps a member walks for one message (each step is looked at once
@@ -134,6 +146,10 @@ class Pipeline {
   /// the bytes sit where nothing is held and a correct segment overwrites them.
   [[nodiscard]] bool may_place_segment(MemberId from, const wire::Block& b) const;
   void on_ack(MemberId from, const wire::LargeAck& a, Outbox& out);
+  /// The sender's commit (or a survivor's relay of a departed sender's): deliver.
+  void on_commit(MemberId from, const wire::LargeCommit& c, Outbox& out);
+  /// Messages held whole from an earlier view, awaiting their commit.
+  [[nodiscard]] std::size_t awaiting_commit() const { return awaiting_.size(); }
   /// The view changed: abandon what is in flight, start the next queued message.
   void on_view(const View& view, Outbox& out);
 
@@ -179,7 +195,8 @@ class Pipeline {
     std::set<MemberId> ack_children;
     std::set<MemberId> acked;
     bool buffer = false;
-    bool delivered = false;
+    bool complete = false;   // every block is here (the sender: from the start)
+    bool delivered = false;  // committed and handed over (the sender: its own, at the start)
     bool delivered_before = false;  // a restart of a message this member delivered in an earlier view
     bool acked_up = false;
   };
@@ -215,6 +232,19 @@ class Pipeline {
   // Per sender, across views: the last seq delivered here (a sender's large messages
   // are delivered in order, one at a time), so a restart is never delivered twice.
   std::map<MemberId, Seq> delivered_;
+  /// Held whole when the view changed, not yet committed: size, and view changes left.
+  struct Awaiting {
+    std::uint64_t size = 0;
+    std::uint32_t views_left = 2;
+  };
+  std::map<Key, Awaiting> awaiting_;
+  /// Departed senders' last delivered seq, relayed to the survivors at the next view
+  /// changes (views left), in case a survivor awaits its commit.
+  std::map<MemberId, std::pair<Seq, std::uint32_t>> relay_;
+  /// Our own last committed seq: sent again at a view change (the old view's copy
+  /// may have been dropped as stale by a member that installed the new view first).
+  Seq last_commit_ = 0;
+  void send_to_all(const wire::LargeCommit& c, Outbox& out);
   struct Queued {
     Seq seq;
     std::uint64_t size;

@@ -111,11 +111,12 @@ class LargeRun {
                      if (!delivered_[node].insert({dl.sender, dl.seq}).second) ++result_.duplicates_delivered;
                      if (dl.size != sc_.size) result_.violation("delivered a message of the wrong size");
                      result_.last_delivery_us = std::max(result_.last_delivery_us, now_us);
+                     maybe_stop();
                    },
                    [&](action::CompletedLarge& c) {
                      completed_.insert({*cluster_.member_of(node), c.seq});
                      result_.sim_time_us = std::max(result_.sim_time_us, now_us);
-                     if (completed_.size() == std::uint64_t{sc_.messages} * senders_.size()) cluster_.stop();
+                     maybe_stop();
                    },
                    [&](action::FailedLarge& f) {
                      ++result_.failures;  // only a removed member's messages fail: survivors' restart
@@ -130,6 +131,18 @@ class LargeRun {
                    [&](action::Completed&) { result_.violation("a small completion in a large-message run"); },
                },
                a);
+  }
+
+  /// Every message completed, and delivered at every live member (members deliver on
+  /// the sender's commit, which goes out once the sender completes).
+  void maybe_stop() {
+    if (completed_.size() != std::uint64_t{sc_.messages} * senders_.size()) return;
+    for (std::uint32_t n = 0; n < sc_.nodes; ++n) {
+      if (cluster_.crashed(n) || removed_[n]) continue;
+      for (const auto& key : completed_)
+        if (delivered_[n].count(key) == 0) return;
+    }
+    cluster_.stop();
   }
 
   LargeResult finish() {
