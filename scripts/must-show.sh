@@ -49,6 +49,10 @@ run 'd["delivered_ok"]' sim small --nodes 512 --senders 2 --messages 500 --size 
 # member multicast never reaches (the probe switches the whole group to emulation).
 run 'd["delivered_ok"] and d["joined"] == 2 and d["crashed"] == 2 and d["members_emulating"] == 40 and d["views_installed"] >= 4 and d["missing"] == 0' \
   sim small --nodes 40 --senders 3 --messages 500 --size 3000 --loss 0.02 --crash 2 --joins 2 --block-multicast --seed 15 --json
+# Issue 19: a sender crashes mid-stream under loss (and a receiver): the survivors
+# deliver the same of its messages (the proxy root gathers what any of them holds).
+run 'd["delivered_ok"] and d["senders_crashed"] == 1 and d["disagreements"] == 0 and d["missing"] == 0' \
+  sim small --nodes 40 --senders 3 --messages 500 --size 3000 --loss 0.05 --crash-senders 1 --crash 1 --seed 19 --json
 # The layer rule catches a protocol file that includes a socket header.
 echo "\$ tests/layer_check.py --self-test"
 python3 tests/layer_check.py --self-test || { echo "NOT MET: the layer check flags <sys/socket.h>"; exit 1; }
@@ -140,6 +144,15 @@ run "$SOAK_OK"' and d["transport"] == "shm" and d["shm_files_left"] == 0' \
   soak --transport shm --procs 8 --senders 4 --messages 10000 --loss 0.02 --kill 1 --json
 run "$SOAK_OK"' and d["corrupt"] == 0 and d["large_restarted"] >= 1 and d["shm_files_left"] == 0' \
   soak --transport shm --procs 8 --senders 2 --messages 200 --sizes 64:40,64KiB:10,8MiB:3 --loss 0.02 --kill 2 --json
+# Issue 19: a sender and a receiver SIGKILLed mid-run, small and 3 MiB messages: the
+# survivors deliver the same of the dead sender's messages (large ones on its commit),
+# and every live sender's messages complete.
+run "$SOAK_OK"' and d["senders_killed"] == 1 and d["disagreements"] == 0 and d["completed"] == 30000' \
+  soak --procs 8 --senders 4 --messages 10000 --sizes 64:40,2KiB:30,64KiB:10,3MiB:2 --loss 0.02 --kill-senders 1 --kill 1 --json
+# Issue 19: the embedded manager dies mid-run (the README: members fail clearly with
+# manager_lost, no takeover yet): every member stops that way within 2 s, none hangs.
+run 'd["manager_loss_ok"] and d["members_stopped_manager_lost"] == 8 and d["manager_loss_to_stop_ms"] <= 2000' \
+  soak --procs 8 --senders 4 --messages 10000 --loss 0.02 --kill-manager --json
 run "$SOAK_OK"' and d["spray_datagrams"] > 0 and d["bad_packets_dropped"] > 0 and d["spray_tcp_disconnected"] == d["spray_tcp_attempts"] > 0' \
   soak --procs 8 --senders 4 --messages 3000 --loss 0.02 --kill 1 --spray --json
 # Joining mid-stream: two members start once the group runs (mixed sizes, large ones too).

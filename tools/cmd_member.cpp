@@ -111,6 +111,8 @@ struct Ledger {
   std::map<MemberId, std::pair<std::uint64_t, std::uint64_t>> per_sender;
   /// Senders that left the view (killed): their remaining messages never come.
   std::set<MemberId> departed;
+  /// Why the group stopped under us (on_stopped: removed, or the manager is gone).
+  std::string stopped;
   std::condition_variable changed;
 
   /// Every sender either delivered all `messages` or left. (mu held.)
@@ -210,6 +212,13 @@ int run_member(const MemberOptions& o) {
               {"left", std::vector<MemberId>(left.begin(), left.end())}, {"t_ns", mono_ns()}});
   });
   std::uint64_t expected = std::uint64_t{o.senders} * o.messages;
+  g.on_stopped([&](const Error& e) {
+    {
+      std::lock_guard lock(led.mu);
+      led.stopped = e.what();
+    }
+    led.changed.notify_all();
+  });
   const Verify verify = o.verify == "sampled" ? Verify::sampled : Verify::full;
   g.on_deliver([&](const Delivery& d) {
     const auto t_delivered = mono_ns();  // before the check, which reads every byte
@@ -382,7 +391,10 @@ int run_member(const MemberOptions& o) {
                                     : led.unique >= expected ||
                                           (!led.departed.empty() && led.senders_accounted(o.senders, o.messages));
       const bool sent_all = !sender || completed + send_failures >= o.messages;
-      if ((got_all && sent_all) || stdin_closed || std::chrono::steady_clock::now() >= deadline) break;
+      // A stopped group delivers nothing more: report what we have (the parent judges).
+      if ((got_all && sent_all) || !led.stopped.empty() || stdin_closed ||
+          std::chrono::steady_clock::now() >= deadline)
+        break;
       if (std::chrono::steady_clock::now() >= next_progress) {
         const auto unique = led.unique;
         lock.unlock();
@@ -432,6 +444,7 @@ int run_member(const MemberOptions& o) {
             {"fifo_violations", led.fifo_violations},
             {"digest", led.digest},
             {"per_sender", led.tallies()},
+            {"stopped", led.stopped},
             {"completed", completed.load()},
             {"send_failures", send_failures.load()},
             {"send_error", send_error},

@@ -33,6 +33,9 @@ void add_soak_command(CLI::App& app) {
   cmd->add_option("--kill", o->kill, "Non-sender members SIGKILLed mid-run");
   cmd->add_option("--kill-senders", o->kill_senders,
                   "Senders SIGKILLed mid-run (never member 1): the survivors must deliver the same of their messages");
+  cmd->add_flag("--kill-manager", o->kill_manager,
+                "Stop the membership manager mid-run (as if its process died): every member must stop with "
+                "manager_lost and none hang (the verdict is manager_loss_ok)");
   cmd->add_option("--join", o->join, "Members started mid-run that join the running group");
   cmd->add_option("--seed", o->seed, "Workload, fault and kill seed")->capture_default_str();
   cmd->add_option("--transport", *transport, "socket, verbs or shm (members on one host; the simulator has `hmcast sim small`)")
@@ -81,7 +84,7 @@ void add_soak_command(CLI::App& app) {
     } else {
       std::cout << r.to_json().dump(2) << std::endl;
     }
-    if (!r.delivered_ok) throw CLI::RuntimeError(3);
+    if (o->kill_manager ? !r.manager_loss_ok : !r.delivered_ok) throw CLI::RuntimeError(3);
   });
 }
 

@@ -123,6 +123,10 @@ nlohmann::json GroupRunReport::to_json() const {
           {"members_verified", members_verified},
           {"survivors", survivors},
           {"senders_killed", senders_killed},
+          {"manager_killed", manager_killed},
+          {"members_stopped_manager_lost", members_stopped_manager_lost},
+          {"manager_loss_to_stop_ms", manager_loss_to_stop_ms},
+          {"manager_loss_ok", manager_loss_ok},
           {"disagreements", disagreements},
           {"dead_sender_delivered", dead_sender_delivered},
           {"joined", joined},
@@ -194,7 +198,8 @@ GroupRunReport run_group(const GroupRunOptions& o) {
   std::mutex views_mu;
   nlohmann::json views_log = nlohmann::json::array();
   std::optional<membership::IssuedView> first_view;
-  socket::ManagerServer manager(
+  std::optional<socket::ManagerServer> manager;  // reset() is --kill-manager: its connections close
+  manager.emplace(
       o.manager_host, 0,
       socket::fresh_coordinator_config(),
       [&](const membership::IssuedView& v) {
@@ -203,7 +208,8 @@ GroupRunReport run_group(const GroupRunOptions& o) {
                              {"t_ns", mono_ns()}});
         if (!first_view) first_view = v;
       });
-  const std::string manager_addr = o.manager_host + ":" + std::to_string(manager.port());
+  const std::string manager_addr = o.manager_host + ":" + std::to_string(manager->port());
+  std::int64_t manager_killed_ns = 0;
   const std::string exe = self_exe();
   std::vector<Child> kids;
   kids.reserve(o.procs + o.join);  // references into it stay valid while joiners are added
@@ -245,7 +251,7 @@ GroupRunReport run_group(const GroupRunOptions& o) {
   std::thread sprayer;
   bool spray_started = false;
   std::vector<std::pair<std::uint32_t, std::int64_t>> kills;  // (member id, t_ns)
-  bool killed_yet = o.kill == 0 && o.kill_senders == 0;
+  bool killed_yet = o.kill == 0 && o.kill_senders == 0 && !o.kill_manager;
   std::vector<std::uint32_t> dead_senders;  // member ids
   bool joins_started = o.join == 0;
   bool stopping = false;
@@ -329,6 +335,12 @@ GroupRunReport run_group(const GroupRunOptions& o) {
       };
       kill_some(o.kill_senders, true);
       kill_some(o.kill, false);
+      if (o.kill_manager) {
+        // What members see when the manager's process dies: every control connection closes.
+        manager.reset();
+        manager_killed_ns = mono_ns();
+        if (o.progress != nullptr) *o.progress << "killed the membership manager" << std::endl;
+      }
       killed_yet = true;
     }
     // Joiners come in once the group is well under way too: two fifths done.
@@ -533,6 +545,22 @@ GroupRunReport run_group(const GroupRunOptions& o) {
       if (t <= last_done) max_view = std::max(max_view, id);
   }
   rep.views_installed = max_view;
+  if (o.kill_manager) {
+    // Without a manager no view can change: what the README promises is that every
+    // member stops with manager_lost (its broadcasts fail), soon, and none hangs.
+    rep.manager_killed = manager_killed_ns > 0;
+    for (const auto& c : kids) {
+      if (c.killed || !c.done) continue;
+      const auto stopped = c.done_report.value("stopped", std::string{});
+      if (stopped.find("manager") == std::string::npos) continue;
+      ++rep.members_stopped_manager_lost;
+      const auto t = c.done_report["t_ns"].get<std::int64_t>();
+      if (manager_killed_ns > 0 && t > manager_killed_ns)
+        rep.manager_loss_to_stop_ms = std::max(rep.manager_loss_to_stop_ms, static_cast<double>(t - manager_killed_ns) / 1e6);
+    }
+    rep.manager_loss_ok = rep.manager_killed && !rep.timed_out && rep.members_stopped_manager_lost == rep.survivors &&
+                          rep.survivors == o.procs && rep.corrupt == 0 && rep.duplicates_delivered == 0;
+  }
   for (std::uint32_t dead : dead_senders) {
     // What the survivors delivered of it by the time they stopped.
     std::map<std::pair<std::uint64_t, std::uint64_t>, std::uint32_t> seen;

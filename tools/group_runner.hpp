@@ -30,6 +30,9 @@ struct GroupRunOptions {
   /// Senders SIGKILLed mid-run (never member 1, whose figures the reports use): the
   /// survivors must agree on which of a dead sender's messages they delivered.
   std::uint32_t kill_senders = 0;
+  /// The membership manager (in this process) is stopped mid-run, as if its process
+  /// died: every member must stop with manager_lost, soon, and none hang.
+  bool kill_manager = false;
   std::uint32_t join = 0;  // members started once the group runs (they join mid-stream)
   std::string group = "demo";
   /// Command words put in front of each member; "{i}" becomes its 1-based index.
@@ -81,6 +84,10 @@ struct GroupRunReport {
   std::uint32_t members_verified = 0;  // survivors whose every check passed
   std::uint32_t survivors = 0;
   std::uint32_t senders_killed = 0;
+  bool manager_killed = false;
+  std::uint32_t members_stopped_manager_lost = 0;  // members that stopped saying the manager is gone
+  double manager_loss_to_stop_ms = 0;              // the manager's death -> the last of them stopped
+  bool manager_loss_ok = false;  // --kill-manager: every member stopped that way, none hung
   /// Per killed sender, survivors whose delivered set of its messages (count and
   /// digest) differs from the one most survivors have; summed over killed senders.
   std::uint64_t disagreements = 0;
