@@ -20,6 +20,8 @@ PACKAGES=(
   python3-matplotlib
   # the Python module (python/) and its tests
   pybind11-dev python3-dev python3-pytest python3-numpy
+  # ZooKeeper: its C client (the membership store of issue 19) and the server the tests run
+  zookeeper libzookeeper-mt-dev
 )
 # --demo: only what quick start 1 needs to build and run the demo (the hmcast tool).
 if [ "${1:-}" = "--demo" ]; then
