@@ -27,14 +27,17 @@ namespace {
 /// Members 1 -> 2 -> 3 -> 4 in view 1, a chain of 1000-byte blocks, each a single
 /// segment; `dead` crash before anything moves (frames to them are lost, and links
 /// to them break).
+/// A chain of 1000-byte blocks, each a single segment.
+MemNet::Options chain_options() {
+  MemNet::Options o;
+  o.protocol.block_size = 1000;
+  o.protocol.segment_size = 1000;
+  o.protocol.large_algorithm = LargeAlgorithm::chain;
+  return o;
+}
+
 struct Router {
-  MemNet net{[] {
-    MemNet::Options o;
-    o.protocol.block_size = 1000;
-    o.protocol.segment_size = 1000;
-    o.protocol.large_algorithm = LargeAlgorithm::chain;
-    return o;
-  }()};
+  MemNet net{chain_options()};
   explicit Router(MemberId dead) {
     const View v1{1, {1, 2, 3, 4}};
     for (MemberId m : v1.members) net.add(m, v1);
@@ -117,13 +120,7 @@ namespace {
 /// Members 1..4 in view 1 (sender 1), a chain of 1000-byte blocks; commits from the
 /// sender to the members in `commit_lost` are lost.
 struct CommitNet {
-  MemNet net{[] {
-    MemNet::Options o;
-    o.protocol.block_size = 1000;
-    o.protocol.segment_size = 1000;
-    o.protocol.large_algorithm = LargeAlgorithm::chain;
-    return o;
-  }()};
+  MemNet net{chain_options()};
   explicit CommitNet(std::set<MemberId> commit_lost) {
     const View v1{1, {1, 2, 3, 4}};
     for (MemberId m : v1.members) net.add(m, v1);
