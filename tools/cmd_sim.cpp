@@ -68,6 +68,9 @@ void add_large_command(CLI::App* simcmd) {
   large->add_option("--slow-nodes", sc->slow_nodes, "Nodes whose NIC runs at --slow-factor");
   large->add_option("--slow-factor", sc->slow_factor, "Speed of slow links/nodes")->check(CLI::Range(0.01, 1.0));
   large->add_option("--crash", sc->crash, "Non-sender members crashed during the transfer");
+  large->add_option("--crash-senders", sc->crash_senders,
+                    "Senders crashed during the transfer (never the first): survivors deliver each of their "
+                    "messages all or none");
   large->add_option("--receive-window", sc->receive_window, "Blocks a receiver lets come at once")
       ->check(CLI::Range(1U, 1024U))->capture_default_str();
   large->add_option("--seed", sc->seed, "Seed of the run")->capture_default_str();

@@ -95,6 +95,19 @@ class LargeRun {
         ++result_.crashed;
       });
     }
+    // Drawn after the others, so scenarios without sender crashes run as before.
+    std::vector<std::uint32_t> sender_nodes(senders_.begin(), senders_.end());
+    for (std::uint32_t c = 0; c < sc_.crash_senders && sender_nodes.size() > 1; ++c) {
+      const auto pick = 1 + rng.below(sender_nodes.size() - 1);  // never the first sender
+      const std::uint32_t victim = sender_nodes[pick];
+      sender_nodes.erase(sender_nodes.begin() + static_cast<std::ptrdiff_t>(pick));
+      crashed_senders_.insert(*cluster_.member_of(victim));
+      // Right after one of its completions (when its commit is on the wire, so some
+      // members may get it and others not), a few hop latencies later or sooner.
+      const auto after = static_cast<std::uint32_t>(rng.below(sc_.messages));
+      const auto delay = static_cast<TimeNs>(rng.below(static_cast<std::uint64_t>(4 * sc_.latency_ns)));
+      sender_crash_[*cluster_.member_of(victim)] = {victim, after, delay};
+    }
     for (auto s : senders_) {
       for (std::uint32_t m = 0; m < sc_.messages; ++m) {
         const auto r = cluster_.broadcast_large(s, sc_.size);
@@ -114,7 +127,17 @@ class LargeRun {
                      maybe_stop();
                    },
                    [&](action::CompletedLarge& c) {
-                     completed_.insert({*cluster_.member_of(node), c.seq});
+                     const MemberId who = *cluster_.member_of(node);
+                     completed_.insert({who, c.seq});
+                     if (auto v = sender_crash_.find(who); v != sender_crash_.end() && c.seq > v->second.after) {
+                       const std::uint32_t victim = v->second.node;
+                       cluster_.at(cluster_.now() + v->second.delay, [this, victim] {
+                         cluster_.crash(victim, true);
+                         ++result_.crashed;
+                         ++result_.senders_crashed;
+                       });
+                       sender_crash_.erase(v);
+                     }
                      result_.sim_time_us = std::max(result_.sim_time_us, now_us);
                      maybe_stop();
                    },
@@ -136,13 +159,32 @@ class LargeRun {
   /// Every message completed, and delivered at every live member (members deliver on
   /// the sender's commit, which goes out once the sender completes).
   void maybe_stop() {
-    if (completed_.size() != std::uint64_t{sc_.messages} * senders_.size()) return;
+    if (live_completed() != live_expected()) return;
     for (std::uint32_t n = 0; n < sc_.nodes; ++n) {
       if (cluster_.crashed(n) || removed_[n]) continue;
       for (const auto& key : completed_)
-        if (delivered_[n].count(key) == 0) return;
+        if (crashed_senders_.count(key.first) == 0 && delivered_[n].count(key) == 0) return;
     }
-    cluster_.stop();
+    if (crashed_senders_.empty()) {
+      cluster_.stop();
+      return;
+    }
+    // A crashed sender's messages settle through relays at the view change: give
+    // them time (virtual) before judging.
+    if (!stopping_) {
+      stopping_ = true;
+      cluster_.at(cluster_.now() + 50'000'000, [this] { cluster_.stop(); });
+    }
+  }
+
+  /// Messages of senders that did not crash: expected, and completed so far.
+  [[nodiscard]] std::uint64_t live_expected() const {
+    return std::uint64_t{sc_.messages} * (senders_.size() - crashed_senders_.size());
+  }
+  [[nodiscard]] std::uint64_t live_completed() const {
+    return static_cast<std::uint64_t>(std::count_if(completed_.begin(), completed_.end(), [&](const auto& key) {
+      return crashed_senders_.count(key.first) == 0;
+    }));
   }
 
   LargeResult finish() {
@@ -153,14 +195,32 @@ class LargeRun {
     r.block = sc_.block;
     r.segment = std::clamp<std::uint64_t>(sc_.segment, 1, sc_.block);
     r.completed = completed_.size();
-    r.timed_out = r.completed != std::uint64_t{sc_.messages} * senders_.size();
+    r.timed_out = live_completed() != live_expected();
     r.unicast_time_us = static_cast<double>(unicast_ns_) / 1000.0;
     const double ideal = r.unicast_time_us * static_cast<double>(sc_.messages * senders_.size());
     r.ratio_vs_unicast = ideal > 0 ? r.last_delivery_us / ideal : 0;
     for (std::uint32_t n = 0; n < sc_.nodes; ++n) {
       if (cluster_.crashed(n) || removed_[n]) continue;
       for (const auto& [sender, seq] : completed_)
-        if (delivered_[n].count({sender, seq}) == 0) ++r.missing;
+        if (crashed_senders_.count(sender) == 0 && delivered_[n].count({sender, seq}) == 0) ++r.missing;
+    }
+    // A crashed sender's messages: every live member delivered each, or none did.
+    std::map<std::pair<MemberId, Seq>, std::uint32_t> holders;
+    std::uint32_t live = 0;
+    for (std::uint32_t n = 0; n < sc_.nodes; ++n) {
+      if (cluster_.crashed(n) || removed_[n]) continue;
+      ++live;
+      for (const auto& key : delivered_[n])
+        if (crashed_senders_.count(key.first) != 0) ++holders[key];
+    }
+    for (const auto& [key, count] : holders) {
+      if (count == live) {
+        ++r.dead_sender_delivered;
+      } else {
+        ++r.disagreements;
+        result_.violation(std::to_string(count) + " of " + std::to_string(live) + " live members delivered message " +
+                          std::to_string(key.second) + " of crashed sender " + std::to_string(key.first));
+      }
     }
     for (std::uint32_t n = 0; n < sc_.nodes; ++n) {
       auto* rt = cluster_.runtime(n);
@@ -171,11 +231,13 @@ class LargeRun {
       r.segments_sent += st.segments_sent;
       r.restarted += st.restarted;
       r.redeliveries_suppressed += st.redeliveries_suppressed;
+      r.delivered_on_relay += st.delivered_on_relay;
+      r.uncommitted_discarded += st.uncommitted_discarded;
     }
     r.views_installed = cluster_.views_issued();
     r.bytes_on_wire = cluster_.fabric().stats().bytes_on_wire;
     r.delivered_ok = !r.timed_out && r.missing == 0 && r.duplicates_delivered == 0 && r.invalid_dropped == 0 &&
-                     r.violations.empty();
+                     r.disagreements == 0 && r.violations.empty();
     return r;
   }
 
@@ -185,6 +247,14 @@ class LargeRun {
   std::vector<bool> removed_;
   std::vector<std::set<std::pair<MemberId, Seq>>> delivered_;
   std::set<std::pair<MemberId, Seq>> completed_;
+  std::set<MemberId> crashed_senders_;
+  struct SenderCrash {
+    std::uint32_t node;
+    std::uint32_t after;  // crash once this many of its messages completed (plus one)
+    TimeNs delay;
+  };
+  std::map<MemberId, SenderCrash> sender_crash_;
+  bool stopping_ = false;
   std::uint32_t blocks_ = 0;
   std::uint32_t ready_ = 0;
   TimeNs start_ns_ = 0;
@@ -202,7 +272,8 @@ std::string LargeScenario::command_line() const {
     << " --algo " << large::to_string(algorithm) << " --link-gbps " << link_gbps << " --latency-us "
     << static_cast<double>(latency_ns) / 1000.0 << " --block-overhead-us "
     << static_cast<double>(block_overhead_ns) / 1000.0 << " --slow-links " << slow_links << " --slow-nodes "
-    << slow_nodes << " --slow-factor " << slow_factor << " --crash " << crash << " --receive-window "
+    << slow_nodes << " --slow-factor " << slow_factor << " --crash " << crash << " --crash-senders " << crash_senders
+    << " --receive-window "
     << receive_window << " --seed " << seed << " --json";
   return o.str();
 }
@@ -223,6 +294,11 @@ std::string LargeResult::to_json() const {
   j["failures"] = failures;
   j["failure_reason"] = failure_reason;
   j["restarted"] = restarted;
+  j["senders_crashed"] = senders_crashed;
+  j["disagreements"] = disagreements;
+  j["dead_sender_delivered"] = dead_sender_delivered;
+  j["delivered_on_relay"] = delivered_on_relay;
+  j["uncommitted_discarded"] = uncommitted_discarded;
   j["redeliveries_suppressed"] = redeliveries_suppressed;
   j["invalid_dropped"] = invalid_dropped;
   j["blocks_sent"] = blocks_sent;

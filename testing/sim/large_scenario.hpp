@@ -31,6 +31,9 @@ struct LargeScenario {
   std::uint32_t slow_nodes = 0;  // nodes whose NIC runs at slow_factor
   double slow_factor = 0.5;
   std::uint32_t crash = 0;       // non-sender members crashed during the transfer
+  /// Senders crashed during the transfer (never the first): the survivors must
+  /// deliver each of their messages all or none of them.
+  std::uint32_t crash_senders = 0;
   std::uint32_t receive_window = 1;  // blocks a receiver lets come at once
   std::uint64_t seed = 1;
 
@@ -56,6 +59,13 @@ struct LargeResult : RunResult {
   std::uint64_t blocks_sent = 0;
   std::uint64_t segments_sent = 0;
   std::uint64_t bytes_on_wire = 0;
+  std::uint64_t senders_crashed = 0;
+  /// Crashed senders' messages some live members delivered and others did not.
+  std::uint64_t disagreements = 0;
+  /// Crashed senders' messages every live member delivered (those none did: the rest).
+  std::uint64_t dead_sender_delivered = 0;
+  std::uint64_t delivered_on_relay = 0;  // ...of which members delivered on a survivor's relayed commit
+  std::uint64_t uncommitted_discarded = 0;
 
   [[nodiscard]] std::string to_json() const;
 };
