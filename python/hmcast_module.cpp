@@ -92,6 +92,9 @@ py::dict stats_dict(const hmcast::GroupStats& s) {
   d["completed"] = s.completed;
   d["large_delivered"] = s.large_delivered;
   d["large_completed"] = s.large_completed;
+  d["large_commits_relayed"] = s.large_commits_relayed;
+  d["large_delivered_on_relay"] = s.large_delivered_on_relay;
+  d["large_uncommitted_discarded"] = s.large_uncommitted_discarded;
   d["repairs_sent"] = s.repairs_sent;
   d["views_installed"] = s.views_installed;
   d["duplicates_dropped"] = s.duplicates_dropped;
