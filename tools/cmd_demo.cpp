@@ -91,7 +91,7 @@ void add_demo_command(CLI::App& app) {
               << "repairs:    " << r.repairs_sent << " point-to-point; bad packets dropped: " << r.bad_packets_dropped
               << "\n"
               << "verified:   " << r.members_verified << " of " << r.survivors
-              << " members checked every byte of every message, exactly once, in sender order; digests agree: "
+              << " members checked every byte of every message they received, exactly once, in sender order; digests agree: "
               << (r.digests_agree ? "yes" : "NO") << "\n";
     for (const auto& p : r.problems) std::cout << "problem:    " << p << "\n";
     std::cout << "\nverdict: " << (r.delivered_ok ? "PASS" : "FAIL") << "\n";

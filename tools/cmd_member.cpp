@@ -222,7 +222,13 @@ int run_member(const MemberOptions& o) {
   const Verify verify = o.verify == "sampled" ? Verify::sampled : Verify::full;
   g.on_deliver([&](const Delivery& d) {
     const auto t_delivered = mono_ns();  // before the check, which reads every byte
-    auto c = check_message(o.seed, d.sender, d.bytes, verify);
+    // Our own messages: their bytes never crossed a transport (the sender delivers
+    // from its own buffer), and checking them here, on the progress thread, would
+    // delay the ACKs that complete them; so only their header (index) is read, as
+    // the Open MPI baseline never checks the root's buffer. Everything received is
+    // checked in full.
+    const auto checked = d.sender == self ? d.bytes.first(std::min(d.bytes.size(), kMessageHeader)) : d.bytes;
+    auto c = check_message(o.seed, d.sender, checked, verify);
     std::lock_guard lock(led.mu);
     if (!c || d.sender > o.senders || c->index >= o.messages || c->attempt != 0) {
       ++led.unexpected;
