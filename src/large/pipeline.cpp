@@ -288,13 +288,17 @@ void Pipeline::on_block(MemberId from, const wire::Block& b, Outbox& out) {
 void Pipeline::deliver(Message& t, Outbox& out) {
   HMCAST_ASSERT(!t.delivered && t.complete && t.have_count == t.blocks);  // once, and only with every block
   t.delivered = true;
-  if (t.delivered_before) {
+  hand_over(t.sender, t.seq, t.size, t.delivered_before, out);
+}
+
+void Pipeline::hand_over(MemberId sender, Seq seq, std::uint64_t size, bool delivered_before, Outbox& out) {
+  if (delivered_before) {
     ++stats_.redeliveries_suppressed;
     return;
   }
-  delivered_[t.sender] = std::max(delivered_[t.sender], t.seq);
+  delivered_[sender] = std::max(delivered_[sender], seq);
   ++stats_.delivered;
-  out.emplace_back(action::DeliverLarge{t.sender, t.seq, t.size, nullptr});
+  out.emplace_back(action::DeliverLarge{sender, seq, size, nullptr});
 }
 
 void Pipeline::on_ack(MemberId from, const wire::LargeAck& a, Outbox& out) {
@@ -362,13 +366,7 @@ void Pipeline::on_commit(MemberId from, const wire::LargeCommit& c, Outbox& out)
   const std::uint64_t size = held->second.size;
   awaiting_.erase(held);
   if (from != c.sender) ++stats_.delivered_on_relay;
-  if (c.seq <= delivered_[c.sender]) {
-    ++stats_.redeliveries_suppressed;
-  } else {
-    delivered_[c.sender] = c.seq;
-    ++stats_.delivered;
-    out.emplace_back(action::DeliverLarge{c.sender, c.seq, size, nullptr});
-  }
+  hand_over(c.sender, c.seq, size, c.seq <= delivered_[c.sender], out);
   out.emplace_back(action::ReleaseLarge{c.sender, c.seq});
 }
 
@@ -432,15 +430,20 @@ void Pipeline::on_view(const View& view, Outbox& out) {
     if (!t.delivered) out.emplace_back(action::DiscardLarge{t.sender, t.seq});
     out.emplace_back(action::ReleaseLarge{t.sender, t.seq});
   }
-  // Senders that left: the last message each delivered here, relayed below.
-  for (const auto& [sender, seq] : delivered_)
-    if (!view.contains(sender) && sender != self_) relay_[sender] = {seq, 2};
   transfers_.clear();
   early_.clear();
   finished_.clear();  // a surviving sender may restart a seq that was over here
   own_active_.reset();
-  for (auto it = delivered_.begin(); it != delivered_.end();)  // departed senders restart nothing
-    it = view.contains(it->first) ? std::next(it) : delivered_.erase(it);
+  // Departed senders restart nothing: forget them, but relay (below) the commit of
+  // the last message each delivered here, to survivors that may await it.
+  for (auto it = delivered_.begin(); it != delivered_.end();) {
+    if (view.contains(it->first)) {
+      ++it;
+      continue;
+    }
+    relay_[it->first] = {it->second, 2};
+    it = delivered_.erase(it);
+  }
   view_ = view;
   if (still_member) {
     // A survivor that may await a commit gets it: ours again, and departed senders'

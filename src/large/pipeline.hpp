@@ -214,6 +214,8 @@ class Pipeline {
   void maybe_finish(const Key& key, Outbox& out);
   /// Marks `t` delivered, and tells the application unless it had it before.
   void deliver(Message& t, Outbox& out);
+  /// Tells the application of (sender, seq), unless it had it before (a restart).
+  void hand_over(MemberId sender, Seq seq, std::uint64_t size, bool delivered_before, Outbox& out);
   [[nodiscard]] wire::Announce announce_of(const Message& t) const;
 
   MemberId self_;
