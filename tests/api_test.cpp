@@ -376,7 +376,13 @@ TEST_CASE("api: a member the others remove is told so by on_stopped, once", "[ap
     if (!stalled.exchange(true)) std::this_thread::sleep_for(std::chrono::milliseconds(1500));
   });
   const std::vector<std::byte> msg(100);
-  for (int m = 0; m < 20; ++m) groups[0].broadcast(msg).get();  // completes once member 2 is out
+  // Member 2 ACKs the first message before its callback stalls; the rest wait for
+  // the stall, so that they cannot all be ACKed before it (a loaded machine can run
+  // the three progress threads in any order).
+  groups[0].broadcast(msg).get();
+  for (int wait = 0; wait < 500 && !stalled; ++wait) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  REQUIRE(stalled);
+  for (int m = 1; m < 20; ++m) groups[0].broadcast(msg).get();  // completes once member 2 is out
   for (int wait = 0; wait < 500 && stopped == 0; ++wait) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   CHECK(stopped == 1);
   INFO("on_stopped: " << (stop_seen ? why : std::string("not called")));

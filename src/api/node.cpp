@@ -36,6 +36,13 @@ void NodeState::queue_for_app(GroupState& g, AppEvents& app) {
   app.clear();
 }
 
+namespace {
+// Inputs handled before the progress thread turns to timers and callbacks. Large
+// enough that a burst is ACKed once (on_drained), small enough that a delivery waits
+// for at most one round.
+constexpr std::size_t kDrainRound = 256;
+}  // namespace
+
 void NodeState::run() {
   GroupState& g = *group;
   while (!stop.load()) {
@@ -57,10 +64,14 @@ void NodeState::run() {
     try {
       auto in = link->wait(deadline);
       const bool had_input = in.has_value();
-      while (in) {
+      // Drain what is queued, in bounded rounds: input that keeps arriving (a sender
+      // that sends again as soon as we ACK) must not hold back timers and the
+      // application's deliveries, which wait below.
+      for (std::size_t n = 1; in && n < kDrainRound; ++n) {
         dispatch(g, *in);
-        in = link->wait(std::chrono::steady_clock::now());  // drain what is queued
+        in = link->wait(std::chrono::steady_clock::now());
       }
+      if (in) dispatch(g, *in);
       if (had_input) {
         std::lock_guard lock(g.mu);
         AppEvents app;
