@@ -27,7 +27,8 @@ std::vector<ControlMessage> samples() {
           ViewPush{7, {{1, "a", 7}}, {{1, 2, 2}}, true, true},
           MulticastFailed{4, {2, 5}},
           MulticastFailed{4, {}},
-          MulticastFallback{4}};
+          MulticastFallback{4},
+          Rejoin{"weights", 0x1122334455667788ULL, 7, 12}};
 }
 
 template <class T>

@@ -1,38 +1,109 @@
 // `hmcast manager --listen HOST:PORT`: the standalone membership manager.
+// `hmcast manager --zookeeper ENSEMBLE`: one of several; whoever holds the seat in
+// ZooKeeper coordinates, the others stand by and take over when it dies
+// (transport/zookeeper/zk_coordination.hpp).
 #include <csignal>
 #include <iostream>
 #include <thread>
 
 #include "commands.hpp"
+#include "hmcast/error.hpp"
 #include "transport/socket/manager_server.hpp"
 #include "transport/socket/net_util.hpp"
+#ifdef HMCAST_HAVE_ZOOKEEPER
+#include "transport/zookeeper/zk_coordination.hpp"
+#endif
 
 namespace hmcast::tools {
 
 namespace {
 volatile std::sig_atomic_t g_stop = 0;
 extern "C" void on_signal(int) { g_stop = 1; }
+
+struct ManagerOptions {
+  std::string listen = "127.0.0.1:17700";
+  std::uint32_t seconds = 0;
+  std::string zookeeper;
+  std::string root = "/hmcast";
+  std::uint32_t session_ms = 1000;
+  std::uint32_t rejoin_ms = 3000;
+};
+
+void print_view(const membership::IssuedView& v) {
+  std::cout << "view " << v.view.id << " of '" << v.group << "': " << v.view.members.size() << " members";
+  if (!v.left.empty()) std::cout << " (" << v.left.size() << " left)";
+  std::cout << std::endl;
+}
+
+/// Serves until a signal, the time limit, or (`failed`) the server stopping on its own.
+void serve_until_stopped(const ManagerOptions& o, const std::function<std::string()>& failed) {
+  std::signal(SIGINT, on_signal);
+  std::signal(SIGTERM, on_signal);
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(o.seconds);
+  while (g_stop == 0 && (o.seconds == 0 || std::chrono::steady_clock::now() < end)) {
+    if (const auto why = failed(); !why.empty()) throw Error(ErrorCode::manager_lost, why + "; restart this manager");
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+}
+
+#ifdef HMCAST_HAVE_ZOOKEEPER
+void run_seated(const ManagerOptions& o, const std::string& host, std::uint16_t port) {
+  zk::Seat seat(o.zookeeper, o.root, std::chrono::milliseconds(o.session_ms), std::chrono::seconds(30));
+  std::cout << "hmcast manager standing by for the coordinator's seat at " << o.zookeeper << " (" << o.root << ")"
+            << std::endl;
+  std::signal(SIGINT, on_signal);
+  std::signal(SIGTERM, on_signal);
+  while (!seat.try_take()) {
+    if (g_stop != 0) return;
+    if (seat.lost()) throw Error(ErrorCode::manager_lost, "this manager's ZooKeeper session expired while standing by");
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  std::size_t bad = 0;
+  socket::Succession succession;
+  succession.adopt = seat.records(&bad);
+  succession.rejoin_window = std::chrono::milliseconds(o.rejoin_ms);
+  succession.store = [&seat](const auto& issued, const auto& dropped) { seat.store(issued, dropped); };
+  socket::ManagerServer server(host, port, socket::fresh_coordinator_config(), print_view, std::move(succession));
+  seat.publish(host, server.port());
+  std::cout << "hmcast manager coordinating, listening on " << host << ":" << server.port() << "; took over "
+            << (bad == 0 ? "" : std::to_string(bad) + " unreadable records left and ") << "the groups it found"
+            << std::endl;
+  serve_until_stopped(o, [&] {
+    if (seat.lost()) return std::string("this manager's ZooKeeper session expired: another may coordinate now");
+    return server.failure();
+  });
+}
+#endif
+
 }  // namespace
 
 void add_manager_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("manager", "Run the membership manager of socket-transport groups");
-  auto listen = std::make_shared<std::string>("127.0.0.1:17700");
-  auto seconds = std::make_shared<std::uint32_t>(0);
-  cmd->add_option("--listen", *listen, "HOST:PORT to listen on")->capture_default_str();
-  cmd->add_option("--exit-after", *seconds, "Stop after this many seconds (0: on SIGINT/SIGTERM)");
-  cmd->callback([listen, seconds] {
-    const auto [host, port] = socket::split_host_port(*listen, "listen address");
-    socket::ManagerServer server(host, port, socket::fresh_coordinator_config(), [](const membership::IssuedView& v) {
-      std::cout << "view " << v.view.id << " of '" << v.group << "': " << v.view.members.size() << " members";
-      if (!v.left.empty()) std::cout << " (" << v.left.size() << " left)";
-      std::cout << std::endl;
-    });
+  auto o = std::make_shared<ManagerOptions>();
+  cmd->add_option("--listen", o->listen, "HOST:PORT to listen on (port 0: any free port)")->capture_default_str();
+  cmd->add_option("--exit-after", o->seconds, "Stop after this many seconds (0: on SIGINT/SIGTERM)");
+  cmd->add_option("--zookeeper", o->zookeeper,
+                  "ZooKeeper ensemble HOST:PORT,...: stand for the coordinator's seat there, and take over the "
+                  "groups a dead coordinator recorded");
+  cmd->add_option("--zk-root", o->root, "Where in ZooKeeper the seat and the group records are")->capture_default_str();
+  cmd->add_option("--zk-session-ms", o->session_ms,
+                  "ZooKeeper session timeout: how soon a dead coordinator's seat is free")
+      ->capture_default_str();
+  cmd->add_option("--rejoin-ms", o->rejoin_ms, "After taking over: how long members have to rejoin")
+      ->capture_default_str();
+  cmd->callback([o] {
+    const auto [host, port] = socket::split_host_port(o->listen, "listen address");
+    if (!o->zookeeper.empty()) {
+#ifdef HMCAST_HAVE_ZOOKEEPER
+      run_seated(*o, host, port);
+      return;
+#else
+      throw Error(ErrorCode::invalid_config, "this hmcast was built without ZooKeeper (libzookeeper-mt-dev)");
+#endif
+    }
+    socket::ManagerServer server(host, port, socket::fresh_coordinator_config(), print_view);
     std::cout << "hmcast manager listening on " << host << ":" << server.port() << std::endl;
-    std::signal(SIGINT, on_signal);
-    std::signal(SIGTERM, on_signal);
-    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(*seconds);
-    while (g_stop == 0 && (*seconds == 0 || std::chrono::steady_clock::now() < end))
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    serve_until_stopped(*o, [&] { return server.failure(); });
   });
 }
 

@@ -37,6 +37,8 @@ struct MemberOptions {
   std::string segment;
   std::string manager = "127.0.0.1:17700";
   bool embed_manager = false;
+  std::string zookeeper;  // the manager is whoever holds the seat there
+  std::string zk_root = "/hmcast";
   std::string group = "demo";
   std::uint32_t size = 8;
   std::uint32_t senders = 4;
@@ -158,6 +160,8 @@ int run_member(const MemberOptions& o) {
   cfg.group_size = o.size;
   cfg.socket.manager = o.manager;
   cfg.socket.embed_manager = o.embed_manager;
+  cfg.socket.zookeeper = o.zookeeper;
+  cfg.socket.zookeeper_root = o.zk_root;
   cfg.socket.interface_address = o.interface_address;
   if (o.mtu != 0) cfg.socket.mtu = cfg.shm.mtu = o.mtu;
   cfg.join_timeout = std::chrono::seconds(60);
@@ -533,6 +537,10 @@ void add_member_command(CLI::App& app) {
   auto o = std::make_shared<MemberOptions>();
   cmd->add_option("--manager", o->manager, "HOST:PORT of the membership manager")->capture_default_str();
   cmd->add_flag("--embed-manager", o->embed_manager, "Run the manager in this process, listening on --manager");
+  cmd->add_option("--zookeeper", o->zookeeper,
+                  "ZooKeeper ensemble HOST:PORT,...: the manager is whichever `hmcast manager --zookeeper` holds the "
+                  "coordinator's seat there (--manager is then not used)");
+  cmd->add_option("--zk-root", o->zk_root, "Where in ZooKeeper the seat is")->capture_default_str();
   cmd->add_option("--group", o->group, "Group name")->capture_default_str();
   cmd->add_option("--size", o->size, "Group size")->check(CLI::Range(1U, 65536U))->capture_default_str();
   cmd->add_option("--senders", o->senders, "Members with ids 1..S broadcast")->capture_default_str();

@@ -37,6 +37,22 @@ void add_soak_command(CLI::App& app) {
                 "Stop the membership manager mid-run (as if its process died): every member must stop with "
                 "manager_lost and none hang (the verdict is manager_loss_ok)");
   cmd->add_option("--join", o->join, "Members started mid-run that join the running group");
+  cmd->add_option("--membership", o->membership,
+                  "embedded: one manager in this process; zookeeper: --managers processes of `hmcast manager "
+                  "--zookeeper` stand for the coordinator's seat, and take over from each other")
+      ->check(CLI::IsMember({"embedded", "zookeeper"}))
+      ->capture_default_str();
+  cmd->add_option("--zookeeper", o->zookeeper, "ZooKeeper ensemble HOST:PORT,... (default: $HMCAST_ZK)");
+  cmd->add_option("--managers", o->managers, "--membership zookeeper: manager processes")
+      ->check(CLI::Range(1U, 16U))
+      ->capture_default_str();
+  cmd->add_option("--kill-coordinator", o->kill_coordinator,
+                  "SIGKILL the seated manager mid-run (--membership zookeeper): a standing one takes over and "
+                  "no broadcast may fail")
+      ->check(CLI::Range(0U, 1U));
+  cmd->add_option("--kill-zk-leader", o->kill_zk_leader,
+                  "SIGKILL the ZooKeeper ensemble's leader mid-run (needs $HMCAST_ZK_PIDS, as tests/zk/ensemble.py sets)")
+      ->check(CLI::Range(0U, 1U));
   cmd->add_option("--seed", o->seed, "Workload, fault and kill seed")->capture_default_str();
   cmd->add_option("--transport", *transport, "socket, verbs or shm (members on one host; the simulator has `hmcast sim small`)")
       ->capture_default_str();
@@ -73,6 +89,10 @@ void add_soak_command(CLI::App& app) {
       throw CLI::ValidationError("--transport",
                                  "'socket', 'verbs' or 'shm' run processes; for the simulator use `hmcast sim small`");
     o->transport = *transport;
+    if (o->membership != "zookeeper" && (o->kill_coordinator > 0 || o->kill_zk_leader > 0))
+      throw CLI::ValidationError("--kill-coordinator", "--kill-coordinator and --kill-zk-leader need --membership zookeeper");
+    if (o->membership == "zookeeper" && o->kill_manager)
+      throw CLI::ValidationError("--kill-manager", "with --membership zookeeper, use --kill-coordinator");
     if (*transport == "verbs") {
       if (cmd->count("--mtu") == 0) o->mtu = 4096;  // the UD MTU; the socket default is larger
       if (o->mtu > 4096) throw CLI::ValidationError("--mtu", "verbs datagrams carry at most 4096 bytes");

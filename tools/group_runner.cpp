@@ -29,6 +29,7 @@
 #include "process_info.hpp"
 #include "sprayer.hpp"
 #include "workload.hpp"
+#include "zk_managers.hpp"
 
 extern char** environ;
 
@@ -61,33 +62,6 @@ struct Child {
   std::vector<std::pair<std::uint64_t, std::int64_t>> views;      // (view id, t_ns)
   std::vector<std::vector<std::uint32_t>> view_members;
 };
-
-pid_t spawn(const std::vector<std::string>& argv, int& in_fd, int& out_fd) {
-  int in_pipe[2];
-  int out_pipe[2];
-  if (::pipe2(in_pipe, O_CLOEXEC) != 0) throw std::runtime_error(std::string("pipe2: ") + std::strerror(errno));
-  if (::pipe2(out_pipe, O_CLOEXEC) != 0) throw std::runtime_error(std::string("pipe2: ") + std::strerror(errno));
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_adddup2(&fa, in_pipe[0], STDIN_FILENO);
-  posix_spawn_file_actions_adddup2(&fa, out_pipe[1], STDOUT_FILENO);
-  std::vector<char*> args;
-  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  pid_t pid = -1;
-  const int rc = ::posix_spawnp(&pid, args[0], &fa, nullptr, args.data(), environ);
-  posix_spawn_file_actions_destroy(&fa);
-  ::close(in_pipe[0]);
-  ::close(out_pipe[1]);
-  if (rc != 0) {
-    ::close(in_pipe[1]);
-    ::close(out_pipe[0]);
-    throw std::runtime_error("cannot start '" + argv[0] + "': " + std::strerror(rc));
-  }
-  in_fd = in_pipe[1];
-  out_fd = out_pipe[0];
-  return pid;
-}
 
 /// The CPUs this process may run on, in order.
 std::vector<std::uint32_t> usable_cpus() {
@@ -127,6 +101,11 @@ nlohmann::json GroupRunReport::to_json() const {
           {"members_stopped_manager_lost", members_stopped_manager_lost},
           {"manager_loss_to_stop_ms", manager_loss_to_stop_ms},
           {"manager_loss_ok", manager_loss_ok},
+          {"membership", membership},
+          {"coordinators_killed", coordinators_killed},
+          {"zk_leader_killed", zk_leader_killed},
+          {"coordinator_failover_ms", coordinator_failover_ms},
+          {"send_failures", send_failures},
           {"disagreements", disagreements},
           {"dead_sender_delivered", dead_sender_delivered},
           {"joined", joined},
@@ -199,16 +178,31 @@ GroupRunReport run_group(const GroupRunOptions& o) {
   nlohmann::json views_log = nlohmann::json::array();
   std::optional<membership::IssuedView> first_view;
   std::optional<socket::ManagerServer> manager;  // reset() is --kill-manager: its connections close
-  manager.emplace(
-      o.manager_host, 0,
-      socket::fresh_coordinator_config(),
-      [&](const membership::IssuedView& v) {
-        std::lock_guard lock(views_mu);
-        views_log.push_back({{"view", v.view.id}, {"members", v.view.members.size()}, {"left", v.left},
-                             {"t_ns", mono_ns()}});
-        if (!first_view) first_view = v;
-      });
-  const std::string manager_addr = o.manager_host + ":" + std::to_string(manager->port());
+  const bool zookeeper = o.membership == "zookeeper";
+  rep.membership = o.membership;
+  std::string ensemble;
+  std::string zk_root;
+  Managers managers;
+  if (zookeeper) {
+    ensemble = !o.zookeeper.empty() ? o.zookeeper : std::getenv("HMCAST_ZK") != nullptr ? std::getenv("HMCAST_ZK") : "";
+    if (ensemble.empty())
+      throw std::invalid_argument("--membership zookeeper needs --zookeeper HOST:PORT,... (or $HMCAST_ZK)");
+    // A tree of its own per run: runs sharing an ensemble do not meet.
+    zk_root = "/hmcast-soak-" + std::to_string(::getpid()) + "-" + std::to_string(o.seed);
+    managers.start(self_exe(), ensemble, zk_root, o.manager_host, std::max(o.managers, 1U), views_mu, views_log);
+  } else {
+    manager.emplace(
+        o.manager_host, 0,
+        socket::fresh_coordinator_config(),
+        [&](const membership::IssuedView& v) {
+          std::lock_guard lock(views_mu);
+          views_log.push_back({{"view", v.view.id}, {"members", v.view.members.size()}, {"left", v.left},
+                               {"t_ns", mono_ns()}});
+          if (!first_view) first_view = v;
+        });
+  }
+  const std::string manager_addr = zookeeper ? std::string() : o.manager_host + ":" + std::to_string(manager->port());
+  std::int64_t coordinator_killed_ns = 0;
   std::int64_t manager_killed_ns = 0;
   const std::string exe = self_exe();
   std::vector<Child> kids;
@@ -222,7 +216,10 @@ GroupRunReport run_group(const GroupRunOptions& o) {
     c.joiner = joiner;
     std::vector<std::string> argv;
     for (const auto& w : o.prefix) argv.push_back(substitute(w, c.index));
-    argv.insert(argv.end(), {exe, "member", "--manager", manager_addr, "--group", o.group, "--size",
+    argv.insert(argv.end(), {exe, "member"});
+    if (zookeeper) argv.insert(argv.end(), {"--zookeeper", ensemble, "--zk-root", zk_root});
+    else argv.insert(argv.end(), {"--manager", manager_addr});
+    argv.insert(argv.end(), {"--group", o.group, "--size",
                              std::to_string(o.procs), "--senders", std::to_string(o.senders), "--messages",
                              std::to_string(o.messages), "--sizes", o.sizes, "--seed", std::to_string(o.seed),
                              "--loss", o.block_multicast ? std::string("1") : std::to_string(o.loss), "--dup", std::to_string(o.dup), "--reorder",
@@ -251,7 +248,8 @@ GroupRunReport run_group(const GroupRunOptions& o) {
   std::thread sprayer;
   bool spray_started = false;
   std::vector<std::pair<std::uint32_t, std::int64_t>> kills;  // (member id, t_ns)
-  bool killed_yet = o.kill == 0 && o.kill_senders == 0 && !o.kill_manager;
+  bool killed_yet = o.kill == 0 && o.kill_senders == 0 && !o.kill_manager && o.kill_coordinator == 0 &&
+                    o.kill_zk_leader == 0;
   std::vector<std::uint32_t> dead_senders;  // member ids
   bool joins_started = o.join == 0;
   bool stopping = false;
@@ -341,6 +339,21 @@ GroupRunReport run_group(const GroupRunOptions& o) {
         manager_killed_ns = mono_ns();
         if (o.progress != nullptr) *o.progress << "killed the membership manager" << std::endl;
       }
+      if (o.kill_coordinator > 0) {
+        if (managers.kill_seated()) {
+          coordinator_killed_ns = mono_ns();
+          ++rep.coordinators_killed;
+          if (o.progress != nullptr) *o.progress << "killed the seated coordinator with SIGKILL" << std::endl;
+        } else {
+          rep.problems.push_back("--kill-coordinator: no manager said it coordinates");
+        }
+      }
+      if (o.kill_zk_leader > 0) {
+        const auto why_not = kill_zk_leader();
+        rep.zk_leader_killed = why_not.empty();
+        if (!why_not.empty()) rep.problems.push_back("--kill-zk-leader: " + why_not);
+        else if (o.progress != nullptr) *o.progress << "killed the ZooKeeper ensemble's leader" << std::endl;
+      }
       killed_yet = true;
     }
     // Joiners come in once the group is well under way too: two fifths done.
@@ -390,7 +403,15 @@ GroupRunReport run_group(const GroupRunOptions& o) {
     const bool views_settled =
         kills.empty() || mono_ns() - kills.back().second > 5'000'000'000LL ||
         std::all_of(kids.begin(), kids.end(), [&](const Child& c) { return c.killed || c.joiner || c.exited || saw_removal(c); });
-    if (!stopping && killed_yet && joins_started && all_done && views_settled) {
+    // With the coordinator killed: until every survivor installed its successor's
+    // first view (at most 15 s), so the failover is measured and not cut short.
+    const auto saw_successor = [&](const Child& c) {
+      return std::any_of(c.views.begin(), c.views.end(), [&](const auto& v) { return v.second > coordinator_killed_ns; });
+    };
+    const bool successor_settled =
+        coordinator_killed_ns == 0 || mono_ns() - coordinator_killed_ns > 15'000'000'000LL ||
+        std::all_of(kids.begin(), kids.end(), [&](const Child& c) { return c.killed || c.joiner || c.exited || saw_successor(c); });
+    if (!stopping && killed_yet && joins_started && all_done && views_settled && successor_settled) {
       stopping = true;  // every survivor is done: let them go
       stop_spray = true;
       if (sprayer.joinable()) sprayer.join();
@@ -532,6 +553,7 @@ GroupRunReport run_group(const GroupRunOptions& o) {
       rep.faults_released_early += f->value("released_early", std::uint64_t{0});
     }
     rep.completed += d["completed"].get<std::uint64_t>();
+    rep.send_failures += d["send_failures"].get<std::uint64_t>();
     if (d["send_failures"].get<std::uint64_t>() > 0)
       rep.problems.push_back("member " + std::to_string(*c.member) + ": " + d["send_error"].get<std::string>());
     const bool digest_ok = d["digest"].get<std::uint64_t>() == want_digest;
@@ -545,6 +567,22 @@ GroupRunReport run_group(const GroupRunOptions& o) {
       if (t <= last_done) max_view = std::max(max_view, id);
   }
   rep.views_installed = max_view;
+  if (coordinator_killed_ns > 0) {
+    // Each survivor's first view after the coordinator's death came from its successor.
+    for (const auto& c : kids) {
+      if (c.killed || c.joiner) continue;
+      std::int64_t first_after = 0;
+      for (const auto& [id, t] : c.views)
+        if (t > coordinator_killed_ns && (first_after == 0 || t < first_after)) first_after = t;
+      if (first_after == 0) {
+        rep.problems.push_back("member " + std::to_string(c.index) + " installed no view after the coordinator died");
+        continue;
+      }
+      rep.coordinator_failover_ms =
+          std::max(rep.coordinator_failover_ms, static_cast<double>(first_after - coordinator_killed_ns) / 1e6);
+    }
+  }
+  managers.stop();
   if (o.kill_manager) {
     // Without a manager no view can change: what the README promises is that every
     // member stops with manager_lost (its broadcasts fail), soon, and none hangs.

@@ -34,6 +34,15 @@ struct GroupRunOptions {
   /// died: every member must stop with manager_lost, soon, and none hang.
   bool kill_manager = false;
   std::uint32_t join = 0;  // members started once the group runs (they join mid-stream)
+  /// "embedded": one manager in this process. "zookeeper": `managers` processes of
+  /// `hmcast manager --zookeeper` stand for the coordinator's seat in `zookeeper`.
+  std::string membership = "embedded";
+  std::string zookeeper;                // the ensemble (default: $HMCAST_ZK)
+  std::uint32_t managers = 2;
+  std::uint32_t kill_coordinator = 0;   // SIGKILL the seated manager mid-run (0 or 1)
+  /// SIGKILL the ensemble's leader server mid-run (0 or 1): needs $HMCAST_ZK_PIDS
+  /// (port:pid,...; tests/zk/ensemble.py sets it).
+  std::uint32_t kill_zk_leader = 0;
   std::string group = "demo";
   /// Command words put in front of each member; "{i}" becomes its 1-based index.
   std::vector<std::string> prefix;
@@ -88,6 +97,13 @@ struct GroupRunReport {
   std::uint32_t members_stopped_manager_lost = 0;  // members that stopped saying the manager is gone
   double manager_loss_to_stop_ms = 0;              // the manager's death -> the last of them stopped
   bool manager_loss_ok = false;  // --kill-manager: every member stopped that way, none hung
+  std::string membership = "embedded";
+  std::uint32_t coordinators_killed = 0;
+  bool zk_leader_killed = false;
+  /// The seated manager's death -> the last survivor installed a view issued after it
+  /// (by its successor, once the members rejoined).
+  double coordinator_failover_ms = 0;
+  std::uint64_t send_failures = 0;  // broadcasts that failed at their senders (all members)
   /// Per killed sender, survivors whose delivered set of its messages (count and
   /// digest) differs from the one most survivors have; summed over killed senders.
   std::uint64_t disagreements = 0;

@@ -189,6 +189,15 @@ struct SocketOptions {
   /// Run the manager inside this Node, listening on `manager`. If this Node's
   /// process dies, the group's members fail with ErrorCode::manager_lost.
   bool embed_manager = false;
+  /// A ZooKeeper ensemble ("host:port,host:port,..."): the manager is whichever
+  /// `hmcast manager --zookeeper` holds the coordinator's seat there (and `manager`
+  /// is not used). When it dies, a standing manager takes over the groups it
+  /// recorded and members rejoin it within `failover_timeout`, without failing
+  /// anything. Empty: the one manager at `manager`.
+  std::string zookeeper;
+  /// Where in ZooKeeper the seat and the group records are (one tree per set of managers).
+  std::string zookeeper_root = "/hmcast";
+  std::chrono::milliseconds failover_timeout{15000};
   /// Local IPv4 address: the interface datagrams use, where reliable links listen,
   /// and what peers are told to connect to.
   std::string interface_address = "127.0.0.1";

@@ -12,6 +12,9 @@
 #include "transport/inproc/inproc_control.hpp"
 #include "transport/links.hpp"
 #include "transport/socket/manager_client.hpp"
+#ifdef HMCAST_HAVE_ZOOKEEPER
+#include "transport/zookeeper/zk_failover_control.hpp"
+#endif
 #include "transport/socket/manager_server.hpp"
 #include "transport/socket/net_util.hpp"
 
@@ -248,6 +251,9 @@ Node::Node(Config config) : state_(std::make_shared<detail::NodeState>()) {
                                                ") is over the transport's MTU (" + std::to_string(transport_mtu) +
                                                ", SocketOptions::mtu, VerbsOptions::mtu or ShmOptions::mtu): lower it, or leave "
                                                "Config::protocol empty");
+  if (config.socket.embed_manager && !config.socket.zookeeper.empty())
+    throw Error(ErrorCode::invalid_config, "SocketOptions: embed_manager and zookeeper exclude each other: with an "
+                                           "ensemble, run `hmcast manager --zookeeper ENSEMBLE` processes instead");
   if (config.socket.embed_manager) {
     const auto [host, port] = socket::split_host_port(config.socket.manager, "manager address");
     try {
@@ -281,6 +287,15 @@ Group Node::join(const std::string& name) {
   const auto deadline = std::chrono::steady_clock::now() + s.cfg.join_timeout;
   if (s.cfg.transport == TransportKind::inproc) {
     s.control = std::make_unique<inproc::ControlClient>(s.cfg.fabric);
+  } else if (!s.cfg.socket.zookeeper.empty()) {
+#ifdef HMCAST_HAVE_ZOOKEEPER
+    s.control = std::make_unique<zk::FailoverControlClient>(
+        zk::FailoverOptions{s.cfg.socket.zookeeper, s.cfg.socket.zookeeper_root, s.cfg.socket.failover_timeout},
+        deadline);
+#else
+    throw Error(ErrorCode::invalid_config, "SocketOptions::zookeeper is set but this hmcast was built without ZooKeeper: "
+                                           "install libzookeeper-mt-dev and rebuild, or leave it empty");
+#endif
   } else {
     const auto [host, port] = socket::split_host_port(s.cfg.socket.manager, "manager address");
     s.control = std::make_unique<socket::ManagerClient>(host, port, deadline);

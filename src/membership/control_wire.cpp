@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/byte_io.hpp"
+#include "membership/control_codec.hpp"
 
 namespace hmcast::membership {
 
@@ -30,6 +31,63 @@ std::string get_string(wire::Reader& r) {
 
 }  // namespace
 
+void put_control_string(wire::Writer& w, const std::string& s) { put_string(w, s); }
+std::string get_control_string(wire::Reader& r) { return get_string(r); }
+
+void encode_view(const ViewPush& msg, std::vector<std::byte>& out) {
+  wire::Writer w(out);
+  w.u64(msg.view);
+  w.u32(static_cast<std::uint32_t>(msg.members.size()));
+  for (const auto& a : msg.members) {
+    w.u32(a.id);
+    put_string(w, a.host);
+    w.u16(a.port);
+  }
+  w.u8(static_cast<std::uint8_t>((msg.ends_flush ? kEndsFlush : 0) | (msg.multicast_emulated ? kEmulated : 0)));
+  w.u32(static_cast<std::uint32_t>(msg.starts.size()));
+  for (const auto& st : msg.starts) {
+    w.u32(st.member);
+    w.u64(st.next_small);
+    w.u64(st.next_large);
+  }
+}
+
+std::optional<ViewPush> decode_view(wire::Reader& r) {
+  ViewPush v;
+  v.view = r.u64();
+  const auto n = r.u32();
+  // Each member takes at least 7 bytes: refuse counts the input cannot hold
+  // before reserving anything.
+  if (n > kMaxViewMembers || n > r.remaining() / 7) return std::nullopt;
+  v.members.reserve(n);
+  for (std::uint32_t i = 0; i < n && r.ok(); ++i) {
+    MemberAddress a;
+    a.id = r.u32();
+    a.host = get_string(r);
+    a.port = r.u16();
+    if (!v.members.empty() && a.id <= v.members.back().id) return std::nullopt;  // sorted, distinct
+    v.members.push_back(std::move(a));
+  }
+  const auto flags = r.u8();
+  if ((flags & ~(kEndsFlush | kEmulated)) != 0) return std::nullopt;
+  v.ends_flush = (flags & kEndsFlush) != 0;
+  v.multicast_emulated = (flags & kEmulated) != 0;
+  const auto k = r.u32();
+  if (k > kMaxViewMembers || k > r.remaining() / 20) return std::nullopt;  // 20 bytes each
+  v.starts.reserve(k);
+  for (std::uint32_t i = 0; i < k && r.ok(); ++i) {
+    StreamStart st;
+    st.member = r.u32();
+    st.next_small = r.u64();
+    st.next_large = r.u64();
+    if (st.next_small == 0 || st.next_large == 0) return std::nullopt;  // seqs start at 1
+    if (!v.starts.empty() && st.member <= v.starts.back().member) return std::nullopt;
+    v.starts.push_back(st);
+  }
+  if (!r.ok()) return std::nullopt;
+  return v;
+}
+
 std::vector<std::byte> encode(const ControlMessage& m) {
   std::vector<std::byte> out{kMagic0, kMagic1, kMagic2, std::byte{kControlVersion},
                              static_cast<std::byte>(m.index())};
@@ -49,20 +107,7 @@ std::vector<std::byte> encode(const ControlMessage& m) {
           put_string(w, msg.host);
           w.u16(msg.port);
         } else if constexpr (std::is_same_v<T, ViewPush>) {
-          w.u64(msg.view);
-          w.u32(static_cast<std::uint32_t>(msg.members.size()));
-          for (const auto& a : msg.members) {
-            w.u32(a.id);
-            put_string(w, a.host);
-            w.u16(a.port);
-          }
-          w.u8(static_cast<std::uint8_t>((msg.ends_flush ? kEndsFlush : 0) | (msg.multicast_emulated ? kEmulated : 0)));
-          w.u32(static_cast<std::uint32_t>(msg.starts.size()));
-          for (const auto& st : msg.starts) {
-            w.u32(st.member);
-            w.u64(st.next_small);
-            w.u64(st.next_large);
-          }
+          encode_view(msg, out);
         } else if constexpr (std::is_same_v<T, SuspectReport>) {
           w.u64(msg.view);
           w.u32(msg.member);
@@ -80,6 +125,13 @@ std::vector<std::byte> encode(const ControlMessage& m) {
           for (MemberId id : msg.silent) w.u32(id);
         } else if constexpr (std::is_same_v<T, MulticastFallback>) {
           w.u64(msg.view);
+        } else if constexpr (std::is_same_v<T, Rejoin>) {
+          put_string(w, msg.group);
+          w.u64(msg.group_id);
+          w.u32(msg.member);
+          w.u64(msg.view);
+        } else {
+          static_assert(std::is_same_v<T, Leave>, "every control message has an encoding");
         }
       },
       m);
@@ -117,38 +169,9 @@ std::optional<ControlMessage> decode_control(std::span<const std::byte> bytes) {
       break;
     }
     case 3: {
-      ViewPush v;
-      v.view = r.u64();
-      const auto n = r.u32();
-      // Each member takes at least 7 bytes: refuse counts the input cannot hold
-      // before reserving anything.
-      if (n > kMaxViewMembers || n > r.remaining() / 7) return std::nullopt;
-      v.members.reserve(n);
-      for (std::uint32_t i = 0; i < n && r.ok(); ++i) {
-        MemberAddress a;
-        a.id = r.u32();
-        a.host = get_string(r);
-        a.port = r.u16();
-        if (!v.members.empty() && a.id <= v.members.back().id) return std::nullopt;  // sorted, distinct
-        v.members.push_back(std::move(a));
-      }
-      const auto flags = r.u8();
-      if ((flags & ~(kEndsFlush | kEmulated)) != 0) return std::nullopt;
-      v.ends_flush = (flags & kEndsFlush) != 0;
-      v.multicast_emulated = (flags & kEmulated) != 0;
-      const auto k = r.u32();
-      if (k > kMaxViewMembers || k > r.remaining() / 20) return std::nullopt;  // 20 bytes each
-      v.starts.reserve(k);
-      for (std::uint32_t i = 0; i < k && r.ok(); ++i) {
-        StreamStart st;
-        st.member = r.u32();
-        st.next_small = r.u64();
-        st.next_large = r.u64();
-        if (st.next_small == 0 || st.next_large == 0) return std::nullopt;  // seqs start at 1
-        if (!v.starts.empty() && st.member <= v.starts.back().member) return std::nullopt;
-        v.starts.push_back(st);
-      }
-      m = std::move(v);
+      auto v = decode_view(r);
+      if (!v) return std::nullopt;
+      m = std::move(*v);
       break;
     }
     case 4: {
@@ -200,6 +223,15 @@ std::optional<ControlMessage> decode_control(std::span<const std::byte> bytes) {
       MulticastFallback f;
       f.view = r.u64();
       m = f;
+      break;
+    }
+    case 11: {
+      Rejoin j;
+      j.group = get_string(r);
+      j.group_id = r.u64();
+      j.member = r.u32();
+      j.view = r.u64();
+      m = j;
       break;
     }
     default:

@@ -14,6 +14,13 @@
 //   member -> manager   Flushed{view, next seqs}        all I sent is all-acked
 //   member -> manager   MulticastFailed{view, silent}   my multicast probe went unconfirmed
 //   manager -> member   MulticastFallback{view}         the group now emulates multicast
+//   member -> manager   Rejoin{group, group id, member, view}  a new coordinator took over
+//
+// Coordinator failover (membership/group_record.hpp): a coordinator that takes over
+// a group from one that died finds its record (view, ids, multicast address) in the
+// store; each member of that view connects to it and says Rejoin, naming the view it
+// holds. The new coordinator then flushes the group (as for a join) and issues the
+// next view; members that did not come back in time are left out of it.
 //
 // Multicast fallback (group/multicast_probe.hpp): a member whose probe some
 // members never confirmed tells the manager, which switches the whole group at once
@@ -42,7 +49,7 @@
 
 namespace hmcast::membership {
 
-inline constexpr std::uint8_t kControlVersion = 3;
+inline constexpr std::uint8_t kControlVersion = 4;
 /// Longest string field (group names, host names, reasons).
 inline constexpr std::size_t kMaxControlString = 255;
 /// Most members a ViewPush may name.
@@ -123,10 +130,20 @@ struct MulticastFallback {
   friend bool operator==(const MulticastFallback&, const MulticastFallback&) = default;
 };
 
+struct Rejoin {
+  std::string group;
+  GroupId group_id = 0;
+  MemberId member = 0;
+  ViewId view = 0;  // the last view this member installed
+  friend bool operator==(const Rejoin&, const Rejoin&) = default;
+};
+
 using ControlMessage = std::variant<Join, Welcome, Listening, ViewPush, SuspectReport, Leave, Refused, FlushRequest,
-                                    Flushed, MulticastFailed, MulticastFallback>;
+                                    Flushed, MulticastFailed, MulticastFallback, Rejoin>;
 
 std::vector<std::byte> encode(const ControlMessage& m);
+/// A ViewPush's body alone (no magic, version or type): also part of group records.
+void encode_view(const ViewPush& v, std::vector<std::byte>& out);
 /// Nothing if `bytes` is not exactly one well-formed message of this version.
 std::optional<ControlMessage> decode_control(std::span<const std::byte> bytes);
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "core/assert.hpp"
 #include "core/name_hash.hpp"
 
 namespace hmcast::membership {
@@ -43,6 +44,11 @@ std::vector<ControlOut> Coordinator::on_message(ConnId conn, const ControlMessag
     g.members[id] = Member{conn, std::nullopt};
     sessions_[conn] = Session{g.name, id};
     out.push_back(ControlOut{conn, Welcome{g.id, id, g.multicast_address, g.multicast_port}, false});
+    return out;
+  }
+  if (const auto* rj = std::get_if<Rejoin>(&m)) {
+    if (session != sessions_.end()) refuse(conn, "a connection joins one group once", out);
+    else rejoin(conn, *rj, out);
     return out;
   }
   if (session == sessions_.end()) {
@@ -112,8 +118,97 @@ void Coordinator::start_flush(Group& g, std::vector<ControlOut>& out) {
   g.flush_pending.clear();
   for (const auto& a : g.view->members) {
     g.flush_pending.insert(a.id);
-    out.push_back(ControlOut{g.members.at(a.id).conn, FlushRequest{g.view->view}, false});
+    // An absent member is asked when it rejoins.
+    if (g.absent.count(a.id) == 0) out.push_back(ControlOut{g.members.at(a.id).conn, FlushRequest{g.view->view}, false});
   }
+}
+
+std::vector<ControlOut> Coordinator::adopt(const GroupRecord& record, std::int64_t rejoin_deadline) {
+  std::vector<ControlOut> out;
+  HMCAST_ASSERT(groups_.count(record.name) == 0);
+  Group& g = groups_[record.name];
+  g.name = record.name;
+  g.id = record.id;
+  g.expected = record.expected;
+  g.multicast_address = record.multicast_address;
+  g.multicast_port = record.multicast_port;
+  g.next_id = record.next_id;
+  g.multicast_emulated = record.view.multicast_emulated;
+  g.view = record.view;
+  g.view->starts.clear();
+  g.view->ends_flush = false;
+  for (const auto& a : record.view.members) {
+    g.members[a.id] = Member{0, a};
+    g.absent.insert(a.id);
+  }
+  g.rejoin_deadline = rejoin_deadline;
+  if (g.members.empty()) {
+    groups_.erase(record.name);
+    dropped_.push_back(record.name);
+    return out;
+  }
+  start_flush(g, out);
+  return out;
+}
+
+void Coordinator::rejoin(ConnId conn, const Rejoin& r, std::vector<ControlOut>& out) {
+  auto git = groups_.find(r.group);
+  if (git == groups_.end() || git->second.id != r.group_id) {
+    refuse(conn, "this coordinator has no record of that instance of group '" + r.group + "': join it again as a new member",
+           out);
+    return;
+  }
+  Group& g = git->second;
+  if (g.absent.erase(r.member) == 0) {
+    refuse(conn, "member " + std::to_string(r.member) + " is not awaited in group '" + g.name +
+                     "' (it was removed, or rejoined already): join again as a new member", out);
+    return;
+  }
+  g.members.at(r.member).conn = conn;
+  sessions_[conn] = Session{g.name, r.member};
+  // The dead coordinator may have issued views it never recorded: number ours above.
+  if (r.view > g.view->view) g.view->view = r.view;
+  // A member behind (its coordinator died before telling it, or we removed members
+  // before it came back) gets the current view first. Not as a flush's end: the flush
+  // this member answers ends with a view of its own.
+  if (r.view < g.view->view) {
+    ViewPush current = *g.view;
+    current.starts.clear();
+    current.ends_flush = false;
+    out.push_back(ControlOut{conn, current, false});
+  }
+  if (g.flushing && g.flush_pending.count(r.member) != 0)
+    out.push_back(ControlOut{conn, FlushRequest{g.view->view}, false});
+}
+
+std::vector<ControlOut> Coordinator::on_tick(std::int64_t now) {
+  std::vector<ControlOut> out;
+  std::vector<std::string> late;
+  for (const auto& [name, g] : groups_)
+    if (!g.absent.empty() && now >= g.rejoin_deadline) late.push_back(name);
+  for (const auto& name : late) {
+    auto git = groups_.find(name);
+    if (git == groups_.end()) continue;
+    const std::set<MemberId> gone = std::exchange(git->second.absent, {});
+    for (MemberId m : gone) {
+      git = groups_.find(name);
+      if (git == groups_.end()) break;  // its last member went
+      remove(git->second, m, out);
+    }
+  }
+  return out;
+}
+
+GroupRecord Coordinator::record_of(const Group& g) {
+  GroupRecord r;
+  r.name = g.name;
+  r.id = g.id;
+  r.expected = g.expected;
+  r.multicast_address = g.multicast_address;
+  r.multicast_port = g.multicast_port;
+  r.next_id = g.next_id;
+  if (g.view) r.view = *g.view;
+  return r;
 }
 
 void Coordinator::maybe_end_flush(Group& g, std::vector<ControlOut>& out) {
@@ -130,6 +225,7 @@ void Coordinator::remove(Group& g, MemberId member, std::vector<ControlOut>& out
   const ConnId gone_conn = mit->second.conn;
   const bool was_in_view = in_view(g, member);
   g.members.erase(mit);
+  g.absent.erase(member);
   if (!was_in_view) {
     sessions_.erase(gone_conn);  // a joiner not yet in a view: nobody else knows it
     if (g.flushing && g.flush_pending.empty()) maybe_end_flush(g, out);
@@ -154,6 +250,7 @@ void Coordinator::remove(Group& g, MemberId member, std::vector<ControlOut>& out
   }
   if (g.members.empty()) {
     const std::string name = g.name;
+    if (g.view) dropped_.push_back(name);
     groups_.erase(name);  // g dangles from here: callers return at once
   }
 }
@@ -171,8 +268,9 @@ void Coordinator::push_view(Group& g, const std::vector<MemberId>& left, bool en
   }
   v.multicast_emulated = g.multicast_emulated;
   g.view = v;
-  for (const auto& a : v.members) out.push_back(ControlOut{g.members.at(a.id).conn, v, false});
-  issued_.push_back(IssuedView{g.name, view_of(v), left, g.id, g.multicast_address, g.multicast_port, v});
+  for (const auto& a : v.members)  // an absent member is sent the view when it rejoins
+    if (g.absent.count(a.id) == 0) out.push_back(ControlOut{g.members.at(a.id).conn, v, false});
+  issued_.push_back(IssuedView{g.name, view_of(v), left, g.id, g.multicast_address, g.multicast_port, v, record_of(g)});
 }
 
 }  // namespace hmcast::membership

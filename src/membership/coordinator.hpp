@@ -19,6 +19,15 @@
 //   and every later ViewPush says so. There is no way back within a group's life.
 // - Each group gets its own multicast address and port and a group id salted with
 //   a random value, so two runs of one group name on one network cannot mix.
+// - Taking over (adopt): a coordinator that succeeds one that died starts from the
+//   group's record (group_record.hpp). Every member of the recorded view is awaited
+//   until a deadline: each says Rejoin on a new connection; the group is flushed at
+//   once (members of the old coordinator's flush may be paused, and its Flushed
+//   answers are lost), each member that rejoins is asked too, and the flush ends as
+//   usual once every member still in the view has answered. Members still absent
+//   at the deadline (on_tick) are removed like any member whose connection dropped.
+//   A rejoin names the view its member holds: the next view is numbered above every
+//   view any member holds, even one the old coordinator issued but never recorded.
 #pragma once
 
 #include <cstdint>
@@ -30,8 +39,9 @@
 #include <vector>
 
 #include "hmcast/types.hpp"
-#include "membership/control_wire.hpp"
 #include "core/rng.hpp"
+#include "membership/control_wire.hpp"
+#include "membership/group_record.hpp"
 
 namespace hmcast::membership {
 
@@ -60,6 +70,7 @@ struct IssuedView {
   std::uint32_t multicast_address = 0;
   std::uint16_t multicast_port = 0;
   ViewPush push;  // with addresses
+  GroupRecord record;  // what a successor needs, as of this view
 };
 
 class Coordinator {
@@ -71,8 +82,17 @@ class Coordinator {
   /// `conn` closed (EOF, reset, or dropped as malformed).
   std::vector<ControlOut> on_disconnect(ConnId conn);
 
+  /// Takes over the group a dead coordinator recorded; members absent at
+  /// `rejoin_deadline` (on_tick's clock) are removed. A group of that name here already
+  /// is a programmer error.
+  std::vector<ControlOut> adopt(const GroupRecord& record, std::int64_t rejoin_deadline);
+  /// The clock moved on (any monotonic time, in the unit of adopt's deadline).
+  std::vector<ControlOut> on_tick(std::int64_t now);
+
   /// Views issued so far, oldest first (cleared by take_issued()).
   std::vector<IssuedView> take_issued() { return std::exchange(issued_, {}); }
+  /// Groups whose last member left since the last call: their records can go.
+  std::vector<std::string> take_dropped() { return std::exchange(dropped_, {}); }
   [[nodiscard]] std::size_t groups() const { return groups_.size(); }
 
  private:
@@ -95,6 +115,9 @@ class Coordinator {
     bool flushing = false;
     std::set<MemberId> flush_pending;
     std::vector<StreamStart> starts;
+    // Adopted: members of the recorded view not yet rejoined, and until when they may.
+    std::set<MemberId> absent;
+    std::int64_t rejoin_deadline = 0;
   };
   struct Session {
     std::string group;
@@ -109,12 +132,15 @@ class Coordinator {
   void start_flush(Group& g, std::vector<ControlOut>& out);
   void maybe_end_flush(Group& g, std::vector<ControlOut>& out);
   [[nodiscard]] static bool in_view(const Group& g, MemberId m);
+  void rejoin(ConnId conn, const Rejoin& r, std::vector<ControlOut>& out);
+  [[nodiscard]] static GroupRecord record_of(const Group& g);
 
   CoordinatorConfig cfg_;
   Rng rng_;
   std::map<std::string, Group> groups_;
   std::map<ConnId, Session> sessions_;
   std::vector<IssuedView> issued_;
+  std::vector<std::string> dropped_;
 };
 
 }  // namespace hmcast::membership

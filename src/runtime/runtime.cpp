@@ -94,6 +94,7 @@ void Runtime::on_control(const membership::ControlMessage& m, TimeNs now, AppEve
                  [&](const membership::Leave&) { ++stats_.control_unexpected; },
                  [&](const membership::Flushed&) { ++stats_.control_unexpected; },
                  [&](const membership::MulticastFailed&) { ++stats_.control_unexpected; },
+                 [&](const membership::Rejoin&) { ++stats_.control_unexpected; },
              },
              m);
   execute(out, now, app);

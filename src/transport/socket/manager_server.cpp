@@ -50,8 +50,8 @@ membership::CoordinatorConfig fresh_coordinator_config() {
 }
 
 ManagerServer::ManagerServer(const std::string& host, std::uint16_t port, membership::CoordinatorConfig cfg,
-                             ViewLog log)
-    : coordinator_(cfg), log_(std::move(log)) {
+                             ViewLog log, Succession succession)
+    : coordinator_(cfg), log_(std::move(log)), succession_(std::move(succession)) {
   auto addr = make_addr(resolve_ipv4(host, "manager listen address"), port);
   listen_fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (listen_fd_ < 0) fail_sys(errno, "cannot create the manager's socket", "raise ulimit -n");
@@ -90,6 +90,11 @@ ManagerStats ManagerServer::stats() const {
   return stats_;
 }
 
+std::string ManagerServer::failure() const {
+  std::lock_guard lock(stats_mu_);
+  return failure_;
+}
+
 void ManagerServer::run() {
   std::map<membership::ConnId, Conn> conns;
   membership::ConnId next_id = 1;
@@ -101,7 +106,22 @@ void ManagerServer::run() {
     close_fd(it->second.fd);
     conns.erase(it);
   };
+  bool store_failed = false;
   const auto apply = [&](std::vector<membership::ControlOut> outs) {
+    if (store_failed) return;
+    // What a successor needs is stored before any member hears of it.
+    auto issued = coordinator_.take_issued();
+    auto dropped = coordinator_.take_dropped();
+    if (succession_.store && (!issued.empty() || !dropped.empty())) {
+      try {
+        succession_.store(issued, dropped);
+      } catch (const std::exception& e) {
+        store_failed = true;
+        std::lock_guard lock(stats_mu_);
+        failure_ = std::string("the manager stopped serving: it could not store a view (") + e.what() + ")";
+        return;
+      }
+    }
     for (auto& o : outs) {
       auto it = conns.find(o.conn);
       if (it == conns.end()) continue;
@@ -114,7 +134,6 @@ void ManagerServer::run() {
       }
       if (o.close) c.closing = true;
     }
-    auto issued = coordinator_.take_issued();
     {
       std::lock_guard lock(stats_mu_);
       stats_.views_issued += issued.size();
@@ -127,7 +146,15 @@ void ManagerServer::run() {
     apply(coordinator_.on_disconnect(id));
   };
 
-  while (!stop_.load()) {
+  const auto now_ms = [] {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  };
+  for (const auto& record : succession_.adopt)
+    apply(coordinator_.adopt(record, now_ms() + succession_.rejoin_window.count()));
+
+  while (!stop_.load() && !store_failed) {
+    apply(coordinator_.on_tick(now_ms()));
     // Write first: a closing connection goes once its goodbye is out.
     std::vector<membership::ConnId> gone;
     for (auto& [id, c] : conns) {
@@ -144,7 +171,7 @@ void ManagerServer::run() {
       fds.push_back({c.fd, ev, 0});
       ids.push_back(id);
     }
-    if (::poll(fds.data(), fds.size(), 200) < 0) {
+    if (::poll(fds.data(), fds.size(), 100) < 0) {
       if (errno == EINTR) continue;
       break;  // cannot happen with valid descriptors; members then see manager_lost
     }

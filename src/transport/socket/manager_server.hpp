@@ -8,9 +8,15 @@
 // (SocketOptions::embed_manager). If the manager dies, members lose their control
 // connection and fail their pending operations (ErrorCode::manager_lost): views can
 // no longer change, so the group cannot promise completion any more.
+//
+// Unless it has successors (`hmcast manager --zookeeper`, Succession): then every
+// view's group record is stored before any member hears of the view, a manager
+// that takes over adopts the stored records and waits for the members to rejoin,
+// and members find whoever leads through the store (zookeeper/zk_coordination.hpp).
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <mutex>
@@ -33,13 +39,27 @@ struct ManagerStats {
 /// address to their first groups, and those groups hear each other's datagrams.
 membership::CoordinatorConfig fresh_coordinator_config();
 
+/// What a manager that can be succeeded does besides serving.
+struct Succession {
+  /// Groups a dead predecessor recorded, to take over.
+  std::vector<membership::GroupRecord> adopt;
+  /// How long members of an adopted group have to rejoin before they are removed.
+  std::chrono::milliseconds rejoin_window{3000};
+  /// Stores the records of the views just issued and forgets dropped groups, before
+  /// any member hears of those views. Throws if it cannot: the manager then stops
+  /// serving (what it decided is never sent) and members turn to its successor.
+  std::function<void(const std::vector<membership::IssuedView>& issued, const std::vector<std::string>& dropped)>
+      store;
+};
+
 class ManagerServer {
  public:
   using ViewLog = std::function<void(const membership::IssuedView&)>;
 
   /// Listens on host:port (port 0: an ephemeral port, see port()) and starts serving.
   /// Throws TransportError if the address cannot be bound.
-  ManagerServer(const std::string& host, std::uint16_t port, membership::CoordinatorConfig cfg, ViewLog log = {});
+  ManagerServer(const std::string& host, std::uint16_t port, membership::CoordinatorConfig cfg, ViewLog log = {},
+                Succession succession = {});
   /// Stops serving and closes every connection (members see manager_lost).
   ~ManagerServer();
   ManagerServer(const ManagerServer&) = delete;
@@ -47,12 +67,16 @@ class ManagerServer {
 
   [[nodiscard]] std::uint16_t port() const { return port_; }
   [[nodiscard]] ManagerStats stats() const;
+  /// Why the manager stopped serving on its own (its store failed), or "".
+  [[nodiscard]] std::string failure() const;
 
  private:
   void run();
 
   membership::Coordinator coordinator_;
   ViewLog log_;
+  Succession succession_;
+  std::string failure_;  // under stats_mu_
   int listen_fd_ = -1;
   int wake_fd_ = -1;
   std::uint16_t port_ = 0;

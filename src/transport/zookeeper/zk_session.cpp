@@ -1,5 +1,7 @@
 #include "transport/zookeeper/zk_session.hpp"
 
+#include <cstdlib>
+
 #include <zookeeper/zookeeper.h>
 
 #include <condition_variable>
@@ -83,7 +85,10 @@ Session::Session(const std::string& ensemble, std::chrono::milliseconds session_
                  std::chrono::milliseconds timeout)
     : s_(std::make_unique<State>()) {
   s_->timeout = timeout;
-  zoo_set_debug_level(ZOO_LOG_LEVEL_ERROR);
+  // The C client logs every refused connection to a server that is down, which a
+  // session rides out by moving to another (our calls report what it cannot): its
+  // own log stays quiet unless HMCAST_ZK_LOG asks for it.
+  zoo_set_debug_level(std::getenv("HMCAST_ZK_LOG") != nullptr ? ZOO_LOG_LEVEL_INFO : static_cast<ZooLogLevel>(0));
   s_->zh = zookeeper_init(ensemble.c_str(), &State::on_session, static_cast<int>(session_timeout.count()), nullptr,
                           s_.get(), 0);
   if (s_->zh == nullptr)
