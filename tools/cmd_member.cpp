@@ -107,6 +107,7 @@ struct Ledger {
                 fifo_violations = 0, bytes = 0;
   std::uint64_t digest = 0;
   std::vector<std::int64_t> deliver_ns;  // of member 1's messages, by index (with timestamps)
+  std::int64_t last_delivery_ns = 0;     // the latest delivery of any message
   /// Per sender: how many of its messages were delivered, and the XOR of their
   /// digests. Survivors of a sender's death compare these: they must agree on
   /// which of its messages they delivered.
@@ -234,6 +235,7 @@ int run_member(const MemberOptions& o) {
     const auto checked = d.sender == self ? d.bytes.first(std::min(d.bytes.size(), kMessageHeader)) : d.bytes;
     auto c = check_message(o.seed, d.sender, checked, verify);
     std::lock_guard lock(led.mu);
+    led.last_delivery_ns = t_delivered;
     if (!c || d.sender > o.senders || c->index >= o.messages || c->attempt != 0) {
       ++led.unexpected;
       return;
@@ -455,6 +457,7 @@ int run_member(const MemberOptions& o) {
             {"digest", led.digest},
             {"per_sender", led.tallies()},
             {"stopped", led.stopped},
+            {"last_delivery_ns", led.last_delivery_ns},
             {"completed", completed.load()},
             {"send_failures", send_failures.load()},
             {"send_error", send_error},

@@ -37,6 +37,11 @@ void add_soak_command(CLI::App& app) {
                 "Stop the membership manager mid-run (as if its process died): every member must stop with "
                 "manager_lost and none hang (the verdict is manager_loss_ok)");
   cmd->add_option("--join", o->join, "Members started mid-run that join the running group");
+  cmd->add_option("--partition", o->partition,
+                  "Non-sender members whose host --cut-command cuts off mid-run: each must stop by itself, the rest "
+                  "carry on; then --heal-command restores the host and a new member joins from it");
+  cmd->add_option("--cut-command", o->cut_command, "Shell command that cuts host {i} off (tests/cluster/soak.sh sets it)");
+  cmd->add_option("--heal-command", o->heal_command, "Shell command that restores host {i}");
   cmd->add_option("--membership", o->membership,
                   "embedded: one manager in this process; zookeeper: --managers processes of `hmcast manager "
                   "--zookeeper` stand for the coordinator's seat, and take over from each other")
@@ -91,6 +96,8 @@ void add_soak_command(CLI::App& app) {
     o->transport = *transport;
     if (o->membership != "zookeeper" && (o->kill_coordinator > 0 || o->kill_zk_leader > 0))
       throw CLI::ValidationError("--kill-coordinator", "--kill-coordinator and --kill-zk-leader need --membership zookeeper");
+    if (o->partition > 0 && (o->cut_command.empty() || o->heal_command.empty()))
+      throw CLI::ValidationError("--partition", "--partition needs --cut-command and --heal-command");
     if (o->membership == "zookeeper" && o->kill_manager)
       throw CLI::ValidationError("--kill-manager", "with --membership zookeeper, use --kill-coordinator");
     if (*transport == "verbs") {

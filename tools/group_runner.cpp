@@ -13,6 +13,7 @@
 #include <array>
 #include <cerrno>
 #include <climits>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -54,6 +55,9 @@ struct Child {
   std::optional<std::uint32_t> member;
   bool sender = false;
   bool joiner = false;  // started once the group ran
+  std::uint32_t host = 0;  // the {i} of its prefix and interface (its index, or the cut member's it replaces)
+  bool cut = false;        // --partition: its host was cut off (judged apart, like a killed member)
+  std::uint64_t delivered_at_cut = 0;
   bool done = false;
   nlohmann::json done_report;
   nlohmann::json final_tallies;  // per sender [count, digest] when it stopped (the "final" event)
@@ -106,6 +110,13 @@ nlohmann::json GroupRunReport::to_json() const {
           {"zk_leader_killed", zk_leader_killed},
           {"coordinator_failover_ms", coordinator_failover_ms},
           {"send_failures", send_failures},
+          {"cut_members", cut_members},
+          {"cut_stopped", cut_stopped},
+          {"cut_stop_reason", cut_stop_reason},
+          {"cut_stop_ms", cut_stop_ms},
+          {"cut_delivered_after_cut", cut_delivered_after_cut},
+          {"cut_last_delivery_before_removal_ms", cut_last_delivery_before_removal_ms},
+          {"rejoined", rejoined},
           {"disagreements", disagreements},
           {"dead_sender_delivered", dead_sender_delivered},
           {"joined", joined},
@@ -206,16 +217,17 @@ GroupRunReport run_group(const GroupRunOptions& o) {
   std::int64_t manager_killed_ns = 0;
   const std::string exe = self_exe();
   std::vector<Child> kids;
-  kids.reserve(o.procs + o.join);  // references into it stay valid while joiners are added
+  kids.reserve(o.procs + o.join + o.partition);  // references into it stay valid while joiners are added
   const std::uint64_t expected = rep.messages_sent;
   const std::vector<std::uint32_t> cpus = usable_cpus();
   const bool bind = o.bind && !cpus.empty() && o.procs + o.join <= cpus.size();
-  const auto start_member = [&](bool joiner) {
+  const auto start_member = [&](bool joiner, std::uint32_t host = 0) {
     Child& c = kids.emplace_back();
     c.index = static_cast<std::uint32_t>(kids.size());
+    c.host = host != 0 ? host : c.index;
     c.joiner = joiner;
     std::vector<std::string> argv;
-    for (const auto& w : o.prefix) argv.push_back(substitute(w, c.index));
+    for (const auto& w : o.prefix) argv.push_back(substitute(w, c.host));
     argv.insert(argv.end(), {exe, "member"});
     if (zookeeper) argv.insert(argv.end(), {"--zookeeper", ensemble, "--zk-root", zk_root});
     else argv.insert(argv.end(), {"--manager", manager_addr});
@@ -224,7 +236,7 @@ GroupRunReport run_group(const GroupRunOptions& o) {
                              std::to_string(o.messages), "--sizes", o.sizes, "--seed", std::to_string(o.seed),
                              "--loss", o.block_multicast ? std::string("1") : std::to_string(o.loss), "--dup", std::to_string(o.dup), "--reorder",
                              std::to_string(o.reorder), "--delay-us", std::to_string(o.delay_us), "--link-delay-us",
-                             std::to_string(o.link_delay_us), "--interface", substitute(o.interface_template, c.index),
+                             std::to_string(o.link_delay_us), "--interface", substitute(o.interface_template, c.host),
                              "--progress-ms", std::to_string(o.progress_ms),
                              "--timeout", std::to_string(o.timeout_s)});
     if (o.transport != "socket")
@@ -249,7 +261,10 @@ GroupRunReport run_group(const GroupRunOptions& o) {
   bool spray_started = false;
   std::vector<std::pair<std::uint32_t, std::int64_t>> kills;  // (member id, t_ns)
   bool killed_yet = o.kill == 0 && o.kill_senders == 0 && !o.kill_manager && o.kill_coordinator == 0 &&
-                    o.kill_zk_leader == 0;
+                    o.kill_zk_leader == 0 && o.partition == 0;
+  std::int64_t cut_ns = 0;
+  bool healed = o.partition == 0;
+  std::uint32_t rejoins = 0;
   std::vector<std::uint32_t> dead_senders;  // member ids
   bool joins_started = o.join == 0;
   bool stopping = false;
@@ -333,6 +348,26 @@ GroupRunReport run_group(const GroupRunOptions& o) {
       };
       kill_some(o.kill_senders, true);
       kill_some(o.kill, false);
+      if (o.partition > 0) {
+        // Cut hosts off the network (their processes live on): each must find itself
+        // out and stop, while the rest carry on without it.
+        std::vector<Child*> candidates;
+        for (auto& c : kids)
+          if (!c.sender && !c.killed && c.member != 1u) candidates.push_back(&c);
+        for (std::uint32_t k = 0; k < o.partition && !candidates.empty(); ++k) {
+          const auto pick = rng.below(candidates.size());
+          Child* victim = candidates[pick];
+          candidates.erase(candidates.begin() + static_cast<std::ptrdiff_t>(pick));
+          const auto cmd = substitute(o.cut_command, victim->host);
+          if (std::system(cmd.c_str()) != 0) rep.problems.push_back("the cut command failed: " + cmd);
+          victim->killed = victim->cut = true;
+          victim->delivered_at_cut = victim->delivered;
+          cut_ns = mono_ns();
+          kills.emplace_back(*victim->member, cut_ns);
+          if (o.progress != nullptr)
+            *o.progress << "cut member " << *victim->member << " off (" << cmd << ")" << std::endl;
+        }
+      }
       if (o.kill_manager) {
         // What members see when the manager's process dies: every control connection closes.
         manager.reset();
@@ -355,6 +390,23 @@ GroupRunReport run_group(const GroupRunOptions& o) {
         else if (o.progress != nullptr) *o.progress << "killed the ZooKeeper ensemble's leader" << std::endl;
       }
       killed_yet = true;
+    }
+    // The cut hosts come back once each cut member stopped (at most 30 s after the
+    // cut): a new member joins from each, as a joiner.
+    if (!healed && cut_ns > 0 &&
+        (std::all_of(kids.begin(), kids.end(), [](const Child& c) { return !c.cut || c.done || c.exited; }) ||
+         mono_ns() - cut_ns > 30'000'000'000LL)) {
+      healed = true;
+      std::vector<std::uint32_t> hosts;
+      for (const auto& c : kids)
+        if (c.cut) hosts.push_back(c.host);
+      for (const auto h : hosts) {
+        const auto cmd = substitute(o.heal_command, h);
+        if (std::system(cmd.c_str()) != 0) rep.problems.push_back("the heal command failed: " + cmd);
+        start_member(true, h);
+        ++rejoins;
+        if (o.progress != nullptr) *o.progress << "healed host " << h << "; a new member joins from it" << std::endl;
+      }
     }
     // Joiners come in once the group is well under way too: two fifths done.
     if (!joins_started && all_joined && delivered * 5 >= expected * o.procs * 2) {
@@ -411,7 +463,7 @@ GroupRunReport run_group(const GroupRunOptions& o) {
     const bool successor_settled =
         coordinator_killed_ns == 0 || mono_ns() - coordinator_killed_ns > 15'000'000'000LL ||
         std::all_of(kids.begin(), kids.end(), [&](const Child& c) { return c.killed || c.joiner || c.exited || saw_successor(c); });
-    if (!stopping && killed_yet && joins_started && all_done && views_settled && successor_settled) {
+    if (!stopping && killed_yet && joins_started && healed && all_done && views_settled && successor_settled) {
       stopping = true;  // every survivor is done: let them go
       stop_spray = true;
       if (sprayer.joinable()) sprayer.join();
@@ -583,6 +635,42 @@ GroupRunReport run_group(const GroupRunOptions& o) {
     }
   }
   managers.stop();
+  rep.rejoined = rejoins;
+  for (const auto& c : kids) {
+    if (!c.cut) continue;
+    ++rep.cut_members;
+    const auto stopped = c.done ? c.done_report.value("stopped", std::string{}) : std::string{};
+    if (stopped.empty()) {
+      rep.problems.push_back("cut member " + std::to_string(c.index) + " never stopped");
+      continue;
+    }
+    ++rep.cut_stopped;
+    rep.cut_stop_reason = stopped;
+    const auto t = c.done_report["t_ns"].get<std::int64_t>();
+    rep.cut_stop_ms = std::max(rep.cut_stop_ms, static_cast<double>(t - cut_ns) / 1e6);
+    rep.cut_delivered_after_cut += c.done_report["delivered"].get<std::uint64_t>() - c.delivered_at_cut;
+    // Its removal: the first view without it at any survivor. Nothing may be
+    // delivered there after that (it hears nothing, and must not deliver late).
+    std::int64_t removed_at = 0;
+    for (const auto& other : kids) {
+      if (other.killed || other.joiner) continue;
+      for (std::size_t v = 0; v < other.views.size(); ++v) {
+        const auto& m = other.view_members[v];
+        if (other.views[v].second >= cut_ns && std::find(m.begin(), m.end(), *c.member) == m.end() &&
+            (removed_at == 0 || other.views[v].second < removed_at))
+          removed_at = other.views[v].second;
+      }
+    }
+    const auto last = c.done_report.value("last_delivery_ns", std::int64_t{0});
+    if (removed_at == 0) {
+      rep.problems.push_back("cut member " + std::to_string(c.index) + " was never removed");
+    } else {
+      rep.cut_last_delivery_before_removal_ms =
+          std::min(rep.cut_last_delivery_before_removal_ms, static_cast<double>(removed_at - last) / 1e6);
+      if (last > removed_at)
+        rep.problems.push_back("cut member " + std::to_string(c.index) + " delivered after its removal");
+    }
+  }
   if (o.kill_manager) {
     // Without a manager no view can change: what the README promises is that every
     // member stops with manager_lost (its broadcasts fail), soon, and none hangs.
@@ -689,8 +777,8 @@ GroupRunReport run_group(const GroupRunOptions& o) {
   rep.wall_s = first_join > 0 && last_done > first_join ? static_cast<double>(last_done - first_join) / 1e9 : 0;
   rep.throughput_mb_s = rep.wall_s > 0 ? static_cast<double>(rep.bytes_broadcast) / 1e6 / rep.wall_s : 0;
   if (rep.timed_out) rep.problems.push_back("the run timed out");
-  if (rep.joined != o.join) rep.problems.push_back("a joining member never reported done");
-  rep.delivered_ok = !rep.timed_out && rep.survivors == o.procs + o.join - kills.size() &&
+  if (rep.joined != o.join + rejoins) rep.problems.push_back("a joining member never reported done");
+  rep.delivered_ok = !rep.timed_out && rep.survivors == o.procs + o.join + rejoins - kills.size() &&
                      rep.members_verified == rep.survivors && rep.missing == 0 && rep.duplicates_delivered == 0 &&
                      rep.corrupt == 0 && rep.fifo_violations == 0 && rep.digests_agree &&
                      rep.disagreements == 0 &&

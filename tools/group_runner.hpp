@@ -43,6 +43,13 @@ struct GroupRunOptions {
   /// SIGKILL the ensemble's leader server mid-run (0 or 1): needs $HMCAST_ZK_PIDS
   /// (port:pid,...; tests/zk/ensemble.py sets it).
   std::uint32_t kill_zk_leader = 0;
+  /// Non-sender members whose host is cut off mid-run by `cut_command` ({i}: the
+  /// member's host index), e.g. `ip link set hmv{i} down` on the emulated cluster;
+  /// once each has stopped, `heal_command` restores its host and a new member joins
+  /// from it.
+  std::uint32_t partition = 0;
+  std::string cut_command;
+  std::string heal_command;
   std::string group = "demo";
   /// Command words put in front of each member; "{i}" becomes its 1-based index.
   std::vector<std::string> prefix;
@@ -104,6 +111,18 @@ struct GroupRunReport {
   /// (by its successor, once the members rejoined).
   double coordinator_failover_ms = 0;
   std::uint64_t send_failures = 0;  // broadcasts that failed at their senders (all members)
+  // --partition: members cut off, those that stopped by themselves (and why, and how
+  // long after the cut), what they delivered after the cut (in flight at that moment:
+  // nothing reaches them after it), and the new members that joined from their hosts.
+  std::uint32_t cut_members = 0;
+  std::uint32_t cut_stopped = 0;
+  std::string cut_stop_reason;
+  double cut_stop_ms = 0;
+  std::uint64_t cut_delivered_after_cut = 0;
+  /// The survivors' first view without a cut member -> that member's last delivery
+  /// (the least over cut members; negative would be a delivery after its removal).
+  double cut_last_delivery_before_removal_ms = 1e18;
+  std::uint32_t rejoined = 0;
   /// Per killed sender, survivors whose delivered set of its messages (count and
   /// digest) differs from the one most survivors have; summed over killed senders.
   std::uint64_t disagreements = 0;

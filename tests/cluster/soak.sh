@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The soak across the emulated cluster: brings the cluster up, runs `hmcast soak`
 # with one member per namespace and the manager on the bridge, tears it down.
+# `--partition K` cuts K hosts off by taking their bridge ports down (and heals them).
 #
 #   tests/cluster/soak.sh [--rate RATE] [hmcast soak options...]
 # e.g. tests/cluster/soak.sh --rate 1gbit --procs 8 --senders 4 --messages 10000 --loss 0.02 --kill 1 --json
@@ -16,4 +17,4 @@ done
 trap 'tests/cluster/cluster.sh down' EXIT
 tests/cluster/cluster.sh up "$PROCS" "$RATE" >&2
 build/bin/hmcast soak --prefix "ip netns exec hm{i}" --interface-template "10.77.0.{i}" --manager-host 10.77.0.254 \
-  "$@"
+  --cut-command "ip link set hmv{i} down" --heal-command "ip link set hmv{i} up" "$@"

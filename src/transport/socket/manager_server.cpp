@@ -193,6 +193,10 @@ void ManagerServer::run() {
         (void)::setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle_s, sizeof idle_s);
         (void)::setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval_s, sizeof interval_s);
         (void)::setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &count, sizeof count);
+        // Keepalive probes only an idle connection: one with a view unacknowledged (sent
+        // into a partition) gives up after this instead.
+        const unsigned user_timeout_ms = 5000;
+        (void)::setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout_ms, sizeof user_timeout_ms);
         conns[next_id++].fd = fd;
         std::lock_guard lock(stats_mu_);
         ++stats_.connections;
