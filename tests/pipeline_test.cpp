@@ -85,7 +85,7 @@ TEST_CASE("pipeline: a sender crashes: the survivors deliver each of its message
           "[pipeline][membership][random]") {
   // The crash lands before, or right after, one of its completions (within a few hops),
   // so some of its messages are committed and others are cut by the view change.
-  const auto runs = static_cast<std::uint64_t>(std::max(12.0, 60.0 * test_scale()));
+  const auto runs = static_cast<std::uint64_t>(std::max(12.0, 1000.0 * test_scale()));
   std::uint64_t failures = 0, delivered = 0, on_relay = 0, discarded = 0;
   for (std::uint64_t seed = 1; seed <= runs; ++seed) {
     hmcast::Rng rng(seed * 7757);

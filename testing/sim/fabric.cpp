@@ -7,7 +7,7 @@
 namespace hmcast::sim {
 
 Fabric::Fabric(std::uint32_t nodes, NetworkModel model, std::uint64_t seed)
-    : model_(model), rng_(seed), crashed_(nodes, false), multicast_blocked_(nodes, false), tx_free_(nodes, 0), post_free_(nodes, 0), rx_busy_(nodes),
+    : model_(model), rng_(seed), crashed_(nodes, false), crashed_at_(nodes, 0), multicast_blocked_(nodes, false), tx_free_(nodes, 0), post_free_(nodes, 0), rx_busy_(nodes),
       fifo_(nodes),
       bulk_fifo_(nodes),
       mcast_fifo_(nodes),
@@ -85,8 +85,8 @@ TimeNs Fabric::receive(std::uint32_t to, Slot tx, std::uint64_t bytes, double sp
 }
 
 void Fabric::push(TimeNs at, Kind kind, std::uint32_t node, std::uint32_t from,
-                  std::shared_ptr<const std::vector<std::byte>> bytes) {
-  events_.push(at, Event{kind, node, from, std::move(bytes)});
+                  std::shared_ptr<const std::vector<std::byte>> bytes, TimeNs tx_start) {
+  events_.push(at, Event{kind, node, from, std::move(bytes), tx_start});
 }
 
 void Fabric::multicast(std::uint32_t from, std::vector<std::byte> bytes) {
@@ -116,7 +116,7 @@ void Fabric::multicast(std::uint32_t from, std::vector<std::byte> bytes) {
         at = std::max(at, last[to]);
         last[to] = at;
       }
-      push(at, Kind::datagram, to, from, shared);
+      push(at, Kind::datagram, to, from, shared, tx.start);
     }
   }
 }
@@ -140,7 +140,7 @@ void Fabric::send_reliable(std::uint32_t from, std::uint32_t to, std::vector<std
   if (last.empty()) last.assign(crashed_.size(), 0);
   at = std::max(at, last[to]);
   last[to] = at;
-  push(at, Kind::p2p, to, from, std::make_shared<const std::vector<std::byte>>(std::move(frame)));
+  push(at, Kind::p2p, to, from, std::make_shared<const std::vector<std::byte>>(std::move(frame)), tx.start);
 }
 
 void Fabric::unicast(std::uint32_t from, std::uint32_t to, std::vector<std::byte> bytes) {
@@ -162,7 +162,10 @@ void Fabric::transfer(std::uint32_t from, std::uint32_t to, std::vector<std::byt
 
 void Fabric::wake(std::uint32_t node, TimeNs at) { push(std::max(at, now_), Kind::timer, node, node, nullptr); }
 
-void Fabric::crash(std::uint32_t node) { crashed_[node] = true; }
+void Fabric::crash(std::uint32_t node) {
+  crashed_[node] = true;
+  crashed_at_[node] = now_;
+}
 
 void Fabric::run(Host& host, TimeNs until) {
   stopped_ = false;
@@ -170,6 +173,13 @@ void Fabric::run(Host& host, TimeNs until) {
     const auto [at, e] = events_.pop();
     now_ = at;
     if (crashed_[e.node]) continue;
+    // A crashed node's NIC sends nothing more: what was still queued behind its
+    // earlier sends is lost (what was on the wire arrives).
+    if ((e.kind == Kind::datagram || e.kind == Kind::p2p) && e.from != e.node && crashed_[e.from] &&
+        e.tx_start >= crashed_at_[e.from]) {
+      ++stats_.lost_in_crashed_nic;
+      continue;
+    }
     ++stats_.events;
     // The trace names each event by its time, place, kind, size and first bytes (every
     // header): enough to tell two runs apart, without hashing every repaired payload.

@@ -60,6 +60,7 @@ struct FabricStats {
   std::uint64_t p2p_sent = 0;
   std::uint64_t bytes_on_wire = 0;       // bytes leaving NICs
   std::uint64_t events = 0;
+  std::uint64_t lost_in_crashed_nic = 0;  // sent by a node that crashed before its NIC began them
 };
 
 class Fabric {
@@ -105,6 +106,7 @@ class Fabric {
     std::uint32_t node;
     std::uint32_t from;
     std::shared_ptr<const std::vector<std::byte>> bytes;
+    TimeNs tx_start = 0;  // when its sender's NIC began sending it (datagrams and frames)
   };
   struct Slot {
     TimeNs start;
@@ -120,7 +122,7 @@ class Fabric {
   void send_reliable(std::uint32_t from, std::uint32_t to, std::vector<std::byte> frame, std::uint64_t wire_bytes,
                      TimeNs overhead, Channel channel);
   void push(TimeNs at, Kind kind, std::uint32_t node, std::uint32_t from,
-            std::shared_ptr<const std::vector<std::byte>> bytes);
+            std::shared_ptr<const std::vector<std::byte>> bytes, TimeNs tx_start = 0);
 
   NetworkModel model_;
   Rng rng_;
@@ -128,6 +130,7 @@ class Fabric {
   bool stopped_ = false;
   std::uint64_t trace_ = 0;
   std::vector<bool> crashed_;
+  std::vector<TimeNs> crashed_at_;  // what its NIC had not begun to send by then is lost
   std::vector<bool> multicast_blocked_;
   std::vector<TimeNs> tx_free_;  // when each NIC's send side is idle again
   std::vector<TimeNs> post_free_;  // when each node is done posting bulk transfers (block_overhead_ns each)
