@@ -48,30 +48,19 @@ void serve_until_stopped(const ManagerOptions& o, const std::function<std::strin
 
 #ifdef HMCAST_HAVE_ZOOKEEPER
 void run_seated(const ManagerOptions& o, const std::string& host, std::uint16_t port) {
-  zk::Seat seat(o.zookeeper, o.root, std::chrono::milliseconds(o.session_ms), std::chrono::seconds(30));
+  zk::StandingManager::Options so;
+  so.ensemble = o.zookeeper;
+  so.root = o.root;
+  so.host = host;
+  so.port = port;
+  so.session_timeout = std::chrono::milliseconds(o.session_ms);
+  so.rejoin_window = std::chrono::milliseconds(o.rejoin_ms);
+  so.on_view = print_view;
+  so.on_event = [](const std::string& what) { std::cout << "hmcast manager " << what << std::endl; };
+  zk::StandingManager standing(so);
   std::cout << "hmcast manager standing by for the coordinator's seat at " << o.zookeeper << " (" << o.root << ")"
             << std::endl;
-  std::signal(SIGINT, on_signal);
-  std::signal(SIGTERM, on_signal);
-  while (!seat.try_take()) {
-    if (g_stop != 0) return;
-    if (seat.lost()) throw Error(ErrorCode::manager_lost, "this manager's ZooKeeper session expired while standing by");
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  std::size_t bad = 0;
-  socket::Succession succession;
-  succession.adopt = seat.records(&bad);
-  succession.rejoin_window = std::chrono::milliseconds(o.rejoin_ms);
-  succession.store = [&seat](const auto& issued, const auto& dropped) { seat.store(issued, dropped); };
-  socket::ManagerServer server(host, port, socket::fresh_coordinator_config(), print_view, std::move(succession));
-  seat.publish(host, server.port());
-  std::cout << "hmcast manager coordinating, listening on " << host << ":" << server.port() << "; took over "
-            << (bad == 0 ? "" : std::to_string(bad) + " unreadable records left and ") << "the groups it found"
-            << std::endl;
-  serve_until_stopped(o, [&] {
-    if (seat.lost()) return std::string("this manager's ZooKeeper session expired: another may coordinate now");
-    return server.failure();
-  });
+  serve_until_stopped(o, [&] { return standing.failure(); });
 }
 #endif
 

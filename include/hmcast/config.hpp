@@ -187,7 +187,9 @@ struct SocketOptions {
   /// HOST:PORT of the membership manager.
   std::string manager = "127.0.0.1:17700";
   /// Run the manager inside this Node, listening on `manager`. If this Node's
-  /// process dies, the group's members fail with ErrorCode::manager_lost.
+  /// process dies, the group's members fail with ErrorCode::manager_lost. With
+  /// `zookeeper` set: this Node stands for the coordinator's seat instead (listening
+  /// on interface_address, any free port), so any such member can take over.
   bool embed_manager = false;
   /// A ZooKeeper ensemble ("host:port,host:port,..."): the manager is whichever
   /// `hmcast manager --zookeeper` holds the coordinator's seat there (and `manager`

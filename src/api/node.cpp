@@ -13,6 +13,7 @@
 #include "transport/links.hpp"
 #include "transport/socket/manager_client.hpp"
 #ifdef HMCAST_HAVE_ZOOKEEPER
+#include "transport/zookeeper/zk_coordination.hpp"
 #include "transport/zookeeper/zk_failover_control.hpp"
 #endif
 #include "transport/socket/manager_server.hpp"
@@ -251,10 +252,16 @@ Node::Node(Config config) : state_(std::make_shared<detail::NodeState>()) {
                                                ") is over the transport's MTU (" + std::to_string(transport_mtu) +
                                                ", SocketOptions::mtu, VerbsOptions::mtu or ShmOptions::mtu): lower it, or leave "
                                                "Config::protocol empty");
-  if (config.socket.embed_manager && !config.socket.zookeeper.empty())
-    throw Error(ErrorCode::invalid_config, "SocketOptions: embed_manager and zookeeper exclude each other: with an "
-                                           "ensemble, run `hmcast manager --zookeeper ENSEMBLE` processes instead");
-  if (config.socket.embed_manager) {
+  if (config.socket.embed_manager && !config.socket.zookeeper.empty()) {
+#ifdef HMCAST_HAVE_ZOOKEEPER
+    // This member stands for the coordinator's seat too: any member can take over.
+    zk::StandingManager::Options so;
+    so.ensemble = config.socket.zookeeper;
+    so.root = config.socket.zookeeper_root;
+    so.host = config.socket.interface_address;
+    state_->standing = std::make_unique<zk::StandingManager>(so);
+#endif
+  } else if (config.socket.embed_manager) {
     const auto [host, port] = socket::split_host_port(config.socket.manager, "manager address");
     try {
       state_->manager = std::make_unique<socket::ManagerServer>(host, port, socket::fresh_coordinator_config());
@@ -276,6 +283,9 @@ Node::~Node() {
   }
   if (s.link) s.link->close();
   s.manager.reset();
+#ifdef HMCAST_HAVE_ZOOKEEPER
+  s.standing.reset();
+#endif
 }
 
 MemberId Node::id() const { return state_->link ? state_->link->id() : 0; }

@@ -32,6 +32,12 @@ namespace hmcast::socket {
 class ManagerServer;
 }
 
+#ifdef HMCAST_HAVE_ZOOKEEPER
+namespace hmcast::zk {
+class StandingManager;
+}
+#endif
+
 namespace hmcast::detail {
 
 TimeNs now_ns();
@@ -62,6 +68,9 @@ struct NodeState {
   Config cfg;
   ProtocolConfig protocol;
   std::unique_ptr<socket::ManagerServer> manager;           // socket or verbs with embed_manager
+#ifdef HMCAST_HAVE_ZOOKEEPER
+  std::unique_ptr<zk::StandingManager> standing;  // embed_manager with zookeeper: this member may coordinate
+#endif
   std::unique_ptr<transport::ControlClient> control;        // this member's view authority
   std::unique_ptr<transport::Link> link;                    // once join() has an id
   std::shared_ptr<GroupState> group;                        // once join() returned

@@ -2,6 +2,8 @@
 
 #include "core/assert.hpp"
 #include "hmcast/error.hpp"
+#include "transport/socket/manager_server.hpp"
+#include "transport/socket/net_util.hpp"
 
 namespace hmcast::zk {
 
@@ -87,6 +89,59 @@ void Seat::store(const std::vector<membership::IssuedView>& issued, const std::v
       throw Error(ErrorCode::manager_lost, "cannot store the record of group '" + v.group + "' in ZooKeeper");
   }
   for (const auto& name : dropped) (void)session_.remove(group_path(root_, name));
+}
+
+StandingManager::StandingManager(Options o) : o_(std::move(o)) {
+  seat_ = std::make_unique<Seat>(o_.ensemble, o_.root, o_.session_timeout, std::chrono::seconds(30));
+  thread_ = std::thread([this] { run(); });
+}
+
+StandingManager::~StandingManager() {
+  stop_ = true;
+  if (thread_.joinable()) thread_.join();
+}
+
+std::string StandingManager::failure() const {
+  std::lock_guard lock(mu_);
+  return failure_;
+}
+
+void StandingManager::run() {
+  const auto fail = [&](const std::string& why) {
+    {
+      std::lock_guard lock(mu_);
+      failure_ = why;
+    }
+    if (o_.on_event) o_.on_event(why);
+  };
+  try {
+    while (!seat_->try_take()) {
+      if (stop_) return;
+      if (seat_->lost()) return fail("the ZooKeeper session expired while standing for the seat");
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    std::size_t bad = 0;
+    socket::Succession succession;
+    succession.adopt = seat_->records(&bad);
+    succession.rejoin_window = o_.rejoin_window;
+    succession.store = [this](const auto& issued, const auto& dropped) { seat_->store(issued, dropped); };
+    const auto adopted = succession.adopt.size();
+    socket::ManagerServer server(o_.host, o_.port, socket::fresh_coordinator_config(),
+                                 o_.on_view ? o_.on_view : socket::ManagerServer::ViewLog{}, std::move(succession));
+    seat_->publish(o_.host, server.port());
+    seated_ = true;
+    if (o_.on_event)
+      o_.on_event("coordinating, listening on " + o_.host + ":" + std::to_string(server.port()) + "; took over " +
+                  std::to_string(adopted) + " group(s)" +
+                  (bad == 0 ? std::string() : ", left " + std::to_string(bad) + " unreadable record(s)"));
+    while (!stop_) {
+      if (seat_->lost()) return fail("this manager's ZooKeeper session expired: another may coordinate now");
+      if (auto why = server.failure(); !why.empty()) return fail(why);
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  } catch (const std::exception& e) {
+    fail(std::string("the standing manager stopped: ") + e.what());
+  }
 }
 
 }  // namespace hmcast::zk

@@ -13,8 +13,13 @@
 // (zk_failover_control.hpp); their liveness stays with their control connection.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <thread>
 #include <optional>
 #include <string>
 #include <utility>
@@ -55,6 +60,45 @@ class Seat {
   Session session_;
   std::string root_;
   bool seated_ = false;
+};
+
+/// A manager standing for the seat on a thread of its own: when it wins, it adopts the
+/// stored records and serves (socket::ManagerServer) until its session ends, which
+/// it reports through failure(). Used by `hmcast manager --zookeeper` and by a
+/// member with SocketOptions::embed_manager and zookeeper (any member can take over).
+class StandingManager {
+ public:
+  struct Options {
+    std::string ensemble;
+    std::string root = "/hmcast";
+    std::string host = "127.0.0.1";  // where it listens once seated (port chosen free)
+    std::uint16_t port = 0;
+    std::chrono::milliseconds session_timeout{1000};
+    std::chrono::milliseconds rejoin_window{3000};
+    /// Each view issued, and (once) "seated at HOST:PORT" / why it stopped.
+    std::function<void(const membership::IssuedView&)> on_view;
+    std::function<void(const std::string&)> on_event;
+  };
+  /// Connects its session (throws hmcast::Error if the ensemble cannot be reached) and
+  /// starts standing.
+  explicit StandingManager(Options o);
+  /// Stops serving (members turn to another seat) and leaves the stand.
+  ~StandingManager();
+  StandingManager(const StandingManager&) = delete;
+  StandingManager& operator=(const StandingManager&) = delete;
+  [[nodiscard]] bool seated() const { return seated_.load(); }
+  /// Why it stopped on its own (its session expired, its store failed), or "".
+  [[nodiscard]] std::string failure() const;
+
+ private:
+  void run();
+  Options o_;
+  std::unique_ptr<Seat> seat_;
+  std::atomic<bool> stop_{false};
+  std::atomic<bool> seated_{false};
+  mutable std::mutex mu_;
+  std::string failure_;
+  std::thread thread_;
 };
 
 }  // namespace hmcast::zk
