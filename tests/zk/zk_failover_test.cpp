@@ -4,6 +4,8 @@
 // broadcasts go on completing and they install the successor's views.
 #include <catch2/catch.hpp>
 
+#include "../eventually.hpp"
+
 #include <chrono>
 #include <cstdlib>
 #include <memory>
@@ -14,6 +16,7 @@
 #include "hmcast/hmcast.hpp"
 
 using namespace std::chrono_literals;
+using hmcast::testing::eventually;
 
 namespace {
 
@@ -28,14 +31,6 @@ hmcast::Config member_config(const std::string& ensemble, std::uint32_t size) {
   return cfg;
 }
 
-bool eventually(const std::function<bool()>& ok, std::chrono::milliseconds limit = 20s) {
-  const auto until = std::chrono::steady_clock::now() + limit;
-  while (std::chrono::steady_clock::now() < until) {
-    if (ok()) return true;
-    std::this_thread::sleep_for(20ms);
-  }
-  return ok();
-}
 
 }  // namespace
 

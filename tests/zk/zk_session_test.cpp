@@ -5,6 +5,8 @@
 #define CATCH_CONFIG_MAIN
 #include <catch2/catch.hpp>
 
+#include "../eventually.hpp"
+
 #include <signal.h>
 #include <sys/socket.h>
 #include <netinet/in.h>
@@ -23,6 +25,7 @@
 
 using hmcast::zk::Session;
 using namespace std::chrono_literals;
+using hmcast::testing::eventually;
 
 namespace {
 
@@ -34,14 +37,6 @@ std::string ensemble() {
 
 std::span<const std::byte> bytes(const std::string& s) { return std::as_bytes(std::span(s.data(), s.size())); }
 
-bool eventually(const std::function<bool()>& ok, std::chrono::milliseconds limit = 20s) {
-  const auto until = std::chrono::steady_clock::now() + limit;
-  while (std::chrono::steady_clock::now() < until) {
-    if (ok()) return true;
-    std::this_thread::sleep_for(20ms);
-  }
-  return ok();
-}
 
 /// The server's "srvr" answer's Mode line (leader, follower), "" if it does not answer.
 std::string mode_of(int port) {

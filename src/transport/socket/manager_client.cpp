@@ -38,21 +38,10 @@ ManagerClient::ManagerClient(const std::string& host, std::uint16_t port,
                                                "`, or one member with embed_manager) or fix the address");
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
-  const int one = 1;
-  (void)::setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
   // A member cut off from its manager (a partition, the manager's host gone without a
-  // reset) would otherwise wait for it forever: keepalive finds out within idle +
-  // count x interval seconds, and the member then stops (or, with successors, looks
-  // for the next coordinator). The manager watches its side the same way.
-  const int idle_s = 2, interval_s = 1, count = 3;
-  (void)::setsockopt(fd_, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
-  (void)::setsockopt(fd_, IPPROTO_TCP, TCP_KEEPIDLE, &idle_s, sizeof idle_s);
-  (void)::setsockopt(fd_, IPPROTO_TCP, TCP_KEEPINTVL, &interval_s, sizeof interval_s);
-  (void)::setsockopt(fd_, IPPROTO_TCP, TCP_KEEPCNT, &count, sizeof count);
-  // Keepalive probes only an idle connection: one with a message unacknowledged (a
-  // suspicion sent into a partition) gives up after this instead.
-  const unsigned user_timeout_ms = 5000;
-  (void)::setsockopt(fd_, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout_ms, sizeof user_timeout_ms);
+  // reset) would otherwise wait for it forever: it stops (or, with successors, looks
+  // for the next coordinator) within seconds.
+  tune_control_connection(fd_);
   reader_ = std::thread([this] { read_loop(); });
 }
 

@@ -183,20 +183,9 @@ void ManagerServer::run() {
       for (;;) {
         const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0) break;  // EAGAIN, or a transient error: the next poll retries
-        const int one = 1;
-        (void)::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
         // A member whose host dies without a word (no reset) would otherwise stay in
-        // the view, and a flush would wait for it forever: keepalive finds it within
-        // idle + count x interval seconds, and the connection's loss removes it.
-        const int idle_s = 2, interval_s = 1, count = 3;
-        (void)::setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
-        (void)::setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle_s, sizeof idle_s);
-        (void)::setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval_s, sizeof interval_s);
-        (void)::setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &count, sizeof count);
-        // Keepalive probes only an idle connection: one with a view unacknowledged (sent
-        // into a partition) gives up after this instead.
-        const unsigned user_timeout_ms = 5000;
-        (void)::setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout_ms, sizeof user_timeout_ms);
+        // the view, and a flush would wait for it forever.
+        tune_control_connection(fd);
         conns[next_id++].fd = fd;
         std::lock_guard lock(stats_mu_);
         ++stats_.connections;

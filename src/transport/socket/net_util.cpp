@@ -1,5 +1,7 @@
 #include "transport/socket/net_util.hpp"
 
+#include <netinet/tcp.h>
+
 #include <algorithm>
 #include <array>
 #include <cerrno>
@@ -84,6 +86,18 @@ void close_fd(int& fd) {
     [[maybe_unused]] const int rc = ::close(fd);
     fd = -1;
   }
+}
+
+void tune_control_connection(int fd) {
+  const int one = 1;
+  (void)::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  const int idle_s = 2, interval_s = 1, count = 3;
+  (void)::setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
+  (void)::setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle_s, sizeof idle_s);
+  (void)::setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval_s, sizeof interval_s);
+  (void)::setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &count, sizeof count);
+  const unsigned user_timeout_ms = 5000;
+  (void)::setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout_ms, sizeof user_timeout_ms);
 }
 
 }  // namespace hmcast::socket

@@ -45,4 +45,10 @@ void set_option(int fd, int level, int name, const T& value, const std::string& 
 /// (EINTR included, on Linux), and nothing useful can be done about an error here.
 void close_fd(int& fd);
 
+/// A membership control connection, either end: no Nagle delay, and a peer that goes
+/// silent (its host died without a reset, or a partition cut it off) is found within
+/// a few seconds: keepalive probes an idle connection, and a user timeout ends one
+/// whose data stays unacknowledged. Best effort: a kernel without them still works.
+void tune_control_connection(int fd);
+
 }  // namespace hmcast::socket
