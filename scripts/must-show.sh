@@ -17,6 +17,7 @@ run_cmd() {  # run_cmd <python condition on d> <command...>: the command's last 
   # and a failed command or an unmet condition must still fail it there.
   if ! out=$("$@" | tail -n 1); then
     echo "\$ $*"
+    echo "$out"  # its verdict, when it printed one
     echo "NOT MET: the command failed (exit status above)"
     return 1
   fi

@@ -1,5 +1,7 @@
 #include "transport/shm/shm_transport.hpp"
 
+#include <optional>
+
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
@@ -391,10 +393,21 @@ void Endpoint::remove_peer(MemberId id) {
     for (std::uint32_t i = 0; i < used; ++i)
       if (header_->readers[i].member.load(std::memory_order_acquire) == id) evict(i);
   }
-  std::lock_guard lock(p->mu);
-  leave_log(*p);
-  if (p->header != nullptr && !process_alive(p->header->pid)) ::shm_unlink(file_name(cfg_.group_id, id).c_str());
-  break_link(*p);
+  std::optional<std::uint32_t> exiting;  // its process, not yet dead
+  {
+    std::lock_guard lock(p->mu);
+    leave_log(*p);
+    if (p->header != nullptr) {
+      const std::uint32_t pid = p->header->pid;
+      if (!process_alive(pid)) ::shm_unlink(file_name(cfg_.group_id, id).c_str());
+      else exiting = pid;
+    }
+    break_link(*p);
+  }
+  if (exiting) {
+    std::lock_guard lock(peers_mu_);  // after p->mu is released: close() takes them in the other order
+    departed_alive_.emplace_back(id, *exiting);
+  }
 }
 
 void Endpoint::refresh_snapshot() {
@@ -595,6 +608,8 @@ void Endpoint::close() {
   header_->closed.store(1, std::memory_order_release);
   file_.unlink();
   std::lock_guard lock(peers_mu_);
+  for (const auto& [id, pid] : departed_alive_)
+    if (!process_alive(pid)) ::shm_unlink(file_name(cfg_.group_id, id).c_str());
   for (auto& [id, p] : peers_) {
     std::lock_guard out(p->mu);
     leave_log(*p);

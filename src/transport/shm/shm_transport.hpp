@@ -174,6 +174,10 @@ class Endpoint {
   std::chrono::steady_clock::time_point next_reader_check_{};
 
   mutable std::mutex peers_mu_;
+  // Departed peers whose process was still exiting when they left the view (its
+  // control connection closes before it is a zombie): their files are removed at
+  // close() once they are dead. Under peers_mu_.
+  std::vector<std::pair<MemberId, std::uint32_t>> departed_alive_;
   std::map<MemberId, std::shared_ptr<Peer>> peers_;
   std::atomic<std::uint64_t> peers_version_{0};
 
