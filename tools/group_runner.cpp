@@ -65,6 +65,16 @@ struct Child {
   std::uint64_t delivered = 0;
   std::vector<std::pair<std::uint64_t, std::int64_t>> views;      // (view id, t_ns)
   std::vector<std::vector<std::uint32_t>> view_members;
+
+  /// When it first installed, at `since` or later, a view without `gone` (views
+  /// arrive in time order).
+  [[nodiscard]] std::optional<std::int64_t> removal_seen(std::uint32_t gone, std::int64_t since) const {
+    for (std::size_t v = 0; v < views.size(); ++v) {
+      const auto& m = view_members[v];
+      if (views[v].second >= since && std::find(m.begin(), m.end(), gone) == m.end()) return views[v].second;
+    }
+    return std::nullopt;
+  }
 };
 
 /// The CPUs this process may run on, in order.
@@ -329,14 +339,22 @@ GroupRunReport run_group(const GroupRunOptions& o) {
     for (const auto& c : kids) delivered += c.killed ? 0 : c.delivered;
     // Kill once the group is well under way: a fifth of all deliveries done.
     if (!killed_yet && all_joined && delivered * 5 >= expected * o.procs) {
-      const auto kill_some = [&](std::uint32_t count, bool senders) {
+      // Up to `count` members still running, senders or not, never member 1 (whose
+      // figures the reports use), drawn from the seed.
+      const auto pick_victims = [&](std::uint32_t count, bool senders) {
         std::vector<Child*> candidates;
         for (auto& c : kids)
           if (c.sender == senders && !c.killed && c.member != 1u) candidates.push_back(&c);
+        std::vector<Child*> picked;
         for (std::uint32_t k = 0; k < count && !candidates.empty(); ++k) {
           const auto pick = rng.below(candidates.size());
-          Child* victim = candidates[pick];
+          picked.push_back(candidates[pick]);
           candidates.erase(candidates.begin() + static_cast<std::ptrdiff_t>(pick));
+        }
+        return picked;
+      };
+      const auto kill_some = [&](std::uint32_t count, bool senders) {
+        for (Child* victim : pick_victims(count, senders)) {
           ::kill(victim->pid, SIGKILL);
           victim->killed = true;
           kills.emplace_back(*victim->member, mono_ns());
@@ -351,13 +369,7 @@ GroupRunReport run_group(const GroupRunOptions& o) {
       if (o.partition > 0) {
         // Cut hosts off the network (their processes live on): each must find itself
         // out and stop, while the rest carry on without it.
-        std::vector<Child*> candidates;
-        for (auto& c : kids)
-          if (!c.sender && !c.killed && c.member != 1u) candidates.push_back(&c);
-        for (std::uint32_t k = 0; k < o.partition && !candidates.empty(); ++k) {
-          const auto pick = rng.below(candidates.size());
-          Child* victim = candidates[pick];
-          candidates.erase(candidates.begin() + static_cast<std::ptrdiff_t>(pick));
+        for (Child* victim : pick_victims(o.partition, false)) {
           const auto cmd = substitute(o.cut_command, victim->host);
           if (std::system(cmd.c_str()) != 0) rep.problems.push_back("the cut command failed: " + cmd);
           victim->killed = victim->cut = true;
@@ -442,15 +454,8 @@ GroupRunReport run_group(const GroupRunOptions& o) {
     // Survivors may be done before the view without a victim reaches them: keep
     // them a little longer (at most 5 s after the last kill) so it can be judged.
     const auto saw_removal = [&](const Child& c) {
-      for (const auto& [victim, t_kill] : kills) {
-        bool seen = false;
-        for (std::size_t v = 0; v < c.views.size() && !seen; ++v) {
-          const auto& m = c.view_members[v];
-          seen = c.views[v].second >= t_kill && std::find(m.begin(), m.end(), victim) == m.end();
-        }
-        if (!seen) return false;
-      }
-      return true;
+      return std::all_of(kills.begin(), kills.end(),
+                         [&](const auto& k) { return c.removal_seen(k.first, k.second).has_value(); });
     };
     const bool views_settled =
         kills.empty() || mono_ns() - kills.back().second > 5'000'000'000LL ||
@@ -654,12 +659,8 @@ GroupRunReport run_group(const GroupRunOptions& o) {
     std::int64_t removed_at = 0;
     for (const auto& other : kids) {
       if (other.killed || other.joiner) continue;
-      for (std::size_t v = 0; v < other.views.size(); ++v) {
-        const auto& m = other.view_members[v];
-        if (other.views[v].second >= cut_ns && std::find(m.begin(), m.end(), *c.member) == m.end() &&
-            (removed_at == 0 || other.views[v].second < removed_at))
-          removed_at = other.views[v].second;
-      }
+      if (const auto t_seen = other.removal_seen(*c.member, cut_ns); t_seen && (removed_at == 0 || *t_seen < removed_at))
+        removed_at = *t_seen;
     }
     const auto last = c.done_report.value("last_delivery_ns", std::int64_t{0});
     if (removed_at == 0) {
@@ -722,14 +723,7 @@ GroupRunReport run_group(const GroupRunOptions& o) {
   for (const auto& [victim, t_kill] : kills) {
     for (const auto& c : kids) {
       if (c.killed || c.joiner) continue;  // joiners came in after the kill: they never saw the victim
-      std::optional<std::int64_t> seen;
-      for (std::size_t v = 0; v < c.views.size(); ++v) {
-        const auto& m = c.view_members[v];
-        if (c.views[v].second >= t_kill && std::find(m.begin(), m.end(), victim) == m.end()) {
-          seen = c.views[v].second;
-          break;
-        }
-      }
+      const auto seen = c.removal_seen(victim, t_kill);
       if (!seen) {
         rep.problems.push_back("member " + std::to_string(c.index) + " never installed a view without killed member " +
                                std::to_string(victim));

@@ -7,6 +7,16 @@
 
 namespace hmcast::membership {
 
+namespace {
+/// A view as it stands, not as the end of a flush: no stream starts, no resume
+/// (a flush in progress ends with a view of its own).
+ViewPush not_ending_flush(ViewPush v) {
+  v.starts.clear();
+  v.ends_flush = false;
+  return v;
+}
+}  // namespace
+
 void Coordinator::refuse(ConnId conn, const std::string& reason, std::vector<ControlOut>& out) {
   out.push_back(ControlOut{conn, Refused{reason.substr(0, kMaxControlString)}, true});
 }
@@ -134,9 +144,7 @@ std::vector<ControlOut> Coordinator::adopt(const GroupRecord& record, std::int64
   g.multicast_port = record.multicast_port;
   g.next_id = record.next_id;
   g.multicast_emulated = record.view.multicast_emulated;
-  g.view = record.view;
-  g.view->starts.clear();
-  g.view->ends_flush = false;
+  g.view = not_ending_flush(record.view);
   for (const auto& a : record.view.members) {
     g.members[a.id] = Member{0, a};
     g.absent.insert(a.id);
@@ -172,10 +180,7 @@ void Coordinator::rejoin(ConnId conn, const Rejoin& r, std::vector<ControlOut>& 
   // before it came back) gets the current view first. Not as a flush's end: the flush
   // this member answers ends with a view of its own.
   if (r.view < g.view->view) {
-    ViewPush current = *g.view;
-    current.starts.clear();
-    current.ends_flush = false;
-    out.push_back(ControlOut{conn, current, false});
+    out.push_back(ControlOut{conn, not_ending_flush(*g.view), false});
   }
   if (g.flushing && g.flush_pending.count(r.member) != 0)
     out.push_back(ControlOut{conn, FlushRequest{g.view->view}, false});
@@ -232,11 +237,9 @@ void Coordinator::remove(Group& g, MemberId member, std::vector<ControlOut>& out
   } else {
     // Tell the removed member too (if its connection is still up), then let it go.
     if (sessions_.count(gone_conn) != 0) {
-      ViewPush without = *g.view;
+      ViewPush without = not_ending_flush(*g.view);
       ++without.view;
       std::erase_if(without.members, [&](const MemberAddress& a) { return a.id == member; });
-      without.starts.clear();
-      without.ends_flush = false;
       out.push_back(ControlOut{gone_conn, without, true});
       sessions_.erase(gone_conn);
     }
