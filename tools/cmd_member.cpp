@@ -57,6 +57,7 @@ struct MemberOptions {
   std::string completion = "hybrid";  // how the progress thread waits: hybrid, poll or interrupt
   bool no_zero_copy = false;           // verbs: large blocks by SEND and copy, not RDMA WRITE
   std::optional<std::uint32_t> busy_poll_us;  // hybrid: polling lasts this long after the last arrival (default: the transport's)
+  std::optional<std::uint32_t> busy_poll_max_us;  // hybrid: how far polling may stretch over steady idle gaps
   std::uint32_t progress_ms = 500;
   std::uint32_t timeout_s = 600;
   bool serial = false;      // a sender waits for each completion before the next broadcast
@@ -158,6 +159,7 @@ int run_member(const MemberOptions& o) {
   cfg.socket.completion = cfg.verbs.completion;
   cfg.verbs.zero_copy = !o.no_zero_copy;
   if (o.busy_poll_us) cfg.verbs.busy_poll = cfg.socket.busy_poll = std::chrono::microseconds(*o.busy_poll_us);
+  if (o.busy_poll_max_us) cfg.socket.busy_poll_max = std::chrono::microseconds(*o.busy_poll_max_us);
   cfg.group_size = o.size;
   cfg.socket.manager = o.manager;
   cfg.socket.embed_manager = o.embed_manager;
@@ -570,6 +572,10 @@ void add_member_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--busy-poll-us", o->busy_poll_us,
                   "hybrid: keep polling this long after the last arrival (default: socket 200, verbs 50)")
+      ->check(CLI::Range(0U, 1'000'000U));
+  cmd->add_option("--busy-poll-max-us", o->busy_poll_max_us,
+                  "hybrid, socket and shm: polling may stretch up to this over steady idle gaps (default 5000; "
+                  "--busy-poll-us or less: never)")
       ->check(CLI::Range(0U, 1'000'000U));
   cmd->add_option("--cpu", o->cpu, "Run on this CPU only (hmcast bench, soak and demo spread members when there "
                                    "are as many CPUs as members, as mpirun binds ranks)");

@@ -222,6 +222,11 @@ struct SocketOptions {
   /// microseconds to wake (docs/benchmarks.md), so the window is a few wake-ups.
   CompletionMode completion = CompletionMode::hybrid;
   std::chrono::microseconds busy_poll{200};
+  /// hybrid: while arrivals keep coming after idle gaps shorter than half of this (a
+  /// sender waiting for each message's ACKs), polling stretches to twice the typical
+  /// gap, so the next arrival finds the thread awake; traffic that stops or comes
+  /// more seldom gets `busy_poll` only. busy_poll or less: no stretching.
+  std::chrono::microseconds busy_poll_max{5000};
   /// Large-message buffers kept for the next messages once released, in bytes
   /// (a fresh buffer costs a page fault per page and zeroing). Also used by the
   /// in-process transport. 0: every buffer is freed when its message is over.

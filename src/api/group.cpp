@@ -143,7 +143,7 @@ std::unique_lock<std::mutex> wait_for_room(detail::GroupState& g, SendMode mode,
 Completion register_completion(detail::GroupState& g, std::map<Seq, std::promise<void>>& pending, Seq seq,
                                AppEvents& app, std::unique_lock<std::mutex>& lock) {
   std::promise<void> p;
-  Completion c(seq, p.get_future().share(), g.node->completion_spin());
+  Completion c(seq, p.get_future().share(), g.node->completion_spin(&pending == &g.pending_large));
   pending.emplace(seq, std::move(p));
   detail::NodeState::queue_for_app(g, app);
   lock.unlock();

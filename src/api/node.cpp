@@ -1,4 +1,5 @@
 // The Node: one transport, one group, one progress thread over the group's runtime.
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <optional>
@@ -28,9 +29,13 @@ TimeNs now_ns() {
       .count();
 }
 
-std::chrono::nanoseconds NodeState::completion_spin() const {
+std::chrono::nanoseconds NodeState::completion_spin(bool large) const {
+  // A small message's completion comes within a few round trips: waiting for it as
+  // long as the progress thread stretches its polling keeps this thread's wake-up
+  // off the path. A large one takes longer than any polling is worth.
   if (cfg.transport == TransportKind::socket || cfg.transport == TransportKind::shm)
-    return poll_window(cfg.socket.completion, cfg.socket.busy_poll);
+    return poll_window(cfg.socket.completion,
+                       large ? cfg.socket.busy_poll : std::max(cfg.socket.busy_poll, cfg.socket.busy_poll_max));
   if (cfg.transport == TransportKind::verbs) return poll_window(cfg.verbs.completion, cfg.verbs.busy_poll);
   return std::chrono::nanoseconds{0};
 }

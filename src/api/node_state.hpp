@@ -89,7 +89,7 @@ struct NodeState {
 
   /// How long a Completion polls before it sleeps: the transport's busy-poll window,
   /// so an application thread waiting on a broadcast is as awake as the progress thread.
-  [[nodiscard]] std::chrono::nanoseconds completion_spin() const;
+  [[nodiscard]] std::chrono::nanoseconds completion_spin(bool large) const;
   /// Hands `app` (what the runtime produced) to the progress thread. g.mu held.
   static void queue_for_app(GroupState& g, AppEvents& app);
   /// The progress thread: waits on the link, feeds the runtime, fires timers, runs callbacks.

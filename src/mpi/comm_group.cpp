@@ -136,7 +136,7 @@ std::unique_ptr<CommGroup> CommGroup::form(MPI_Comm comm, std::string& why) {
     cfg.socket.manager = rv.manager;
     cfg.socket.interface_address = iface;
     cfg.join_timeout = std::chrono::milliseconds(std::atol(env_or("HMCAST_MPI_JOIN_TIMEOUT_MS", "30000").c_str()));
-    g->spin_ = detail::poll_window(cfg.socket.completion, cfg.socket.busy_poll);
+    g->spin_ = detail::poll_window(cfg.socket.completion, std::max(cfg.socket.busy_poll, cfg.socket.busy_poll_max));
     g->node_ = std::make_unique<Node>(cfg);
     g->group_ = g->node_->join("mpi-communicator");  // the manager is this communicator's own
     CommGroup* self = g.get();

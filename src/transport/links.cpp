@@ -182,6 +182,7 @@ std::unique_ptr<Link> make_socket_link(MemberId self, std::uint32_t multicast_ad
   cfg.tcp_buffer = static_cast<int>(std::min<std::uint32_t>(options.link_buffer_bytes, 1U << 30));  // fits an int
   cfg.completion = options.completion;
   cfg.busy_poll = options.busy_poll;
+  cfg.busy_poll_max = options.busy_poll_max;
   try {
     return with_faults(std::make_unique<SocketLink>(self, cfg, options.large_pool_bytes), faults);
   } catch (const socket::TransportError& e) {
@@ -197,6 +198,7 @@ std::unique_ptr<Link> make_shm_link(MemberId self, GroupId group, const SocketOp
   cfg.mtu = options.mtu;
   cfg.completion = socket.completion;
   cfg.busy_poll = socket.busy_poll;
+  cfg.busy_poll_max = socket.busy_poll_max;
   try {
     return with_faults(std::make_unique<ShmLink>(self, cfg, socket.large_pool_bytes), faults);
   } catch (const socket::TransportError& e) {

@@ -93,7 +93,11 @@ std::string file_prefix(GroupId group) {
 std::string file_name(GroupId group, MemberId member) { return "/" + file_prefix(group) + std::to_string(member); }
 
 Endpoint::Endpoint(MemberId self, const ShmConfig& cfg)
-    : self_(self), cfg_(cfg), pid_(static_cast<std::uint32_t>(::getpid())), seen_(kMaxReaders) {
+    : self_(self),
+      cfg_(cfg),
+      pid_(static_cast<std::uint32_t>(::getpid())),
+      seen_(kMaxReaders),
+      pacer_(cfg.completion, cfg.busy_poll, cfg.busy_poll_max) {
   HMCAST_ASSERT(self != 0 && self != kClaiming);
   const std::uint64_t mcap = ring_bytes(cfg.options.multicast_bytes);
   const std::uint64_t icap = ring_bytes(cfg.options.inbox_bytes);
@@ -569,14 +573,14 @@ std::optional<Inbound> Endpoint::wait(Clock::time_point deadline) {
   for (;;) {
     if (closed_.load()) return std::nullopt;
     if (auto in = poll_once()) {
-      last_arrival_ = Clock::now();
+      pacer_.on_arrival(Clock::now());
       return in;
     }
-    if (woken_.exchange(false)) return std::nullopt;
     const auto now = Clock::now();
+    pacer_.on_empty(now);
+    if (woken_.exchange(false)) return std::nullopt;
     if (now >= deadline) return std::nullopt;
-    const bool spin = cfg_.completion == CompletionMode::poll ||
-                      (cfg_.completion == CompletionMode::hybrid && now - last_arrival_ < cfg_.busy_poll);
+    const bool spin = pacer_.spin(now);
     if (spin) {
       std::this_thread::yield();
       continue;
@@ -587,7 +591,7 @@ std::optional<Inbound> Endpoint::wait(Clock::time_point deadline) {
     // `sleeping` is seen here; one after it wakes us (or changes the doorbell).
     if (auto in = poll_once()) {
       header_->sleeping.store(0, std::memory_order_relaxed);
-      last_arrival_ = Clock::now();
+      pacer_.on_arrival(Clock::now());
       return in;
     }
     std::int64_t timeout = std::chrono::duration_cast<std::chrono::nanoseconds>(deadline - now).count();

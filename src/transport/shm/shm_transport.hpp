@@ -29,6 +29,7 @@
 
 #include "hmcast/config.hpp"
 #include "hmcast/types.hpp"
+#include "transport/poll_pacer.hpp"
 #include "transport/shm/shared_file.hpp"
 #include "transport/shm/shm_layout.hpp"
 #include "transport/transport.hpp"
@@ -46,6 +47,7 @@ struct ShmConfig {
   std::size_t max_frame = std::size_t{1} << 30;
   CompletionMode completion = CompletionMode::hybrid;
   std::chrono::microseconds busy_poll{200};
+  std::chrono::microseconds busy_poll_max{5000};  // see PollPacer
 };
 
 struct ShmStats {
@@ -187,7 +189,7 @@ class Endpoint {
   std::size_t next_peer_ = 0;
   std::unordered_map<MemberId, Partial> partial_;
   transport::BlockPlacer placer_;
-  std::chrono::steady_clock::time_point last_arrival_{};
+  transport::PollPacer pacer_;  // when wait() polls rather than sleeps
 
   std::atomic<bool> woken_{false};
   std::atomic<bool> closed_{false};

@@ -35,7 +35,8 @@ constexpr std::size_t kMaxUdpPayload = 65507;
 
 }  // namespace
 
-Endpoint::Endpoint(MemberId id, const SocketConfig& config) : id_(id), cfg_(config) {
+Endpoint::Endpoint(MemberId id, const SocketConfig& config)
+    : id_(id), cfg_(config), pacer_(config.completion, config.busy_poll, config.busy_poll_max) {
   if (cfg_.mtu < wire::kHeaderSize || cfg_.mtu > kMaxUdpPayload)
     throw Error(ErrorCode::invalid_config, "SocketConfig::mtu is " + std::to_string(cfg_.mtu) + ": choose one in [" +
                                                std::to_string(wire::kHeaderSize) + ", " +
@@ -390,7 +391,7 @@ std::optional<Inbound> Endpoint::wait(std::chrono::steady_clock::time_point dead
         Inbound in = std::move(inbox_.front());
         inbox_.pop_front();
         woken_ = false;
-        last_arrival_ = std::chrono::steady_clock::now();
+        pacer_.on_arrival(std::chrono::steady_clock::now());
         return in;
       }
       if (woken_) {
@@ -399,12 +400,12 @@ std::optional<Inbound> Endpoint::wait(std::chrono::steady_clock::time_point dead
       }
     }
     const auto now = std::chrono::steady_clock::now();
+    pacer_.on_empty(now);
     if (polled && now >= deadline) return std::nullopt;
     // Busy-polling right after traffic saves the wake-up of a sleeping thread (tens of
     // microseconds, more in a VM) on the next arrival; yielding between polls lets
     // other processes on the same cores run, as MPI does when oversubscribed.
-    const bool spin = cfg_.completion == CompletionMode::poll ||
-                      (cfg_.completion == CompletionMode::hybrid && now - last_arrival_ < cfg_.busy_poll);
+    const bool spin = pacer_.spin(now);
     if (spin && polled) ::sched_yield();
     // At most a day at a time, so no conversion below overflows.
     const std::chrono::nanoseconds left =

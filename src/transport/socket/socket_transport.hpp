@@ -42,6 +42,7 @@
 
 #include "hmcast/config.hpp"
 #include "hmcast/types.hpp"
+#include "transport/poll_pacer.hpp"
 #include "transport/transport.hpp"
 #include "transport/socket/framing.hpp"
 #include "transport/socket/net_util.hpp"
@@ -87,6 +88,7 @@ struct SocketConfig {
   /// interrupt always sleeps.
   CompletionMode completion = CompletionMode::hybrid;
   std::chrono::nanoseconds busy_poll{std::chrono::microseconds{200}};
+  std::chrono::nanoseconds busy_poll_max{std::chrono::microseconds{5000}};  // see PollPacer
 };
 
 /// Counters for tests and diagnostics (a snapshot).
@@ -216,7 +218,7 @@ class Endpoint {
   int udp_fd_ = -1;
   int listen_fd_ = -1;
   bool pwait2_ = true;
-  std::chrono::steady_clock::time_point last_arrival_{};  // hybrid: polling continues this long after it; only wait() touches it  // epoll_pwait2 available (nanosecond deadlines); only wait() touches it
+  transport::PollPacer pacer_;  // when wait() polls rather than sleeps; only wait() touches it
 
   mutable std::mutex mu_;
   bool closed_ = false;
