@@ -7,13 +7,13 @@ namespace hmcast::membership {
 
 namespace {
 // "HMR" (hmcast membership record), then the version.
-constexpr std::byte kMagic0{'H'};
-constexpr std::byte kMagic1{'M'};
-constexpr std::byte kMagic2{'R'};
+constexpr std::byte kRecordMagic0{'H'};
+constexpr std::byte kRecordMagic1{'M'};
+constexpr std::byte kRecordMagic2{'R'};
 }  // namespace
 
 std::vector<std::byte> encode(const GroupRecord& r) {
-  std::vector<std::byte> out{kMagic0, kMagic1, kMagic2, std::byte{kGroupRecordVersion}};
+  std::vector<std::byte> out{kRecordMagic0, kRecordMagic1, kRecordMagic2, std::byte{kGroupRecordVersion}};
   wire::Writer w(out);
   put_control_string(w, r.name);
   w.u64(r.id);
@@ -26,7 +26,7 @@ std::vector<std::byte> encode(const GroupRecord& r) {
 }
 
 std::optional<GroupRecord> decode_group_record(std::span<const std::byte> bytes) {
-  if (bytes.size() < 4 || bytes[0] != kMagic0 || bytes[1] != kMagic1 || bytes[2] != kMagic2 ||
+  if (bytes.size() < 4 || bytes[0] != kRecordMagic0 || bytes[1] != kRecordMagic1 || bytes[2] != kRecordMagic2 ||
       bytes[3] != std::byte{kGroupRecordVersion})
     return std::nullopt;
   wire::Reader r(bytes.subspan(4));

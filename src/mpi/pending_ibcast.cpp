@@ -10,13 +10,15 @@
 #include "mpi/shim_stats.hpp"
 
 namespace hmcast::mpi {
-namespace {
 
 /// What MPI asks a generalized request about once it is complete; owned by MPI
 /// (freed in free_state when the application frees or completes the request).
+/// Outside the anonymous namespace: PendingIbcasts::Op holds a pointer to it.
 struct RequestState {
   int error = MPI_SUCCESS;
 };
+
+namespace {
 
 int query_state(void* extra, MPI_Status* status) {
   const auto* s = static_cast<const RequestState*>(extra);
