@@ -22,10 +22,12 @@ PACKAGES=(
   pybind11-dev python3-dev python3-pytest python3-numpy
   # ZooKeeper: its C client (the membership store of issue 19) and the server the tests run
   zookeeper libzookeeper-mt-dev
+  # libsodium: the group key's MACs on frames (issue 21)
+  libsodium-dev
 )
 # --demo: only what quick start 1 needs to build and run the demo (the hmcast tool).
 if [ "${1:-}" = "--demo" ]; then
-  PACKAGES=(cmake ninja-build g++ nlohmann-json3-dev libcli11-dev libxxhash-dev libibverbs-dev librdmacm-dev)
+  PACKAGES=(cmake ninja-build g++ nlohmann-json3-dev libcli11-dev libxxhash-dev libibverbs-dev librdmacm-dev libsodium-dev)
 fi
 missing=()
 for p in "${PACKAGES[@]}"; do

@@ -12,5 +12,6 @@ void add_manager_command(CLI::App& app);
 void add_soak_command(CLI::App& app);
 void add_bench_command(CLI::App& app);
 void add_cp_command(CLI::App& app);
+void add_keygen_command(CLI::App& app);
 
 }  // namespace hmcast::tools

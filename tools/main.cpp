@@ -13,6 +13,7 @@ int main(int argc, char** argv) {
   hmcast::tools::add_soak_command(app);
   hmcast::tools::add_bench_command(app);
   hmcast::tools::add_cp_command(app);
+  hmcast::tools::add_keygen_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

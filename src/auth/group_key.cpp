@@ -1,0 +1,86 @@
+#include "auth/group_key.hpp"
+
+#include <fcntl.h>
+#include <sodium.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "hmcast/error.hpp"
+
+namespace hmcast::auth {
+namespace {
+
+[[noreturn]] void bad(const std::string& what) { throw Error(ErrorCode::invalid_config, what); }
+
+void init_sodium() {
+  if (sodium_init() < 0) throw Error(ErrorCode::transport_failed, "libsodium failed to initialise (sodium_init)");
+}
+
+}  // namespace
+
+GroupKey generate_key() {
+  init_sodium();
+  GroupKey k;
+  randombytes_buf(k.bytes.data(), k.bytes.size());
+  return k;
+}
+
+std::string key_to_hex(const GroupKey& key) {
+  std::array<char, 2 * kKeyBytes + 1> out{};
+  sodium_bin2hex(out.data(), out.size(), reinterpret_cast<const unsigned char*>(key.bytes.data()), key.bytes.size());
+  return std::string(out.data(), 2 * kKeyBytes);
+}
+
+GroupKey parse_key(const std::string& text) {
+  const auto first = text.find_first_not_of(" \t\r\n");
+  const auto last = text.find_last_not_of(" \t\r\n");
+  const std::string hex = first == std::string::npos ? std::string() : text.substr(first, last - first + 1);
+  if (hex.size() != 2 * kKeyBytes)
+    bad("a group key is " + std::to_string(2 * kKeyBytes) + " hex digits; this one has " +
+        std::to_string(hex.size()) + " characters (make one with `hmcast keygen --out FILE`)");
+  GroupKey k;
+  std::size_t got = 0;
+  const char* end = nullptr;
+  if (sodium_hex2bin(reinterpret_cast<unsigned char*>(k.bytes.data()), k.bytes.size(), hex.data(), hex.size(),
+                     nullptr, &got, &end) != 0 ||
+      got != kKeyBytes || end != hex.data() + hex.size())
+    bad("a group key is hex digits only (make one with `hmcast keygen --out FILE`)");
+  return k;
+}
+
+GroupKey read_key_file(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0)
+    bad("cannot read the key file " + path + ": " + std::strerror(errno));
+  if ((st.st_mode & (S_IRWXG | S_IRWXO)) != 0)
+    bad("the key file " + path + " may be read or written by other users: chmod 600 it");
+  std::ifstream in(path);
+  if (!in) bad("cannot open the key file " + path);
+  std::stringstream text;
+  text << in.rdbuf();
+  try {
+    return parse_key(text.str());
+  } catch (const Error& e) {
+    bad("the key file " + path + ": " + e.what());
+  }
+}
+
+void write_key_file(const std::string& path, const GroupKey& key) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) bad("cannot create the key file " + path + ": " + std::strerror(errno) + " (it must not exist yet)");
+  const std::string text = key_to_hex(key) + "\n";
+  const ssize_t n = ::write(fd, text.data(), text.size());
+  const int err = errno;
+  ::close(fd);
+  if (n != static_cast<ssize_t>(text.size())) {
+    ::unlink(path.c_str());
+    bad("cannot write the key file " + path + ": " + std::strerror(err));
+  }
+}
+
+}  // namespace hmcast::auth

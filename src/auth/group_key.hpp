@@ -1,0 +1,35 @@
+// The group key: a secret every member and the manager hold (issue 21). It never
+// travels: joins prove they hold it and frames carry tags made with keys derived
+// from it. Read from a key file (never from a command line, which `ps` shows).
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <string>
+
+namespace hmcast::auth {
+
+inline constexpr std::size_t kKeyBytes = 32;
+
+struct GroupKey {
+  std::array<std::byte, kKeyBytes> bytes{};
+  friend bool operator==(const GroupKey&, const GroupKey&) = default;
+};
+
+/// A fresh key from the operating system's random source (libsodium's randombytes).
+[[nodiscard]] GroupKey generate_key();
+
+/// The key as 64 lowercase hex digits, and back; parse_key throws hmcast::Error
+/// (invalid_config) naming what is wrong, never echoing the text it was given.
+[[nodiscard]] std::string key_to_hex(const GroupKey& key);
+[[nodiscard]] GroupKey parse_key(const std::string& text);
+
+/// Reads a key file (64 hex digits; whitespace around them is ignored). Refuses a
+/// file that other users may read or write, as ssh does a private key: the error
+/// says to `chmod 600` it.
+[[nodiscard]] GroupKey read_key_file(const std::string& path);
+
+/// Writes a new key file readable by its owner only; refuses to overwrite one.
+void write_key_file(const std::string& path, const GroupKey& key);
+
+}  // namespace hmcast::auth
