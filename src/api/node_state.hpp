@@ -87,8 +87,9 @@ struct NodeState {
     if (!wake_pending.exchange(true, std::memory_order_acq_rel)) link->wake();
   }
 
-  /// How long a Completion polls before it sleeps: the transport's busy-poll window,
-  /// so an application thread waiting on a broadcast is as awake as the progress thread.
+  /// How long a Completion polls before it sleeps: the transport's busy-poll window
+  /// (small messages: as far as the progress thread's polling may stretch), so an
+  /// application thread waiting on a broadcast is as awake as the progress thread.
   [[nodiscard]] std::chrono::nanoseconds completion_spin(bool large) const;
   /// Hands `app` (what the runtime produced) to the progress thread. g.mu held.
   static void queue_for_app(GroupState& g, AppEvents& app);
