@@ -19,6 +19,19 @@ PREFIX=10.77.0
 down() {
   for ns in $(ip netns list 2>/dev/null | awk '/^hm[0-9]+/ {print $1}'); do ip netns del "$ns" 2>/dev/null || true; done
   ip link del "$BRIDGE" 2>/dev/null || true
+  # A namespace's devices go away after `ip netns del` returns: the host ends of the
+  # veths can outlive it for a moment, and the next `up` then finds hmvN taken
+  # ("RTNETLINK answers: File exists"). Remove them and wait until none is left (5 s).
+  local i
+  for i in $(seq 1 50); do
+    local left
+    left=$(ip -o link show 2>/dev/null | awk -F': ' '$2 ~ /^hmv[0-9]+(@|$)/ {sub(/@.*/, "", $2); print $2}')
+    [ -z "$left" ] && return 0
+    for dev in $left; do ip link del "$dev" 2>/dev/null || true; done
+    sleep 0.1
+  done
+  echo "cluster.sh: host ends of old veths are still there: $left" >&2
+  return 1
 }
 
 up() {
