@@ -3,7 +3,6 @@
 #include <sodium.h>
 
 #include "core/assert.hpp"
-#include "hmcast/error.hpp"
 
 namespace hmcast::auth {
 namespace {
@@ -33,12 +32,6 @@ Nonce nonce_of(MemberId sender, std::uint32_t channel, std::uint64_t counter) {
 }
 
 const unsigned char* uc(const std::byte* p) { return reinterpret_cast<const unsigned char*>(p); }
-
-void ensure_sodium() {
-  // Idempotent and thread-safe; picks the fastest implementations for this CPU.
-  static const bool ok = sodium_init() >= 0;
-  if (!ok) throw Error(ErrorCode::transport_failed, "libsodium failed to initialise (sodium_init)");
-}
 
 }  // namespace
 

@@ -17,14 +17,16 @@ namespace {
 
 [[noreturn]] void bad(const std::string& what) { throw Error(ErrorCode::invalid_config, what); }
 
-void init_sodium() {
-  if (sodium_init() < 0) throw Error(ErrorCode::transport_failed, "libsodium failed to initialise (sodium_init)");
-}
-
 }  // namespace
 
+void ensure_sodium() {
+  // sodium_init() is idempotent and thread-safe; it picks the fastest implementations for this CPU.
+  static const bool ok = sodium_init() >= 0;
+  if (!ok) throw Error(ErrorCode::transport_failed, "libsodium failed to initialise (sodium_init)");
+}
+
 GroupKey generate_key() {
-  init_sodium();
+  ensure_sodium();
   GroupKey k;
   randombytes_buf(k.bytes.data(), k.bytes.size());
   return k;

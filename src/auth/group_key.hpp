@@ -16,6 +16,10 @@ struct GroupKey {
   friend bool operator==(const GroupKey&, const GroupKey&) = default;
 };
 
+/// Initialises libsodium once (thread-safe; later calls return at once). Throws
+/// hmcast::Error (transport_failed) if it cannot. Every src/auth entry point calls it.
+void ensure_sodium();
+
 /// A fresh key from the operating system's random source (libsodium's randombytes).
 [[nodiscard]] GroupKey generate_key();
 
