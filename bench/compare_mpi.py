@@ -83,12 +83,12 @@ def fmt_us(us):
 
 # ---------------------------------------------------------------- small messages (loopback)
 
-def hmcast_small(procs, sizes, messages=None, extra=(), transport="socket"):
+def hmcast_small(procs, sizes, messages=None, extra=(), transport="socket", env=None):
     cmd = [HM, "bench", "--transport", transport, "--procs", str(procs), "--sizes", ",".join(map(str, sizes)),
            "--latency-only", "--json"] + list(extra)
     if messages:
         cmd += ["--messages", str(messages)]
-    rows = last_json(run(cmd, 900))["rows"]
+    rows = last_json(run(cmd, 900, env))["rows"]
     return {r["size"]: {"all": r["complete_p50_us"], "all_p99": r["complete_p99_us"], "last": r["deliver_p50_us"],
                         "last_p99": r["deliver_p99_us"], "ok": r["ok"], "policy": r.get("policy", {})} for r in rows}
 
@@ -219,11 +219,11 @@ def unicast_once(size):
             recv.wait()
 
 
-def hmcast_cluster(procs, size, algo, messages):
+def hmcast_cluster(procs, size, algo, messages, env=None):
     cmd = [HM, "bench", "--transport", "socket", "--procs", str(procs), "--sizes", str(size), "--latency-only",
            "--messages", str(messages), "--algo", algo, "--json", "--prefix", "ip netns exec hm{i}",
            "--interface-template", "10.77.0.{i}", "--manager-host", "10.77.0.254"]
-    r = last_json(run(cmd, 1200))["rows"][0]
+    r = last_json(run(cmd, 1200, env))["rows"][0]
     return {"last": r["deliver_p50_us"], "all": r["complete_p50_us"], "ok": r["ok"], "policy": r.get("policy", {})}
 
 
@@ -234,7 +234,40 @@ def mpi_cluster(procs, size, iters_scale):
     return mpi_small(procs, [size], iters_scale, prefix=prefix)[size]
 
 
-def cluster_runs(rate, quick, hosts=8, size=64 * MIB):
+def key_env(out):
+    """The environment that gives every member a group key (issue 21): a new key file in `out`."""
+    path = os.path.join(out, "group.key")
+    if os.path.exists(path):
+        os.remove(path)
+    run([HM, "keygen", "--out", path], 60)
+    return {"HMCAST_KEY_FILE": path}
+
+
+def auth_runs(rounds, keyed):
+    """The group key's cost, plain and keyed alternated: 2 KiB all-acked latency at 8
+    processes (`rounds` times: a run is a few seconds and noisy), and 64 MiB throughput
+    at 4 processes on loopback, where the CPU and not a link is the limit (twice).
+    rows: mode, what, round, value, cpu_s_per_gb."""
+    rows = []
+    for rnd in range(rounds):
+        for mode, env in (("plain", None), ("keyed", keyed)):
+            r = hmcast_small(8, [2048], env=env)[2048]
+            rows.append({"mode": mode, "what": "2k_all_acked_p50_us", "round": rnd, "value": r["all"], "ok": r["ok"]})
+            if rnd >= 2:
+                continue
+            t = last_json(run([HM, "bench", "--transport", "socket", "--procs", "4", "--sizes", str(64 * MIB),
+                               "--throughput-only", "--json"], 900, env))["rows"][0]
+            rows.append({"mode": mode, "what": "64m_loopback_mb_s", "round": rnd, "value": t["throughput_mb_s"],
+                         "cpu_s_per_gb": t["throughput_cpu_s_per_gb"], "ok": t["ok"]})
+    return rows
+
+
+def auth_median(rows, mode, what, key="value"):
+    v = [r[key] for r in rows if r["mode"] == mode and r["what"] == what and r.get(key) is not None]
+    return statistics.median(v) if v else None
+
+
+def cluster_runs(rate, quick, hosts=8, size=64 * MIB, keyed=None):
     rows = []
     note = cluster_possible()
     if note:
@@ -250,6 +283,11 @@ def cluster_runs(rate, quick, hosts=8, size=64 * MIB):
             r = hmcast_cluster(hosts, size, algo, messages)
             rows.append({"what": "hmcast %s, %d hosts" % (algo, hosts), "key": algo, "rep": 0, "last_us": r["last"],
                          "all_us": r["all"], "ok": r["ok"]})
+        if keyed:
+            # The same as the first plan line, every frame tagged under a group key.
+            r = hmcast_cluster(hosts, size, plan[0][0], plan[0][1], keyed)
+            rows.append({"what": "hmcast %s, %d hosts, group key" % (plan[0][0], hosts), "key": plan[0][0] + "_keyed",
+                         "rep": 0, "last_us": r["last"], "all_us": r["all"], "ok": r["ok"]})
         if not quick:
             r = hmcast_cluster(2, size, "binomial_pipeline", 3)
             rows.append({"what": "hmcast, 2 hosts (one hop)", "key": "hmcast_2", "rep": 0, "last_us": r["last"],
@@ -552,7 +590,17 @@ def main():
         summary["stream_%s_ratio_vs_mpi" % name] = round(h / m, 3) if h and m else None
         c = stream_median(stream, "hmcast", size, "cpu_s_per_gb")
         summary["stream_%s_hmcast_cpu_s_per_gb" % name] = round(c, 2) if c else None
-    large, note = cluster_runs(args.rate, args.quick)
+    keyed = key_env(args.out)
+    auth = auth_runs(5, keyed)
+    for what, name, slower in (("2k_all_acked_p50_us", "2k", lambda p, k: k / p),
+                               ("64m_loopback_mb_s", "64m_loopback", lambda p, k: p / k)):
+        p, k = auth_median(auth, "plain", what), auth_median(auth, "keyed", what)
+        summary["auth_%s_plain" % what] = p
+        summary["auth_%s_keyed" % what] = k
+        summary["auth_overhead_%s" % name] = round(slower(p, k), 3) if p and k else None
+    summary["auth_64m_loopback_cpu_s_per_gb_plain"] = auth_median(auth, "plain", "64m_loopback_mb_s", "cpu_s_per_gb")
+    summary["auth_64m_loopback_cpu_s_per_gb_keyed"] = auth_median(auth, "keyed", "64m_loopback_mb_s", "cpu_s_per_gb")
+    large, note = cluster_runs(args.rate, args.quick, keyed=keyed)
     if note:
         summary["cluster"] = note
     ha, ma = median_of(small, "hmcast", 8, 2048, "all_p50_us"), median_of(small, "mpi", 8, 2048, "all_p50_us")
@@ -591,18 +639,23 @@ def main():
     large += faster
     uni, pipe, seq = (cluster_value([r for r in large if "rate" not in r], k)
                       for k in ("unicast", "binomial_pipeline", "sequential"))
+    pipe_keyed = cluster_value([r for r in large if "rate" not in r], "binomial_pipeline_keyed")
+    # Time to the last host, keyed over plain, at the cluster's per-host rate.
+    summary["auth_overhead_64m"] = round(pipe_keyed / pipe, 3) if pipe and pipe_keyed else None
+    summary["large_64m_pipeline_keyed_us"] = pipe_keyed
     summary.update({
         "large_64m_unicast_us": uni, "large_64m_pipeline_us": pipe, "large_64m_sequential_us": seq,
         "large_64m_ratio_vs_unicast": round(pipe / uni, 3) if pipe and uni else None,
         "large_64m_ratio_vs_sequential": round(pipe / seq, 3) if pipe and seq else None,
     })
     summary["ok"] = (all(r["ok"] for r in small) and all(r["ok"] for r in shm) and all(r["ok"] for r in large if r["key"] != "mpi_bcast")
-                     and all(r["ok"] for r in stream))
+                     and all(r["ok"] for r in stream) and all(r["ok"] for r in auth))
     summary["elapsed_s"] = round(time.time() - t0, 1)
     write_csv(os.path.join(args.out, "small.csv"), small)
     write_csv(os.path.join(args.out, "cluster.csv"), large)
     write_csv(os.path.join(args.out, "stream.csv"), stream)
     write_csv(os.path.join(args.out, "shm.csv"), shm)
+    write_csv(os.path.join(args.out, "auth.csv"), auth)
     made = charts(args.out, small, procs_list, sizes, large, shim_ran)
     table_md = (tables(small, procs_list, sizes, large, summary, shim_ran) + stream_table(stream, summary)
                 + shm_table(shm, procs_list, shm_sizes))

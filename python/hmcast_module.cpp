@@ -99,6 +99,8 @@ py::dict stats_dict(const hmcast::GroupStats& s) {
   d["views_installed"] = s.views_installed;
   d["duplicates_dropped"] = s.duplicates_dropped;
   d["bad_packets_dropped"] = s.bad_packets_dropped;
+  d["auth_failures"] = s.auth_failures;
+  d["replays_refused"] = s.replays_refused;
   d["multicast_datagrams_sent"] = s.multicast_datagrams_sent;
   d["batches_sent"] = s.batches_sent;
   d["datagrams_batched"] = s.datagrams_batched;
@@ -224,8 +226,9 @@ PYBIND11_MODULE(hmcast, m) {
   py::class_<hmcast::Node>(m, "Node")
       .def(py::init([](const std::string& transport, std::uint32_t group_size, const std::string& manager,
                        bool embed_manager, const std::string& interface, const std::string& fabric,
-                       double join_timeout) {
+                       double join_timeout, const std::string& key_file) {
              hmcast::Config c;
+             c.key_file = key_file;  // empty: $HMCAST_KEY_FILE, or no key
              c.transport = transport_of(transport);
              c.group_size = group_size;
              c.socket.manager = manager;
@@ -238,7 +241,7 @@ PYBIND11_MODULE(hmcast, m) {
            }),
            py::arg("transport") = "socket", py::arg("group_size") = 1, py::arg("manager") = "127.0.0.1:17700",
            py::arg("embed_manager") = false, py::arg("interface") = "127.0.0.1", py::arg("fabric") = "default",
-           py::arg("join_timeout") = 10.0)
+           py::arg("join_timeout") = 10.0, py::arg("key_file") = "")
       .def_property_readonly("id", &hmcast::Node::id)
       .def(
           "join",

@@ -167,6 +167,17 @@ run 'd["manager_loss_ok"] and d["members_stopped_manager_lost"] == 8 and d["mana
   soak --procs 8 --senders 4 --messages 10000 --loss 0.02 --kill-manager --json
 run "$SOAK_OK"' and d["spray_datagrams"] > 0 and d["bad_packets_dropped"] > 0 and d["spray_tcp_disconnected"] == d["spray_tcp_attempts"] > 0' \
   soak --procs 8 --senders 4 --messages 3000 --loss 0.02 --kill 1 --spray --json
+# Issue 21: a stranger who hears the group forges its members' data and stability
+# announcements and sends captured datagrams again. With the group key every
+# forgery and replay is dropped and counted; without one (the README says so)
+# forged messages are delivered, and the soak fails as it must.
+KEY_DIR=$(mktemp -d)
+trap 'rm -rf "$KEY_DIR"' EXIT
+"$HM" keygen --out "$KEY_DIR/group.key" >/dev/null
+run "$SOAK_OK"' and d["forged_accepted"] == 0 and d["auth_failures"] > 0 and d["replays_refused"] > 0 and d["forge_data"] > 0 and d["forge_replayed"] > 0' \
+  soak --procs 8 --senders 4 --messages 10000 --loss 0.02 --kill 1 --key-file "$KEY_DIR/group.key" --spray-forged --json
+run_cmd 'not d["delivered_ok"] and d["forged_accepted"] > 0 and d["auth_failures"] == 0' \
+  sh -c '"$@" || true' sh "$HM" soak --procs 8 --senders 4 --messages 10000 --loss 0.02 --kill 1 --spray-forged --timeout 15 --json
 # Joining mid-stream: two members start once the group runs (mixed sizes, large ones too).
 run "$SOAK_OK"' and d["joined"] == 2 and d["joiner_delivered"] > 0 and d["joiner_first_index"] > 0 and d["views_installed"] >= 3' \
   soak --procs 6 --senders 3 --messages 4000 --sizes 64:40,2KiB:30,64KiB:10,1MiB:1 --loss 0.02 --kill 1 --join 2 --json
@@ -225,9 +236,11 @@ if command -v mpirun >/dev/null && [ -x build/bin/hmcast_mpi_bench ]; then
   # not asserted here while they are not met (issue 17 is open).
   # Issue 18's ratios against Open MPI's shared memory are reported (not yet met, so
   # not asserted): the run must have made them.
-  CMP_OK='d["ok"] and d["small_2k_p50_ratio_vs_mpi_bcast_barrier"] <= 0.5 and d["shm_worst_ratio_vs_mpi_vader"] > 0'
+  # Issue 21's cost of the group key (keyed over plain, same run; target 1.1) is
+  # reported likewise: the run must have made it.
+  CMP_OK='d["ok"] and d["small_2k_p50_ratio_vs_mpi_bcast_barrier"] <= 0.5 and d["shm_worst_ratio_vs_mpi_vader"] > 0 and d["auth_overhead_2k"] > 0 and d["auth_overhead_64m_loopback"] > 0'
   if [ "$(id -u)" -eq 0 ] && command -v ip >/dev/null; then
-    CMP_OK="$CMP_OK"' and d["large_64m_ratio_vs_unicast"] <= 1.3 and d["large_64m_ratio_vs_sequential"] <= 0.4'
+    CMP_OK="$CMP_OK"' and d["large_64m_ratio_vs_unicast"] <= 1.3 and d["large_64m_ratio_vs_sequential"] <= 0.4 and d["auth_overhead_64m"] > 0'
   else
     echo "note: the 64 MiB part of compare_mpi needs root and iproute2 (CI runs it)"
   fi

@@ -39,6 +39,7 @@ struct MemberOptions {
   bool embed_manager = false;
   std::string zookeeper;  // the manager is whoever holds the seat there
   std::string zk_root = "/hmcast";
+  std::string key_file;  // the group key (hmcast keygen); empty: $HMCAST_KEY_FILE or none
   std::string group = "demo";
   std::uint32_t size = 8;
   std::uint32_t senders = 4;
@@ -106,6 +107,7 @@ struct Ledger {
   std::map<std::pair<MemberId, bool>, std::int64_t> last_index;  // per (sender, large): FIFO check
   std::uint64_t unique = 0, duplicates = 0, corrupt = 0, unexpected = 0,
                 fifo_violations = 0, bytes = 0;
+  std::uint64_t forged = 0;  // deliveries that are a forger's (tools/workload.hpp kForgedMarker)
   std::uint64_t digest = 0;
   std::vector<std::int64_t> deliver_ns;  // of member 1's messages, by index (with timestamps)
   std::int64_t last_delivery_ns = 0;     // the latest delivery of any message
@@ -168,6 +170,7 @@ int run_member(const MemberOptions& o) {
   cfg.socket.interface_address = o.interface_address;
   if (o.mtu != 0) cfg.socket.mtu = cfg.shm.mtu = o.mtu;
   cfg.join_timeout = std::chrono::seconds(60);
+  cfg.key_file = o.key_file;  // empty: $HMCAST_KEY_FILE, if set
   cfg.faults.datagram_loss = o.loss;
   cfg.faults.datagram_duplicate = o.dup;
   cfg.faults.datagram_reorder = o.reorder;
@@ -238,6 +241,10 @@ int run_member(const MemberOptions& o) {
     auto c = check_message(o.seed, d.sender, checked, verify);
     std::lock_guard lock(led.mu);
     led.last_delivery_ns = t_delivered;
+    if (is_forged(d.bytes)) {
+      ++led.forged;
+      return;
+    }
     if (!c || d.sender > o.senders || c->index >= o.messages || c->attempt != 0) {
       ++led.unexpected;
       return;
@@ -455,6 +462,7 @@ int run_member(const MemberOptions& o) {
             {"duplicates_delivered", led.duplicates},
             {"corrupt", led.corrupt},
             {"unexpected", led.unexpected},
+            {"forged_accepted", led.forged},
             {"fifo_violations", led.fifo_violations},
             {"digest", led.digest},
             {"per_sender", led.tallies()},
@@ -471,6 +479,8 @@ int run_member(const MemberOptions& o) {
             {"cpu_user_s", cpu.user},
             {"cpu_s", cpu.user + cpu.system},
             {"bad_packets_dropped", st.bad_packets_dropped},
+            {"auth_failures", st.auth_failures},
+            {"replays_refused", st.replays_refused},
             {"repairs_sent", st.repairs_sent},
             {"large_restarted", st.large_restarted},
             {"large_redeliveries_suppressed", st.large_redeliveries_suppressed},
@@ -573,6 +583,9 @@ void add_member_command(CLI::App& app) {
   cmd->add_option("--busy-poll-us", o->busy_poll_us,
                   "hybrid: keep polling this long after the last arrival (default: socket 200, verbs 50)")
       ->check(CLI::Range(0U, 1'000'000U));
+  cmd->add_option("--key-file", o->key_file,
+                  "The group key (`hmcast keygen`; mode 600): frames are tagged and checked with it. Default: "
+                  "$HMCAST_KEY_FILE, or no key");
   cmd->add_option("--busy-poll-max-us", o->busy_poll_max_us,
                   "hybrid, socket and shm: polling may stretch up to this over steady idle gaps (default 5000; "
                   "--busy-poll-us or less: never)")

@@ -81,6 +81,10 @@ void add_soak_command(CLI::App& app) {
       ->check(CLI::Range(1U, 600'000U));
   cmd->add_flag("--spray", o->spray, "A hostile peer sprays garbage, truncated, oversized, stale-view and "
                                      "non-member packets and malformed TCP streams at the group");
+  cmd->add_flag("--spray-forged", o->spray_forged,
+                "A stranger listens to the group, forges data and stability announcements as its members and "
+                "replays what it heard: no member may deliver a forged message (forged_accepted)");
+  cmd->add_option("--key-file", o->key_file, "The group key every member reads (`hmcast keygen`; mode 600)");
   auto no_zero_copy = std::make_shared<bool>(false);
   cmd->add_flag("--no-zero-copy", *no_zero_copy,
                 "verbs: members SEND and copy large blocks instead of RDMA WRITING them into the final buffer");

@@ -28,6 +28,7 @@
 #include "transport/socket/manager_server.hpp"
 #include "mono_clock.hpp"
 #include "process_info.hpp"
+#include "forger.hpp"
 #include "sprayer.hpp"
 #include "workload.hpp"
 #include "zk_managers.hpp"
@@ -156,6 +157,13 @@ nlohmann::json GroupRunReport::to_json() const {
           {"last_delivery_p50_us", last_delivery_p50_us},
           {"last_delivery_p99_us", last_delivery_p99_us},
           {"timed_out", timed_out},
+          {"forged_accepted", forged_accepted},
+          {"auth_failures", auth_failures},
+          {"replays_refused", replays_refused},
+          {"forge_captured", forge_captured},
+          {"forge_replayed", forge_replayed},
+          {"forge_data", forge_data},
+          {"forge_stable", forge_stable},
           {"spray_datagrams", spray_datagrams},
           {"spray_tcp_attempts", spray_tcp_attempts},
           {"spray_tcp_disconnected", spray_tcp_disconnected},
@@ -252,6 +260,7 @@ GroupRunReport run_group(const GroupRunOptions& o) {
     if (o.transport != "socket")
       argv.insert(argv.end(), {"--transport", o.transport, "--device", o.device, "--completion", o.completion});
     if (o.mtu != 0) argv.insert(argv.end(), {"--mtu", std::to_string(o.mtu)});
+    if (!o.key_file.empty()) argv.insert(argv.end(), {"--key-file", o.key_file});
     if (o.probe_deadline_ms != 0) argv.insert(argv.end(), {"--probe-deadline-ms", std::to_string(o.probe_deadline_ms)});
     if (o.serial) argv.emplace_back("--serial");
     if (o.timestamps) argv.emplace_back("--timestamps");
@@ -269,6 +278,10 @@ GroupRunReport run_group(const GroupRunOptions& o) {
   std::string spray_failure;  // the sprayer could not run (set by its thread before it ends)
   std::thread sprayer;
   bool spray_started = false;
+  std::thread forger;
+  ForgeStats forge_stats;
+  std::string forge_failure;
+  bool forger_started = false;
   std::vector<std::pair<std::uint32_t, std::int64_t>> kills;  // (member id, t_ns)
   bool killed_yet = o.kill == 0 && o.kill_senders == 0 && !o.kill_manager && o.kill_coordinator == 0 &&
                     o.kill_zk_leader == 0 && o.partition == 0;
@@ -431,6 +444,22 @@ GroupRunReport run_group(const GroupRunOptions& o) {
                   << " deliveries" << std::endl;
       next_progress = std::chrono::steady_clock::now() + std::chrono::seconds(1);
     }
+    if (o.spray_forged && all_joined && !forger_started) {
+      std::optional<membership::IssuedView> target;
+      {
+        std::lock_guard lock(views_mu);
+        target = first_view;
+      }
+      forger_started = target.has_value();
+      if (target)
+        forger = std::thread([&, t = *target] {
+          try {
+            forge_stats = spray_forged(t, substitute(o.interface_template, 1), o.seed, stop_spray);
+          } catch (const std::exception& e) {
+            forge_failure = e.what();
+          }
+        });
+    }
     if (o.spray && all_joined && !spray_started) {
       std::optional<membership::IssuedView> target;
       {
@@ -472,6 +501,7 @@ GroupRunReport run_group(const GroupRunOptions& o) {
       stopping = true;  // every survivor is done: let them go
       stop_spray = true;
       if (sprayer.joinable()) sprayer.join();
+      if (forger.joinable()) forger.join();
       for (auto& c : kids) ::close(c.in_fd);
     }
     if (std::chrono::steady_clock::now() >= deadline) {
@@ -485,6 +515,14 @@ GroupRunReport run_group(const GroupRunOptions& o) {
   }
   stop_spray = true;
   if (sprayer.joinable()) sprayer.join();
+  if (forger.joinable()) forger.join();
+  rep.forge_captured = forge_stats.captured;
+  rep.forge_replayed = forge_stats.replayed;
+  rep.forge_data = forge_stats.forged_data;
+  rep.forge_stable = forge_stats.forged_stable;
+  if (o.spray_forged && !forge_failure.empty()) rep.problems.push_back("the forger failed: " + forge_failure);
+  if (o.spray_forged && forge_failure.empty() && (rep.forge_replayed == 0 || rep.forge_data == 0))
+    rep.problems.push_back("the forger heard nothing to replay or forge: the test did not run");
   rep.spray_datagrams = spray_stats.datagrams;
   rep.spray_tcp_attempts = spray_stats.tcp_attempts;
   rep.spray_link_frames = spray_stats.link_frames;
@@ -584,6 +622,9 @@ GroupRunReport run_group(const GroupRunOptions& o) {
     rep.corrupt += d["corrupt"].get<std::uint64_t>() + d["unexpected"].get<std::uint64_t>();
     rep.fifo_violations += d["fifo_violations"].get<std::uint64_t>();
     rep.bad_packets_dropped += d["bad_packets_dropped"].get<std::uint64_t>();
+    rep.forged_accepted += d.value("forged_accepted", std::uint64_t{0});
+    rep.auth_failures += d.value("auth_failures", std::uint64_t{0});
+    rep.replays_refused += d.value("replays_refused", std::uint64_t{0});
     rep.repairs_sent += d["repairs_sent"].get<std::uint64_t>();
     rep.large_restarted += d["large_restarted"].get<std::uint64_t>();
     rep.large_redeliveries_suppressed += d["large_redeliveries_suppressed"].get<std::uint64_t>();
@@ -771,6 +812,10 @@ GroupRunReport run_group(const GroupRunOptions& o) {
   rep.wall_s = first_join > 0 && last_done > first_join ? static_cast<double>(last_done - first_join) / 1e9 : 0;
   rep.throughput_mb_s = rep.wall_s > 0 ? static_cast<double>(rep.bytes_broadcast) / 1e6 / rep.wall_s : 0;
   if (rep.timed_out) rep.problems.push_back("the run timed out");
+  if (rep.forged_accepted > 0)
+    rep.problems.push_back("members delivered " + std::to_string(rep.forged_accepted) + " forged messages");
+  if (o.spray_forged && !o.key_file.empty() && rep.auth_failures == 0)
+    rep.problems.push_back("no member refused a forgery: the forger did not reach the group");
   if (rep.joined != o.join + rejoins) rep.problems.push_back("a joining member never reported done");
   rep.delivered_ok = !rep.timed_out && rep.survivors == o.procs + o.join + rejoins - kills.size() &&
                      rep.members_verified == rep.survivors && rep.missing == 0 && rep.duplicates_delivered == 0 &&

@@ -79,6 +79,11 @@ struct GroupRunOptions {
   bool block_multicast = false;
   std::uint32_t probe_deadline_ms = 0;  // members' multicast probe deadline (0: the default)
   bool spray = false;       // a hostile peer sprays bad input at the group while it runs (sprayer.hpp)
+  /// A stranger who hears the group forges members' datagrams and replays captured
+  /// ones (forger.hpp); members must deliver none of it (forged_accepted).
+  bool spray_forged = false;
+  /// The group key every member reads (`hmcast member --key-file`); empty: none.
+  std::string key_file;
   /// Bind member i to CPU i (mod the CPUs this process may use) when every member
   /// has a CPU of its own, as mpirun binds ranks to cores: on fewer CPUs than
   /// members nothing is bound (the scheduler moves them to whichever core is idle).
@@ -168,6 +173,13 @@ struct GroupRunReport {
   double send_span_s = 0;  // member 1's first broadcast -> its last message's last delivery
   double acked_span_s = 0;  // member 1's first broadcast -> its last completion (all-acked)
   bool timed_out = false;
+  std::uint64_t forged_accepted = 0;   // forged messages members delivered (summed)
+  std::uint64_t auth_failures = 0;     // frames members dropped for a missing or wrong tag (summed)
+  std::uint64_t replays_refused = 0;   // genuine frames members dropped as replays (summed)
+  std::uint64_t forge_captured = 0;    // --spray-forged: the group's datagrams the forger heard
+  std::uint64_t forge_replayed = 0;    // ...sent again
+  std::uint64_t forge_data = 0;        // ...data forged as members'
+  std::uint64_t forge_stable = 0;      // ...stability announcements forged as members'
   std::uint64_t spray_datagrams = 0;        // bad datagrams sprayed at the group
   std::uint64_t spray_tcp_attempts = 0;     // bad TCP streams sent to members' link ports
   std::uint64_t spray_tcp_disconnected = 0; // ...that the member hung up on

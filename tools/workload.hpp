@@ -15,6 +15,8 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
+#include <algorithm>
 #include <vector>
 
 #include "hmcast/types.hpp"
@@ -23,6 +25,15 @@
 namespace hmcast::tools {
 
 inline constexpr std::size_t kMessageHeader = 8;
+
+/// How a forged message begins (`hmcast soak --spray-forged`): a member that
+/// delivers one counts it as forged_accepted, apart from other unexpected messages.
+inline constexpr std::string_view kForgedMarker = "FORGED!!";
+inline bool is_forged(std::span<const std::byte> bytes) {
+  return bytes.size() >= kForgedMarker.size() &&
+         std::equal(kForgedMarker.begin(), kForgedMarker.end(), bytes.begin(),
+                    [](char c, std::byte b) { return static_cast<std::byte>(c) == b; });
+}
 
 /// Sizes with weights, e.g. "64,2KiB:30,1MiB:1" (weight 1 when omitted).
 struct SizeMix {

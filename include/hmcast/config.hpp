@@ -2,6 +2,7 @@
 // here is what keeps memory finite, so none of them can be "unlimited".
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -326,6 +327,22 @@ struct Config {
   /// read or parsed makes the Node constructor throw invalid_config.
   std::string profile_file;
   FaultConfig faults;
+  /// The group key: a secret every member holds (`hmcast keygen --out FILE` makes
+  /// one). With a key, every datagram and link frame of the in-process and socket
+  /// transports carries a tag under a key of the view, derived from it; frames
+  /// without a right tag, and replayed ones, are dropped and counted
+  /// (GroupStats::auth_failures, replays_refused). Each tag takes
+  /// kKeyTrailerBytes of the transport's MTU. Members of one group must all have
+  /// the key or all be without it. The shm and verbs transports tag nothing: their
+  /// fabric is trusted (the README says when).
+  /// Set at most one of `key` and `key_file`; with neither, the Node reads the file
+  /// named by the environment variable HMCAST_KEY_FILE if it is set. A key file must
+  /// be readable by its owner only (chmod 600), or the Node constructor throws.
+  std::optional<std::array<std::byte, 32>> key;
+  std::string key_file;
 };
+
+/// Bytes a tag adds to each datagram and frame when Config has a key.
+inline constexpr std::uint32_t kKeyTrailerBytes = 24;
 
 }  // namespace hmcast

@@ -114,6 +114,12 @@ struct GroupStats {
   /// Input dropped as bad: undecodable, oversized, wrong group, stale or future view,
   /// from a non-member, or breaking the protocol; malformed reliable-link streams.
   std::uint64_t bad_packets_dropped = 0;
+  /// With a group key (Config::key): datagrams and frames dropped because their tag
+  /// was missing or wrong (a forgery, another key, or damage), and genuine ones
+  /// dropped because they came before (a replay) or name a view too old to judge.
+  /// Neither ever reaches the protocol.
+  std::uint64_t auth_failures = 0;
+  std::uint64_t replays_refused = 0;
   /// Large-message bytes the transport read straight into their final buffer, with
   /// no copy on the way (socket: read from the stream; verbs: RDMA WRITTEN by peers;
   /// the Node's transport as a whole).

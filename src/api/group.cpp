@@ -7,6 +7,7 @@
 #include "core/assert.hpp"
 #include "policy/policy.hpp"
 #include "transport/faulty/faulty_link.hpp"
+#include "transport/sealed/sealed_link.hpp"
 
 namespace hmcast {
 
@@ -107,6 +108,9 @@ GroupStats Group::stats() const {
   out.multicast_datagrams_sent = link.multicast_datagrams_sent();
   out.link_bytes_sent = link.link_bytes_sent();
   out.faults = transport::fault_stats(link);
+  const auto seal = transport::seal_stats(link);
+  out.auth_failures = seal.auth_failures;
+  out.replays_refused = seal.replays_refused;
   return out;
 }
 

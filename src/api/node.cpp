@@ -215,17 +215,33 @@ void NodeState::fail_all(GroupState& g, ErrorCode code, const std::string& why) 
   g.room.notify_all();
 }
 
+std::optional<auth::GroupKey> group_key_of(const Config& config) {
+  if (config.key && !config.key_file.empty())
+    throw Error(ErrorCode::invalid_config, "Config::key and Config::key_file are both set: set one");
+  if (config.key) return auth::GroupKey{*config.key};
+  std::string file = config.key_file;
+  if (file.empty()) {
+    const char* env = std::getenv("HMCAST_KEY_FILE");
+    if (env == nullptr || *env == '\0') return std::nullopt;
+    file = env;
+  }
+  return auth::read_key_file(file);
+}
+
 namespace {
 
-/// The transport for member `welcome.member` of the group the coordinator welcomed us to.
-std::unique_ptr<transport::Link> make_link(const Config& cfg, const membership::Welcome& welcome) {
+/// The transport for member `welcome.member` of the group the coordinator welcomed
+/// us to, sealing its frames under `key` where the transport's fabric is not trusted.
+std::unique_ptr<transport::Link> make_link(const Config& cfg, const membership::Welcome& welcome,
+                                           const std::optional<auth::GroupKey>& key) {
+  const auth::GroupKey* k = key ? &*key : nullptr;
   switch (cfg.transport) {
     case TransportKind::inproc:
       return transport::make_inproc_link(cfg.fabric, welcome.group_id, welcome.member, cfg.socket.large_pool_bytes,
-                                         cfg.faults);
+                                         cfg.faults, k);
     case TransportKind::socket:
       return transport::make_socket_link(welcome.member, welcome.multicast_address, welcome.multicast_port, cfg.socket,
-                                         cfg.faults);
+                                         cfg.faults, k, welcome.group_id);
     case TransportKind::verbs:
       return transport::make_verbs_link(welcome.member, welcome.multicast_address, cfg.verbs, cfg.faults);
     case TransportKind::shm:
@@ -243,6 +259,11 @@ ProtocolConfig default_protocol(const Config& config) { return policy::protocol_
 Node::Node(Config config) : state_(std::make_shared<detail::NodeState>()) {
   if (config.group_size == 0) throw Error(ErrorCode::invalid_config, "Config::group_size must be at least 1");
   config.faults = transport::faults_with_environment(config.faults);
+  state_->key = detail::group_key_of(config);
+  if (state_->key) {
+    config.key = state_->key->bytes;  // the policy leaves room for tags (policy::protocol_for)
+    config.key_file.clear();
+  }
   state_->cfg = config;
   state_->protocol = config.protocol ? *config.protocol : default_protocol(config);
   if (auto why = policy::check(state_->protocol)) throw Error(ErrorCode::invalid_config, *why);
@@ -251,6 +272,7 @@ Node::Node(Config config) : state_(std::make_shared<detail::NodeState>()) {
   if (verbs) transport::check_verbs_device(config.verbs);  // no device: fail now, naming the fixes
   const std::uint32_t transport_mtu = verbs                                    ? config.verbs.mtu
                                       : config.transport == TransportKind::shm ? config.shm.mtu
+                                      : config.key ? config.socket.mtu - kKeyTrailerBytes  // tags ride in each datagram
                                                                                : config.socket.mtu;
   if (state_->protocol.mtu > transport_mtu)
     throw Error(ErrorCode::invalid_config, "ProtocolConfig::mtu (" + std::to_string(state_->protocol.mtu) +
@@ -316,7 +338,7 @@ Group Node::join(const std::string& name) {
     s.control = std::make_unique<socket::ManagerClient>(host, port, deadline);
   }
   const auto welcome = s.control->join(name, s.cfg.group_size, deadline);
-  s.link = detail::make_link(s.cfg, welcome);
+  s.link = detail::make_link(s.cfg, welcome, s.key);
   s.link->set_block_placer([node = &s](MemberId from, std::span<const std::byte> head, std::size_t size) {
     return node->place_block(from, head, size);
   });

@@ -22,6 +22,7 @@
 #include <string>
 #include <thread>
 
+#include "auth/group_key.hpp"
 #include "core/actions.hpp"
 #include "hmcast/node.hpp"
 #include "runtime/runtime.hpp"
@@ -64,6 +65,11 @@ struct GroupState {
   std::atomic<bool> callbacks_stopped{false};
 };
 
+/// The group key a Node uses: Config::key, else the file Config::key_file names, else
+/// the file HMCAST_KEY_FILE names, else none. Throws hmcast::Error(invalid_config)
+/// when both are set or the file cannot be used (auth::read_key_file says why).
+std::optional<auth::GroupKey> group_key_of(const Config& config);
+
 struct NodeState {
   Config cfg;
   ProtocolConfig protocol;
@@ -71,6 +77,8 @@ struct NodeState {
 #ifdef HMCAST_HAVE_ZOOKEEPER
   std::unique_ptr<zk::StandingManager> standing;  // embed_manager with zookeeper: this member may coordinate
 #endif
+  /// The group key (Config::key, key_file or HMCAST_KEY_FILE), if the group has one.
+  std::optional<auth::GroupKey> key;
   std::unique_ptr<transport::ControlClient> control;        // this member's view authority
   std::unique_ptr<transport::Link> link;                    // once join() has an id
   std::shared_ptr<GroupState> group;                        // once join() returned

@@ -68,6 +68,9 @@ ProtocolConfig protocol_for(const Config& config) {
     transport = "verbs";
     mtu = config.verbs.mtu;
   }
+  // Tags (Config::key) ride inside the transport's datagrams, on the transports that seal.
+  if (config.key && (config.transport == TransportKind::socket || config.transport == TransportKind::inproc))
+    mtu -= kKeyTrailerBytes;
   Profile profile;
   try {
     profile = config.profile_file.empty() ? builtin_profile(transport) : load_profile(config.profile_file);

@@ -5,6 +5,7 @@
 #include "transport/buffer_pool.hpp"
 #include "transport/faulty/faulty_link.hpp"
 #include "transport/inproc/inproc_fabric.hpp"
+#include "transport/sealed/sealed_link.hpp"
 #include "transport/links.hpp"
 #include "hmcast/error.hpp"
 #include "transport/shm/shm_transport.hpp"
@@ -166,12 +167,15 @@ std::string ipv4_text(std::uint32_t address) {
 }  // namespace
 
 std::unique_ptr<Link> make_inproc_link(const std::string& fabric, std::uint64_t scope, MemberId self,
-                                       std::size_t pool_bytes, const FaultConfig& faults) {
-  return with_faults(std::make_unique<InprocLink>(fabric, scope, self, pool_bytes), faults);
+                                       std::size_t pool_bytes, const FaultConfig& faults, const auth::GroupKey* key) {
+  std::unique_ptr<Link> link = std::make_unique<InprocLink>(fabric, scope, self, pool_bytes);
+  if (key != nullptr) link = with_seal(std::move(link), *key, scope);
+  return with_faults(std::move(link), faults);
 }
 
 std::unique_ptr<Link> make_socket_link(MemberId self, std::uint32_t multicast_address, std::uint16_t multicast_port,
-                                       const SocketOptions& options, const FaultConfig& faults) {
+                                       const SocketOptions& options, const FaultConfig& faults,
+                                       const auth::GroupKey* key, GroupId group) {
   socket::SocketConfig cfg;
   cfg.group_address = ipv4_text(multicast_address);
   cfg.group_port = multicast_port;
@@ -184,7 +188,9 @@ std::unique_ptr<Link> make_socket_link(MemberId self, std::uint32_t multicast_ad
   cfg.busy_poll = options.busy_poll;
   cfg.busy_poll_max = options.busy_poll_max;
   try {
-    return with_faults(std::make_unique<SocketLink>(self, cfg, options.large_pool_bytes), faults);
+    std::unique_ptr<Link> link = std::make_unique<SocketLink>(self, cfg, options.large_pool_bytes);
+    if (key != nullptr) link = with_seal(std::move(link), *key, group);
+    return with_faults(std::move(link), faults);
   } catch (const socket::TransportError& e) {
     throw Error(ErrorCode::transport_failed, e.what());
   }
@@ -236,16 +242,16 @@ void check_verbs_device(const VerbsOptions& options) {
 }
 
 std::uint16_t listening_port(const Link& link) {
-  if (const auto* s = dynamic_cast<const SocketLink*>(&without_faults(link))) return s->endpoint_->tcp_port();
+  if (const auto* s = dynamic_cast<const SocketLink*>(&bare_link(link))) return s->endpoint_->tcp_port();
 #ifdef HMCAST_HAVE_VERBS
-  if (const auto* v = dynamic_cast<const VerbsLink*>(&without_faults(link))) return v->endpoint_->port();
+  if (const auto* v = dynamic_cast<const VerbsLink*>(&bare_link(link))) return v->endpoint_->port();
 #endif
   return 0;
 }
 
 std::string listening_address(const Link& link, const std::string& configured) {
 #ifdef HMCAST_HAVE_VERBS
-  if (const auto* v = dynamic_cast<const VerbsLink*>(&without_faults(link))) return v->endpoint_->interface_address();
+  if (const auto* v = dynamic_cast<const VerbsLink*>(&bare_link(link))) return v->endpoint_->interface_address();
 #endif
   return configured;
 }

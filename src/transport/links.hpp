@@ -1,11 +1,14 @@
 // The transports a Node can make, each under the seeded fault layer
-// (faulty/faulty_link.hpp) when its FaultConfig asks for any fault.
+// (faulty/faulty_link.hpp) when its FaultConfig asks for any fault, and the
+// in-process and socket ones under the sealing layer (sealed/sealed_link.hpp) when
+// the group has a key.
 #pragma once
 
 #include <cstdint>
 #include <memory>
 #include <string>
 
+#include "auth/group_key.hpp"
 #include "hmcast/config.hpp"
 #include "hmcast/types.hpp"
 #include "transport/transport.hpp"
@@ -14,14 +17,16 @@ namespace hmcast::transport {
 
 /// Member `self` of the group whose in-process scope is `scope` (its group id)
 /// on the in-process fabric named `fabric`, keeping up to `pool_bytes` of large
-/// buffers for reuse (buffer_pool.hpp).
+/// buffers for reuse (buffer_pool.hpp). With a `key`, frames are sealed under it.
 std::unique_ptr<Link> make_inproc_link(const std::string& fabric, std::uint64_t scope, MemberId self,
-                                       std::size_t pool_bytes, const FaultConfig& faults);
+                                       std::size_t pool_bytes, const FaultConfig& faults,
+                                       const auth::GroupKey* key = nullptr);
 
-/// A socket endpoint for member `self` of a group whose datagrams use
-/// multicast_address:port (IPv4, host order).
+/// A socket endpoint for member `self` of group `group` whose datagrams use
+/// multicast_address:port (IPv4, host order). With a `key`, frames are sealed under it.
 std::unique_ptr<Link> make_socket_link(MemberId self, std::uint32_t multicast_address, std::uint16_t multicast_port,
-                                       const SocketOptions& options, const FaultConfig& faults);
+                                       const SocketOptions& options, const FaultConfig& faults,
+                                       const auth::GroupKey* key = nullptr, GroupId group = 0);
 
 /// A shared-memory endpoint (transport/shm) for member `self` of group `group`,
 /// whose peers run on this host; waiting and the large-buffer pool come from `socket`.

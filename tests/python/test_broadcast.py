@@ -136,3 +136,39 @@ def test_a_stopped_group_raises_in_receive():
     finally:
         proc.kill()
         proc.wait(timeout=10)
+
+
+def test_a_group_key_from_python(tmp_path):
+    """Node(key_file=...) tags every frame: two members with the key exchange a
+    message, nothing is refused, and a key file others may read is refused clearly."""
+    import threading
+
+    import hmcast
+
+    key = tmp_path / "group.key"
+    subprocess.run([TOOL, "keygen", "--out", str(key)], check=True, stdout=subprocess.DEVNULL)
+    proc, address = start_manager()
+    try:
+        nodes = [hmcast.Node(transport="socket", group_size=2, manager=address, join_timeout=30, key_file=str(key))
+                 for _ in range(2)]
+        groups = [None, None]
+        joiners = [threading.Thread(target=lambda i=i: groups.__setitem__(i, nodes[i].join("keyed"))) for i in range(2)]
+        for t in joiners:
+            t.start()
+        for t in joiners:
+            t.join(timeout=60)
+        assert all(g is not None for g in groups), "the two members did not join"
+        groups[0].broadcast(b"sealed").result(timeout=30)
+        got = groups[1].receive(timeout=30)
+        while not isinstance(got, hmcast.Delivery):
+            got = groups[1].receive(timeout=30)
+        assert got.tobytes() == b"sealed"
+        for g in groups:
+            assert g.stats()["auth_failures"] == 0
+            g.leave()
+        key.chmod(0o644)
+        with pytest.raises(hmcast.Error, match="chmod 600"):
+            hmcast.Node(transport="socket", group_size=2, manager=address, key_file=str(key))
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)

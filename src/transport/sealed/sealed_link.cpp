@@ -1,0 +1,153 @@
+#include "transport/sealed/sealed_link.hpp"
+
+#include "core/assert.hpp"
+#include "hmcast/config.hpp"
+#include "core/wire.hpp"
+#include "transport/faulty/faulty_link.hpp"
+
+namespace hmcast::transport {
+
+static_assert(kKeyTrailerBytes == auth::kTrailerBytes, "Config's figure for the tag's room");
+static_assert(std::tuple_size_v<decltype(Config::key)::value_type> == auth::kKeyBytes);
+
+SealedLink::SealedLink(std::unique_ptr<Link> inner, const auth::GroupKey& key, GroupId group)
+    : inner_(std::move(inner)), key_(key), group_(group) {
+  HMCAST_ASSERT(inner_ != nullptr);
+}
+
+bool SealedLink::seal(std::uint32_t channel, std::vector<std::byte>& frame) {
+  // The protocol stamps every frame with its own id and its view: the receiver
+  // checks the tag against exactly those, so anything else is our bug.
+  HMCAST_ASSERT(frame.size() >= wire::kHeaderSize);
+  HMCAST_ASSERT(wire::peek_src(frame) == id());
+  HMCAST_ASSERT(wire::peek_group(frame) == group_);
+  const ViewId view = wire::peek_view(frame);
+  std::lock_guard lock(send_mu_);
+  auto it = send_views_.find(view);
+  if (it == send_views_.end()) {
+    // A view whose counters we forgot would start them again at 1 under the same
+    // key (a nonce used twice). Views only grow and every view forgotten is older
+    // than those kept, so a frame stamped with a view older than the oldest kept
+    // (which its receivers refuse as too old anyway) is dropped, as if lost.
+    if (!send_views_.empty() && view < send_views_.begin()->first) {
+      stale_unsent_.fetch_add(1, std::memory_order_relaxed);
+      return false;
+    }
+    it = send_views_.emplace(view, SendView{auth::derive_view_key(key_, group_, view), {}}).first;
+    while (send_views_.size() > kViewsKept) send_views_.erase(send_views_.begin());
+  }
+  std::uint64_t& counter = it->second.last_counter[channel];
+  ++counter;
+  auth::seal(it->second.key, id(), channel, counter, frame);
+  sealed_.fetch_add(1, std::memory_order_relaxed);
+  return true;
+}
+
+void SealedLink::multicast(std::span<const std::byte> bytes) {
+  std::vector<std::byte> frame;
+  frame.reserve(bytes.size() + auth::kTrailerBytes);
+  frame.assign(bytes.begin(), bytes.end());
+  if (seal(auth::kMulticastChannel, frame)) inner_->multicast(frame);
+}
+
+bool SealedLink::unicast(MemberId to, std::vector<std::byte> bytes) {
+  // Channel 0 is the multicast's, and no member has id 0.
+  HMCAST_ASSERT(to != auth::kMulticastChannel);
+  bytes.reserve(bytes.size() + auth::kTrailerBytes);
+  if (!seal(to, bytes)) return true;  // dropped as a lost frame, not a broken link
+  return inner_->unicast(to, std::move(bytes));
+}
+
+bool SealedLink::send_block(MemberId to, std::vector<std::byte> head, std::span<const std::byte> payload,
+                            std::uint64_t length, std::shared_ptr<const void> keep) {
+  (void)length;
+  (void)keep;  // the payload is copied below, before this returns
+  head.reserve(head.size() + payload.size() + auth::kTrailerBytes);
+  head.insert(head.end(), payload.begin(), payload.end());
+  return unicast(to, std::move(head));
+}
+
+SealedLink::ReceiveView* SealedLink::receive_view(ViewId view) {
+  if (newest_view_ >= kViewsKept && view <= newest_view_ - kViewsKept) return nullptr;
+  auto it = receive_views_.find(view);
+  if (it == receive_views_.end())
+    it = receive_views_.emplace(view, ReceiveView{auth::derive_view_key(key_, group_, view), {}}).first;
+  return &it->second;
+}
+
+bool SealedLink::admit(Inbound& in) {
+  if (in.bytes.size() < wire::kHeaderSize + auth::kTrailerBytes) {
+    auth_failures_.fetch_add(1, std::memory_order_relaxed);
+    return false;
+  }
+  const MemberId src = wire::peek_src(in.bytes);
+  const ViewId view = wire::peek_view(in.bytes);
+  // A link's frames are its peer's own (the tag names the sender the header names,
+  // and the link hello names the peer: the two must agree).
+  if (!in.datagram && src != in.from) {
+    auth_failures_.fetch_add(1, std::memory_order_relaxed);
+    return false;
+  }
+  const std::uint32_t channel = in.datagram ? auth::kMulticastChannel : id();
+  ReceiveView* rv = receive_view(view);
+  if (rv == nullptr) {
+    replays_refused_.fetch_add(1, std::memory_order_relaxed);
+    return false;
+  }
+  const auto opened = auth::open(rv->key, src, channel, in.bytes);
+  if (!opened) {
+    // A view nobody genuine has spoken in yet is not remembered: forgeries naming
+    // ever new views must not fill the table.
+    if (rv->windows.empty()) receive_views_.erase(view);
+    auth_failures_.fetch_add(1, std::memory_order_relaxed);
+    return false;
+  }
+  if (!rv->windows[{src, channel}].accept(opened->counter)) {
+    replays_refused_.fetch_add(1, std::memory_order_relaxed);
+    return false;
+  }
+  if (view > newest_view_) {
+    newest_view_ = view;
+    while (!receive_views_.empty() && newest_view_ >= kViewsKept &&
+           receive_views_.begin()->first <= newest_view_ - kViewsKept)
+      receive_views_.erase(receive_views_.begin());
+  }
+  in.bytes.resize(opened->frame_size);
+  opened_.fetch_add(1, std::memory_order_relaxed);
+  return true;
+}
+
+std::optional<Inbound> SealedLink::wait(std::chrono::steady_clock::time_point deadline) {
+  for (;;) {
+    auto in = inner_->wait(deadline);
+    if (!in) return std::nullopt;
+    if (admit(*in)) return in;
+  }
+}
+
+SealStats SealedLink::stats() const {
+  SealStats s;
+  s.auth_failures = auth_failures_.load(std::memory_order_relaxed);
+  s.replays_refused = replays_refused_.load(std::memory_order_relaxed);
+  s.sealed = sealed_.load(std::memory_order_relaxed);
+  s.opened = opened_.load(std::memory_order_relaxed);
+  s.stale_unsent = stale_unsent_.load(std::memory_order_relaxed);
+  return s;
+}
+
+std::unique_ptr<Link> with_seal(std::unique_ptr<Link> inner, const auth::GroupKey& key, GroupId group) {
+  return std::make_unique<SealedLink>(std::move(inner), key, group);
+}
+
+SealStats seal_stats(const Link& link) {
+  if (const auto* s = dynamic_cast<const SealedLink*>(&without_faults(link))) return s->stats();
+  return {};
+}
+
+const Link& bare_link(const Link& link) {
+  const Link& under = without_faults(link);
+  if (const auto* s = dynamic_cast<const SealedLink*>(&under)) return s->inner();
+  return under;
+}
+
+}  // namespace hmcast::transport

@@ -1,0 +1,129 @@
+// Frames under the group key (issue 21): a Link that wraps a transport's own and
+// seals everything the protocol sends (auth/frame_auth.hpp: a counter and a tag
+// under the key of the frame's view), and passes on only what it received sealed
+// by a member holding the key, once. The fault layer sits outside it, so the
+// faults it injects model the protocol's network, not a forger.
+//
+// What arrives is judged on the frame's own header: its view selects the key, its
+// source is the sender the tag must name, and (links) that source must be the
+// link's peer. A frame whose tag fails, or too short to carry one, counts as an
+// auth failure; a counter seen before on that sender's channel, or a view older
+// than the last kViewsKept seen, counts as a replay. Neither reaches the protocol.
+//
+// Block payloads are never placed straight into a final buffer here (the tag must
+// be checked before anything is used), so a large message costs a copy more; the
+// placer the Node sets is kept from the transport.
+//
+// Thread-safety as Link: wait() from one thread at a time; the rest, stats()
+// included, from any thread.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <utility>
+
+#include "auth/frame_auth.hpp"
+#include "transport/transport.hpp"
+
+namespace hmcast::transport {
+
+struct SealStats {
+  std::uint64_t auth_failures = 0;    // tag missing or wrong, or a link frame naming another sender
+  std::uint64_t replays_refused = 0;  // a counter seen before, or a view too old to judge
+  std::uint64_t sealed = 0;           // frames and datagrams sent with a tag
+  std::uint64_t opened = 0;           // passed on to the protocol
+  std::uint64_t stale_unsent = 0;     // our frames of a view whose counters are forgotten, dropped
+};
+
+class SealedLink final : public Link {
+ public:
+  /// Views whose counters are remembered (the newest one seen and those just
+  /// before it); a frame of an older view is refused, since its replays could no
+  /// longer be told apart.
+  static constexpr ViewId kViewsKept = 3;
+
+  SealedLink(std::unique_ptr<Link> inner, const auth::GroupKey& key, GroupId group);
+  ~SealedLink() override = default;
+  SealedLink(const SealedLink&) = delete;
+  SealedLink& operator=(const SealedLink&) = delete;
+
+  [[nodiscard]] MemberId id() const override { return inner_->id(); }
+  void multicast(std::span<const std::byte> bytes) override;
+  bool unicast(MemberId to, std::vector<std::byte> bytes) override;
+  /// Head and payload travel as one sealed frame (the payload copied behind the head).
+  bool send_block(MemberId to, std::vector<std::byte> head, std::span<const std::byte> payload, std::uint64_t length,
+                  std::shared_ptr<const void> keep) override;
+  /// The next item whose tag checks and which is no replay.
+  std::optional<Inbound> wait(std::chrono::steady_clock::time_point deadline) override;
+  void wake() override { inner_->wake(); }
+  void remove_peer(MemberId id) override { inner_->remove_peer(id); }
+  void add_peer(MemberId id, const std::string& host, std::uint16_t port) override {
+    inner_->add_peer(id, host, port);
+  }
+  [[nodiscard]] std::uint64_t bad_input() const override { return inner_->bad_input(); }
+  /// Kept from the transport: see the top of this file.
+  void set_block_placer(BlockPlacer /*placer*/) override {}
+  LargeBuffer allocate_large(std::size_t size) override { return inner_->allocate_large(size); }
+  void offer_region(MemberId sender, Seq seq, LargeBuffer buffer) override {
+    inner_->offer_region(sender, seq, std::move(buffer));
+  }
+  void retire_region(MemberId sender, Seq seq) override { inner_->retire_region(sender, seq); }
+  [[nodiscard]] std::uint64_t regions_held() const override { return inner_->regions_held(); }
+  [[nodiscard]] std::uint64_t multicast_datagrams_sent() const override { return inner_->multicast_datagrams_sent(); }
+  [[nodiscard]] std::uint64_t link_bytes_sent() const override { return inner_->link_bytes_sent(); }
+  void close() override { inner_->close(); }
+
+  [[nodiscard]] SealStats stats() const;
+  [[nodiscard]] const Link& inner() const { return *inner_; }
+
+ private:
+  /// A channel's key: the multicast (auth::kMulticastChannel) or the link to a member.
+  struct SendView {
+    auth::ViewKey key;
+    std::map<std::uint32_t, std::uint64_t> last_counter;  // per channel
+  };
+  struct ReceiveView {
+    auth::ViewKey key;
+    std::map<std::pair<MemberId, std::uint32_t>, auth::ReplayWindow> windows;  // per (sender, channel)
+  };
+
+  /// Appends counter and tag to one of our frames (its header names our id and the
+  /// view); false: the frame is of a view too old to seal (see seal_stats).
+  bool seal(std::uint32_t channel, std::vector<std::byte>& frame);
+  /// Whether `in` is genuine and new; strips its trailer if so.
+  bool admit(Inbound& in);
+  /// ReceiveView of `view` if a frame of it may still be judged (nullptr: too old).
+  ReceiveView* receive_view(ViewId view);
+
+  std::unique_ptr<Link> inner_;
+  const auth::GroupKey key_;
+  const GroupId group_;
+
+  std::mutex send_mu_;
+  std::map<ViewId, SendView> send_views_;  // the newest kViewsKept views we sent in
+
+  // Only wait() touches these (one thread at a time).
+  std::map<ViewId, ReceiveView> receive_views_;  // the newest kViewsKept views seen genuine
+  ViewId newest_view_ = 0;
+
+  std::atomic<std::uint64_t> auth_failures_{0};
+  std::atomic<std::uint64_t> replays_refused_{0};
+  std::atomic<std::uint64_t> sealed_{0};
+  std::atomic<std::uint64_t> opened_{0};
+  std::atomic<std::uint64_t> stale_unsent_{0};
+};
+
+/// `inner` wrapped in the sealing layer.
+std::unique_ptr<Link> with_seal(std::unique_ptr<Link> inner, const auth::GroupKey& key, GroupId group);
+
+/// What the sealing layer under `link` (and its fault layer) did; zeros if none.
+SealStats seal_stats(const Link& link);
+
+/// The transport's own link under the fault and sealing layers.
+const Link& bare_link(const Link& link);
+
+}  // namespace hmcast::transport

@@ -1,0 +1,269 @@
+// The sealing layer (transport/sealed) and a Node with a group key: members holding
+// the key hear each other; a stranger on the same fabric who hears everything can
+// neither forge nor replay.
+#include <catch2/catch.hpp>
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <mutex>
+#include <thread>
+
+#include "auth/frame_auth.hpp"
+#include "api/node_state.hpp"
+#include "auth/group_key.hpp"
+#include "core/wire.hpp"
+#include "hmcast/hmcast.hpp"
+#include "transport/links.hpp"
+#include "transport/sealed/sealed_link.hpp"
+
+using namespace hmcast;
+using transport::Inbound;
+using transport::Link;
+
+namespace {
+
+constexpr GroupId kGroupId = 77;
+
+std::vector<std::byte> frame(ViewId view, MemberId src, std::uint64_t nonce) {
+  return wire::encode(wire::Header{wire::Type::mcast_probe, kGroupId, view, src}, wire::McastProbe{nonce});
+}
+
+std::optional<Inbound> next(Link& l, int ms = 300) {
+  return l.wait(std::chrono::steady_clock::now() + std::chrono::milliseconds(ms));
+}
+
+struct Fabric {
+  auth::GroupKey key = auth::generate_key();
+  std::unique_ptr<Link> a, b, stranger;
+  explicit Fabric(const std::string& name) {
+    a = transport::make_inproc_link(name, kGroupId, 1, 0, {}, &key);
+    b = transport::make_inproc_link(name, kGroupId, 2, 0, {}, &key);
+    stranger = transport::make_inproc_link(name, kGroupId, 9, 0, {}, nullptr);  // no key, hears all datagrams
+  }
+};
+
+}  // namespace
+
+TEST_CASE("sealed link: members with the key hear each other as sent", "[auth]") {
+  Fabric f("sealed-pass");
+  const auto sent = frame(5, 1, 42);
+  f.a->multicast(sent);
+  auto got = next(*f.b);
+  REQUIRE(got);
+  CHECK(got->datagram);
+  CHECK(got->bytes == sent);
+  auto heard = next(*f.stranger);
+  REQUIRE(heard);
+  CHECK(heard->bytes.size() == sent.size() + auth::kTrailerBytes);  // what travels carries a tag
+
+  REQUIRE(f.a->unicast(2, frame(5, 1, 43)));
+  got = next(*f.b);
+  REQUIRE(got);
+  CHECK_FALSE(got->datagram);
+  CHECK(got->from == 1);
+  CHECK(got->bytes == frame(5, 1, 43));
+
+  // A block's head and payload travel as one sealed frame.
+  std::vector<std::byte> payload(1000, std::byte{7});
+  const auto head = frame(5, 1, 44);
+  REQUIRE(f.a->send_block(2, head, payload, payload.size(), nullptr));
+  got = next(*f.b);
+  REQUIRE(got);
+  CHECK_FALSE(got->placed);
+  REQUIRE(got->bytes.size() == head.size() + payload.size());
+  CHECK(std::equal(head.begin(), head.end(), got->bytes.begin()));
+
+  const auto s = transport::seal_stats(*f.b);
+  CHECK(s.opened == 3);
+  CHECK(s.auth_failures == 0);
+  CHECK(s.replays_refused == 0);
+  CHECK(transport::seal_stats(*f.a).sealed == 3);
+}
+
+TEST_CASE("sealed link: forgeries and replays from a stranger who heard the traffic are dropped", "[auth]") {
+  Fabric f("sealed-forge");
+  f.a->multicast(frame(5, 1, 1));
+  REQUIRE(next(*f.b));
+  auto captured = next(*f.stranger);
+  REQUIRE(captured);
+
+  SECTION("a replayed datagram") {
+    f.stranger->multicast(captured->bytes);
+    CHECK_FALSE(next(*f.b, 100));
+    CHECK(transport::seal_stats(*f.b).replays_refused == 1);
+    CHECK(transport::seal_stats(*f.b).auth_failures == 0);
+  }
+  SECTION("a captured datagram altered (its nonce changed, tag kept)") {
+    auto forged = captured->bytes;
+    forged[wire::kHeaderSize] ^= std::byte{1};
+    f.stranger->multicast(forged);
+    CHECK_FALSE(next(*f.b, 100));
+    CHECK(transport::seal_stats(*f.b).auth_failures == 1);
+  }
+  SECTION("its counter moved on (a replay dressed as new)") {
+    auto forged = captured->bytes;
+    forged[forged.size() - auth::kTrailerBytes] = std::byte{2};
+    f.stranger->multicast(forged);
+    CHECK_FALSE(next(*f.b, 100));
+    CHECK(transport::seal_stats(*f.b).auth_failures == 1);
+  }
+  SECTION("a frame with no tag, one too short for a tag, one sealed under another key") {
+    f.stranger->multicast(frame(5, 1, 2));
+    f.stranger->multicast(std::vector<std::byte>(10, std::byte{1}));
+    auto other = frame(5, 1, 3);
+    auth::seal(auth::derive_view_key(auth::generate_key(), kGroupId, 5), 1, auth::kMulticastChannel, 1, other);
+    f.stranger->multicast(other);
+    CHECK_FALSE(next(*f.b, 100));
+    CHECK(transport::seal_stats(*f.b).auth_failures == 3);
+  }
+  SECTION("a captured datagram sent over a link, naming its real sender") {
+    REQUIRE(f.stranger->unicast(2, captured->bytes));
+    CHECK_FALSE(next(*f.b, 100));
+    CHECK(transport::seal_stats(*f.b).auth_failures == 1);  // the link's peer is 9, not 1
+  }
+  SECTION("a captured datagram of a view too old to judge") {
+    for (ViewId v = 6; v <= 8; ++v) {
+      f.a->multicast(frame(v, 1, v));
+      REQUIRE(next(*f.b));
+    }
+    f.stranger->multicast(captured->bytes);  // view 5: the newest is 8
+    CHECK_FALSE(next(*f.b, 100));
+    CHECK(transport::seal_stats(*f.b).replays_refused == 1);
+  }
+  // Whatever the stranger did, the members still hear each other.
+  f.a->multicast(frame(9, 1, 99));
+  auto got = next(*f.b);
+  REQUIRE(got);
+  CHECK(got->bytes == frame(9, 1, 99));
+}
+
+TEST_CASE("sealed link: datagrams a little out of order pass, each once", "[auth]") {
+  Fabric f("sealed-order");
+  std::vector<std::vector<std::byte>> heard;
+  for (std::uint64_t i = 1; i <= 5; ++i) {
+    f.a->multicast(frame(5, 1, i));
+    REQUIRE(next(*f.b));
+    auto h = next(*f.stranger);
+    REQUIRE(h);
+    heard.push_back(h->bytes);
+  }
+  // b missed nothing, so every one of these is a replay, in any order.
+  for (auto it = heard.rbegin(); it != heard.rend(); ++it) f.stranger->multicast(*it);
+  CHECK_FALSE(next(*f.b, 100));
+  CHECK(transport::seal_stats(*f.b).replays_refused == 5);
+}
+
+TEST_CASE("sealed link: a frame of a view whose counters are forgotten is not sent", "[auth]") {
+  Fabric f("sealed-stale");
+  for (ViewId v = 5; v <= 8; ++v) f.a->multicast(frame(v, 1, v));  // keeps 6, 7, 8
+  f.a->multicast(frame(5, 1, 100));
+  CHECK(transport::seal_stats(*f.a).stale_unsent == 1);
+  CHECK(transport::seal_stats(*f.a).sealed == 4);
+}
+
+namespace {
+
+/// Message i of `sender`, which names i in its first byte (small and large
+/// messages are numbered apart, so a delivery's seq does not tell i).
+std::vector<std::byte> message(MemberId sender, std::uint32_t i, std::size_t size) {
+  std::vector<std::byte> b(size);
+  for (std::size_t k = 0; k < size; ++k) b[k] = static_cast<std::byte>((sender * 131 + i * 7 + k * 3) & 0xffU);
+  b[0] = static_cast<std::byte>(i);
+  return b;
+}
+
+}  // namespace
+
+TEST_CASE("sealed link: a group with a key delivers small and large messages, under loss", "[auth]") {
+  constexpr std::uint32_t kNodes = 3;
+  constexpr std::uint32_t kMessages = 40;
+  const auto key = auth::generate_key();
+  Config cfg;
+  cfg.fabric = "sealed-api";
+  cfg.group_size = kNodes;
+  cfg.key = key.bytes;
+  cfg.faults.datagram_loss = 0.05;
+  cfg.faults.datagram_duplicate = 0.02;
+  auto protocol = default_protocol(cfg);
+  CHECK(protocol.mtu == ProtocolConfig{}.mtu - kKeyTrailerBytes);  // room for the tags
+  protocol.initial_hop_rtt_ns = 200'000;
+  protocol.min_timeout_ns = 2'000'000;
+  cfg.protocol = protocol;
+  std::vector<std::unique_ptr<Node>> nodes;
+  for (std::uint32_t i = 0; i < kNodes; ++i) {
+    cfg.faults.seed = 300 + i;
+    nodes.push_back(std::make_unique<Node>(cfg));
+  }
+  std::vector<Group> groups(kNodes);
+  std::vector<std::thread> joiners;
+  for (std::uint32_t i = 0; i < kNodes; ++i) joiners.emplace_back([&, i] { groups[i] = nodes[i]->join("sealed"); });
+  for (auto& t : joiners) t.join();
+
+  const std::size_t large = protocol.max_small_message * 3 + 17;
+  auto size_of = [&](std::uint32_t m) { return m % 10 == 3 ? large : 1 + (m * 97) % 3000; };
+  std::mutex mu;
+  std::map<MemberId, std::uint32_t> bad, total;
+  for (std::uint32_t i = 0; i < kNodes; ++i) {
+    groups[i].on_deliver([&, i](const Delivery& d) {
+      const auto n = std::to_integer<std::uint32_t>(d.bytes[0]);
+      const auto want = message(d.sender, n, size_of(n));
+      std::lock_guard lock(mu);
+      if (!std::equal(d.bytes.begin(), d.bytes.end(), want.begin(), want.end())) ++bad[i];
+      ++total[i];
+    });
+  }
+  std::vector<std::thread> senders;
+  for (std::uint32_t i = 0; i < kNodes; ++i) {
+    senders.emplace_back([&, i] {
+      for (std::uint32_t m = 0; m < kMessages; ++m) groups[i].broadcast(message(groups[i].self(), m, size_of(m))).get();
+    });
+  }
+  for (auto& t : senders) t.join();
+  for (int wait = 0; wait < 500; ++wait) {
+    std::uint64_t all = 0;
+    {
+      std::lock_guard lock(mu);
+      for (auto& [m, n] : total) all += n;
+    }
+    if (all == std::uint64_t{kNodes} * kNodes * kMessages) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  for (std::uint32_t i = 0; i < kNodes; ++i) {
+    INFO("member " << i);
+    std::lock_guard lock(mu);
+    CHECK(bad[i] == 0);
+    CHECK(total[i] == kNodes * kMessages);
+    const auto st = groups[i].stats();
+    CHECK(st.auth_failures == 0);
+    CHECK(st.large_delivered > 0);
+    CHECK(st.faults.dropped > 0);  // the loss was there, and was repaired through sealed frames
+  }
+}
+
+TEST_CASE("sealed link: where the Node finds its key, and what it refuses", "[auth]") {
+  const std::string path = "/tmp/hmcast-sealed-test-" + std::to_string(::getpid()) + ".key";
+  std::remove(path.c_str());
+  const auto key = auth::generate_key();
+  auth::write_key_file(path, key);
+  Config cfg;
+  cfg.fabric = "sealed-config";
+
+  cfg.key_file = path;
+  CHECK(detail::group_key_of(cfg) == key);
+  cfg.key = key.bytes;
+  CHECK_THROWS_WITH(Node(cfg), Catch::Contains("both set"));
+  cfg.key.reset();
+
+  cfg.key_file.clear();
+  ::setenv("HMCAST_KEY_FILE", path.c_str(), 1);
+  CHECK(detail::group_key_of(cfg) == key);
+  ::chmod(path.c_str(), 0644);
+  CHECK_THROWS_WITH(Node(cfg), Catch::Contains("chmod 600"));
+  ::unsetenv("HMCAST_KEY_FILE");
+  CHECK_FALSE(detail::group_key_of(cfg));
+  std::remove(path.c_str());
+}
