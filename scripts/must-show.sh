@@ -168,15 +168,17 @@ run 'd["manager_loss_ok"] and d["members_stopped_manager_lost"] == 8 and d["mana
 run "$SOAK_OK"' and d["spray_datagrams"] > 0 and d["bad_packets_dropped"] > 0 and d["spray_tcp_disconnected"] == d["spray_tcp_attempts"] > 0' \
   soak --procs 8 --senders 4 --messages 3000 --loss 0.02 --kill 1 --spray --json
 # Issue 21: a stranger who hears the group forges its members' data and stability
-# announcements and sends captured datagrams again. With the group key every
-# forgery and replay is dropped and counted; without one (the README says so)
-# forged messages are delivered, and the soak fails as it must.
+# announcements, sends captured datagrams again, opens links as a member to send
+# forged ACKs and repairs, and asks the manager to join. With the group key every
+# forgery and replay is dropped and counted and every join refused (so it is in no
+# view); without one (the README says so) forged messages are delivered, the
+# stranger gets in, and the soak fails as it must.
 KEY_DIR=$(mktemp -d)
 trap 'rm -rf "$KEY_DIR"' EXIT
 "$HM" keygen --out "$KEY_DIR/group.key" >/dev/null
-run "$SOAK_OK"' and d["forged_accepted"] == 0 and d["auth_failures"] > 0 and d["replays_refused"] > 0 and d["forge_data"] > 0 and d["forge_replayed"] > 0' \
+run "$SOAK_OK"' and d["forged_accepted"] == 0 and d["auth_failures"] > 0 and d["replays_refused"] > 0 and d["forge_data"] > 0 and d["forge_replayed"] > 0 and d["forge_link_frames"] > 0 and d["forge_joins_tried"] > 0 and d["forge_joins_admitted"] == 0' \
   soak --procs 8 --senders 4 --messages 10000 --loss 0.02 --kill 1 --key-file "$KEY_DIR/group.key" --spray-forged --json
-run_cmd 'not d["delivered_ok"] and d["forged_accepted"] > 0 and d["auth_failures"] == 0' \
+run_cmd 'not d["delivered_ok"] and d["forged_accepted"] > 0 and d["auth_failures"] == 0 and d["forge_joins_admitted"] > 0' \
   sh -c '"$@" || true' sh "$HM" soak --procs 8 --senders 4 --messages 10000 --loss 0.02 --kill 1 --spray-forged --timeout 15 --json
 # Joining mid-stream: two members start once the group runs (mixed sizes, large ones too).
 run "$SOAK_OK"' and d["joined"] == 2 and d["joiner_delivered"] > 0 and d["joiner_first_index"] > 0 and d["views_installed"] >= 3' \

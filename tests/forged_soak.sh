@@ -24,6 +24,7 @@ bad = []
 if not keyed["delivered_ok"] or keyed["forged_accepted"] != 0: bad.append("with the key: forged messages got in or the group failed")
 if keyed["auth_failures"] == 0 or keyed["replays_refused"] == 0: bad.append("with the key: no forgery or replay was refused (the forger did not reach the group)")
 if keyed["forge_data"] == 0: bad.append("the forger forged nothing")
+if keyed["forge_joins_admitted"] != 0: bad.append("with the key: the manager let the stranger join")
 if status == 0 or plain["delivered_ok"] or plain["forged_accepted"] == 0: bad.append("without a key: no forged message was delivered, so the test cannot tell")
 for b in bad: print("FAIL:", b)
 print(f'keyed: forged_accepted {keyed["forged_accepted"]}, auth_failures {keyed["auth_failures"]}, '

@@ -6,6 +6,7 @@
 #include <iostream>
 #include <thread>
 
+#include "auth/group_key.hpp"
 #include "commands.hpp"
 #include "hmcast/error.hpp"
 #include "transport/socket/manager_server.hpp"
@@ -27,7 +28,11 @@ struct ManagerOptions {
   std::string root = "/hmcast";
   std::uint32_t session_ms = 1000;
   std::uint32_t rejoin_ms = 3000;
+  std::string key_file;  // members must prove they hold this group key
 };
+
+/// The key of --key-file, else of $HMCAST_KEY_FILE, else none (anyone may join).
+std::optional<auth::GroupKey> key_of(const ManagerOptions& o) { return auth::resolve_key(std::nullopt, o.key_file); }
 
 void print_view(const membership::IssuedView& v) {
   std::cout << "view " << v.view.id << " of '" << v.group << "': " << v.view.members.size() << " members";
@@ -56,6 +61,7 @@ void run_seated(const ManagerOptions& o, const std::string& host, std::uint16_t 
   so.session_timeout = std::chrono::milliseconds(o.session_ms);
   so.rejoin_window = std::chrono::milliseconds(o.rejoin_ms);
   so.on_view = print_view;
+  so.key = key_of(o);
   so.on_event = [](const std::string& what) { std::cout << "hmcast manager " << what << std::endl; };
   zk::StandingManager standing(so);
   std::cout << "hmcast manager standing by for the coordinator's seat at " << o.zookeeper << " (" << o.root << ")"
@@ -80,6 +86,9 @@ void add_manager_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--rejoin-ms", o->rejoin_ms, "After taking over: how long members have to rejoin")
       ->capture_default_str();
+  cmd->add_option("--key-file", o->key_file,
+                  "The group key (`hmcast keygen`; mode 600): only members that prove they hold it are heard. "
+                  "Default: $HMCAST_KEY_FILE, or anyone may join");
   cmd->callback([o] {
     const auto [host, port] = socket::split_host_port(o->listen, "listen address");
     if (!o->zookeeper.empty()) {
@@ -90,7 +99,8 @@ void add_manager_command(CLI::App& app) {
       throw Error(ErrorCode::invalid_config, "this hmcast was built without ZooKeeper (libzookeeper-mt-dev)");
 #endif
     }
-    socket::ManagerServer server(host, port, socket::fresh_coordinator_config(), print_view);
+    socket::ManagerServer server(host, port, socket::fresh_coordinator_config(), print_view, socket::Succession{},
+                                 key_of(*o));
     std::cout << "hmcast manager listening on " << host << ":" << server.port() << std::endl;
     serve_until_stopped(*o, [&] { return server.failure(); });
   });

@@ -14,6 +14,10 @@
 #include <vector>
 
 #include "auth/frame_auth.hpp"
+#include "hmcast/error.hpp"
+#include "transport/socket/framing.hpp"
+#include "transport/socket/manager_client.hpp"
+#include "transport/socket/net_util.hpp"
 #include "core/rng.hpp"
 #include "core/wire.hpp"
 #include "workload.hpp"
@@ -71,9 +75,49 @@ std::optional<Heard> learn(const std::vector<std::byte>& datagram, GroupId group
   return h;
 }
 
+void append_framed(std::vector<std::byte>& out, std::span<const std::byte> body) {
+  for (auto b : socket::encode_length(static_cast<std::uint32_t>(body.size()))) out.push_back(b);
+  out.insert(out.end(), body.begin(), body.end());
+}
+
+/// Opens a link to `to` with a hello naming `as` (another member) and sends `frames`
+/// on it: how many were written.
+std::uint64_t send_as(const membership::MemberAddress& to, MemberId as, const std::vector<std::vector<std::byte>>& frames) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return 0;
+  Fd guard(fd);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(to.port);
+  if (::inet_pton(AF_INET, to.host.c_str(), &a.sin_addr) != 1 ||
+      ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0)
+    return 0;
+  // The hello built by hand, as tools/sprayer.cpp does (GCC 12's -Warray-bounds).
+  std::vector<std::byte> bytes;
+  for (auto b : socket::encode_length(static_cast<std::uint32_t>(socket::kHelloSize))) bytes.push_back(b);
+  for (auto b : socket::kHelloMagic) bytes.push_back(b);
+  for (auto b : socket::encode_length(as)) bytes.push_back(b);
+  for (const auto& f : frames) append_framed(bytes, f);
+  return ::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(bytes.size()) ? frames.size() : 0;
+}
+
+/// Asks the manager to let us join the group: whether it welcomed us (we leave at once).
+bool try_join(const std::string& manager, const std::string& group, std::uint32_t group_size) {
+  try {
+    const auto [host, port] = socket::split_host_port(manager, "manager address");
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+    socket::ManagerClient client(host, port, deadline);
+    (void)client.join(group, group_size, deadline);
+    return true;
+  } catch (const Error&) {
+    return false;  // refused (the group key), or not in time
+  }
+}
+
 }  // namespace
 
-ForgeStats spray_forged(const membership::IssuedView& target, const std::string& interface_address, std::uint64_t seed,
+ForgeStats spray_forged(const membership::IssuedView& target, const std::string& interface_address,
+                        const std::string& manager, std::uint32_t group_size, std::uint64_t seed,
                         const std::atomic<bool>& stop, std::uint32_t pause_us) {
   ForgeStats st;
   Rng rng(seed ^ 0xf0f0f0f0ULL);
@@ -146,6 +190,26 @@ ForgeStats spray_forged(const membership::IssuedView& target, const std::string&
         s.highest = it->second + 1000;
         if (send(wire::encode(wire::Header{wire::Type::stable, target.group_id, view, victim}, s))) ++st.forged_stable;
       }
+    }
+    if (round % 500 == 250 && !highest.empty() && target.push.members.size() >= 2) {
+      // On a link: an ACK saying a member holds everything, and a repair of a forged
+      // message, from a member the link's hello names but that never opened it.
+      const auto& to = target.push.members[rng.below(target.push.members.size())];
+      MemberId as = to.id;
+      while (as == to.id) as = target.push.members[rng.below(target.push.members.size())].id;
+      const auto [victim, seq] = *highest.begin();
+      wire::Ack ack;
+      ack.entries.push_back(wire::AckEntry{victim, seq + 1000, seq + 1000, 0});
+      wire::Repair repair;
+      repair.sender = as;
+      repair.seq = highest.count(as) != 0 ? highest[as] + 1 : 1;
+      repair.payload = body;
+      st.link_frames += send_as(to, as, {wire::encode(wire::Header{wire::Type::ack, target.group_id, view, as}, ack),
+                                         wire::encode(wire::Header{wire::Type::repair, target.group_id, view, as}, repair)});
+    }
+    if (round % 2000 == 1000 && !manager.empty()) {
+      ++st.joins_tried;
+      if (try_join(manager, target.group, group_size)) ++st.joins_admitted;
     }
     std::this_thread::sleep_for(std::chrono::microseconds(pause_us));
   }

@@ -28,6 +28,7 @@
 #include "transport/socket/manager_server.hpp"
 #include "mono_clock.hpp"
 #include "process_info.hpp"
+#include "auth/group_key.hpp"
 #include "forger.hpp"
 #include "sprayer.hpp"
 #include "workload.hpp"
@@ -164,6 +165,9 @@ nlohmann::json GroupRunReport::to_json() const {
           {"forge_replayed", forge_replayed},
           {"forge_data", forge_data},
           {"forge_stable", forge_stable},
+          {"forge_link_frames", forge_link_frames},
+          {"forge_joins_tried", forge_joins_tried},
+          {"forge_joins_admitted", forge_joins_admitted},
           {"spray_datagrams", spray_datagrams},
           {"spray_tcp_attempts", spray_tcp_attempts},
           {"spray_tcp_disconnected", spray_tcp_disconnected},
@@ -218,6 +222,8 @@ GroupRunReport run_group(const GroupRunOptions& o) {
       throw std::invalid_argument("--membership zookeeper needs --zookeeper HOST:PORT,... (or $HMCAST_ZK)");
     // A tree of its own per run: runs sharing an ensemble do not meet.
     zk_root = "/hmcast-soak-" + std::to_string(::getpid()) + "-" + std::to_string(o.seed);
+    // The manager processes read the group key from the environment they inherit.
+    if (!o.key_file.empty()) ::setenv("HMCAST_KEY_FILE", o.key_file.c_str(), 1);
     managers.start(self_exe(), ensemble, zk_root, o.manager_host, std::max(o.managers, 1U), views_mu, views_log);
   } else {
     manager.emplace(
@@ -228,7 +234,8 @@ GroupRunReport run_group(const GroupRunOptions& o) {
           views_log.push_back({{"view", v.view.id}, {"members", v.view.members.size()}, {"left", v.left},
                                {"t_ns", mono_ns()}});
           if (!first_view) first_view = v;
-        });
+        },
+        socket::Succession{}, o.key_file.empty() ? std::nullopt : std::optional(auth::read_key_file(o.key_file)));
   }
   const std::string manager_addr = zookeeper ? std::string() : o.manager_host + ":" + std::to_string(manager->port());
   std::int64_t coordinator_killed_ns = 0;
@@ -454,7 +461,8 @@ GroupRunReport run_group(const GroupRunOptions& o) {
       if (target)
         forger = std::thread([&, t = *target] {
           try {
-            forge_stats = spray_forged(t, substitute(o.interface_template, 1), o.seed, stop_spray);
+            forge_stats = spray_forged(t, substitute(o.interface_template, 1), manager_addr, o.procs, o.seed,
+                                       stop_spray);
           } catch (const std::exception& e) {
             forge_failure = e.what();
           }
@@ -520,6 +528,11 @@ GroupRunReport run_group(const GroupRunOptions& o) {
   rep.forge_replayed = forge_stats.replayed;
   rep.forge_data = forge_stats.forged_data;
   rep.forge_stable = forge_stats.forged_stable;
+  rep.forge_link_frames = forge_stats.link_frames;
+  rep.forge_joins_tried = forge_stats.joins_tried;
+  rep.forge_joins_admitted = forge_stats.joins_admitted;
+  if (o.spray_forged && !o.key_file.empty() && rep.forge_joins_admitted > 0)
+    rep.problems.push_back("the manager let the stranger join " + std::to_string(rep.forge_joins_admitted) + " times");
   if (o.spray_forged && !forge_failure.empty()) rep.problems.push_back("the forger failed: " + forge_failure);
   if (o.spray_forged && forge_failure.empty() && (rep.forge_replayed == 0 || rep.forge_data == 0))
     rep.problems.push_back("the forger heard nothing to replay or forge: the test did not run");

@@ -180,6 +180,9 @@ struct GroupRunReport {
   std::uint64_t forge_replayed = 0;    // ...sent again
   std::uint64_t forge_data = 0;        // ...data forged as members'
   std::uint64_t forge_stable = 0;      // ...stability announcements forged as members'
+  std::uint64_t forge_link_frames = 0; // ...ACKs and repairs sent on links opened as another member
+  std::uint64_t forge_joins_tried = 0; // ...attempts to join through the manager
+  std::uint64_t forge_joins_admitted = 0;  // ...that the manager welcomed (with a key: must be 0)
   std::uint64_t spray_datagrams = 0;        // bad datagrams sprayed at the group
   std::uint64_t spray_tcp_attempts = 0;     // bad TCP streams sent to members' link ports
   std::uint64_t spray_tcp_disconnected = 0; // ...that the member hung up on

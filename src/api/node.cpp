@@ -218,14 +218,7 @@ void NodeState::fail_all(GroupState& g, ErrorCode code, const std::string& why) 
 std::optional<auth::GroupKey> group_key_of(const Config& config) {
   if (config.key && !config.key_file.empty())
     throw Error(ErrorCode::invalid_config, "Config::key and Config::key_file are both set: set one");
-  if (config.key) return auth::GroupKey{*config.key};
-  std::string file = config.key_file;
-  if (file.empty()) {
-    const char* env = std::getenv("HMCAST_KEY_FILE");
-    if (env == nullptr || *env == '\0') return std::nullopt;
-    file = env;
-  }
-  return auth::read_key_file(file);
+  return auth::resolve_key(config.key, config.key_file);
 }
 
 namespace {
@@ -286,12 +279,15 @@ Node::Node(Config config) : state_(std::make_shared<detail::NodeState>()) {
     so.ensemble = config.socket.zookeeper;
     so.root = config.socket.zookeeper_root;
     so.host = config.socket.interface_address;
+    so.key = state_->key;
     state_->standing = std::make_unique<zk::StandingManager>(so);
 #endif
   } else if (config.socket.embed_manager) {
     const auto [host, port] = socket::split_host_port(config.socket.manager, "manager address");
     try {
-      state_->manager = std::make_unique<socket::ManagerServer>(host, port, socket::fresh_coordinator_config());
+      state_->manager = std::make_unique<socket::ManagerServer>(host, port, socket::fresh_coordinator_config(),
+                                                                socket::ManagerServer::ViewLog{}, socket::Succession{},
+                                                                state_->key);
     } catch (const socket::TransportError& e) {
       throw Error(ErrorCode::transport_failed, e.what());
     }
@@ -327,7 +323,7 @@ Group Node::join(const std::string& name) {
   } else if (!s.cfg.socket.zookeeper.empty()) {
 #ifdef HMCAST_HAVE_ZOOKEEPER
     s.control = std::make_unique<zk::FailoverControlClient>(
-        zk::FailoverOptions{s.cfg.socket.zookeeper, s.cfg.socket.zookeeper_root, s.cfg.socket.failover_timeout},
+        zk::FailoverOptions{s.cfg.socket.zookeeper, s.cfg.socket.zookeeper_root, s.cfg.socket.failover_timeout, s.key},
         deadline);
 #else
     throw Error(ErrorCode::invalid_config, "SocketOptions::zookeeper is set but this hmcast was built without ZooKeeper: "
@@ -335,7 +331,7 @@ Group Node::join(const std::string& name) {
 #endif
   } else {
     const auto [host, port] = socket::split_host_port(s.cfg.socket.manager, "manager address");
-    s.control = std::make_unique<socket::ManagerClient>(host, port, deadline);
+    s.control = std::make_unique<socket::ManagerClient>(host, port, deadline, s.key ? &*s.key : nullptr);
   }
   const auto welcome = s.control->join(name, s.cfg.group_size, deadline);
   s.link = detail::make_link(s.cfg, welcome, s.key);

@@ -1,5 +1,7 @@
 #include "auth/group_key.hpp"
 
+#include <cstdlib>
+
 #include <fcntl.h>
 #include <sodium.h>
 #include <sys/stat.h>
@@ -83,6 +85,19 @@ void write_key_file(const std::string& path, const GroupKey& key) {
     ::unlink(path.c_str());
     bad("cannot write the key file " + path + ": " + std::strerror(err));
   }
+}
+
+std::optional<GroupKey> resolve_key(const std::optional<std::array<std::byte, kKeyBytes>>& key,
+                                    const std::string& key_file) {
+  if (key && !key_file.empty()) bad("a group key and a key file are both set: set one");
+  if (key) return GroupKey{*key};
+  std::string file = key_file;
+  if (file.empty()) {
+    const char* env = std::getenv("HMCAST_KEY_FILE");
+    if (env == nullptr || *env == '\0') return std::nullopt;
+    file = env;
+  }
+  return read_key_file(file);
 }
 
 }  // namespace hmcast::auth

@@ -5,6 +5,7 @@
 
 #include <array>
 #include <cstddef>
+#include <optional>
 #include <string>
 
 namespace hmcast::auth {
@@ -32,6 +33,12 @@ void ensure_sodium();
 /// file that other users may read or write, as ssh does a private key: the error
 /// says to `chmod 600` it.
 [[nodiscard]] GroupKey read_key_file(const std::string& path);
+
+/// The group key a process uses: `key` if set, else the file `key_file` names, else
+/// the file the environment variable HMCAST_KEY_FILE names, else none. Throws
+/// hmcast::Error(invalid_config) if both are given or the file cannot be used.
+[[nodiscard]] std::optional<GroupKey> resolve_key(const std::optional<std::array<std::byte, kKeyBytes>>& key,
+                                                  const std::string& key_file);
 
 /// Writes a new key file readable by its owner only; refuses to overwrite one.
 void write_key_file(const std::string& path, const GroupKey& key);

@@ -22,9 +22,9 @@ def free_port():
         return s.getsockname()[1]
 
 
-def start_manager():
+def start_manager(*extra):
     port = free_port()
-    proc = subprocess.Popen([TOOL, "manager", "--listen", f"127.0.0.1:{port}", "--exit-after", "120"],
+    proc = subprocess.Popen([TOOL, "manager", "--listen", f"127.0.0.1:{port}", "--exit-after", "120", *extra],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 10
     while True:
@@ -139,15 +139,16 @@ def test_a_stopped_group_raises_in_receive():
 
 
 def test_a_group_key_from_python(tmp_path):
-    """Node(key_file=...) tags every frame: two members with the key exchange a
-    message, nothing is refused, and a key file others may read is refused clearly."""
+    """Node(key_file=...) proves the key to the manager and tags every frame: two
+    members with the key exchange a message, nothing is refused; a member without
+    the key is refused by the manager, and a key file others may read is refused."""
     import threading
 
     import hmcast
 
     key = tmp_path / "group.key"
     subprocess.run([TOOL, "keygen", "--out", str(key)], check=True, stdout=subprocess.DEVNULL)
-    proc, address = start_manager()
+    proc, address = start_manager("--key-file", str(key))
     try:
         nodes = [hmcast.Node(transport="socket", group_size=2, manager=address, join_timeout=30, key_file=str(key))
                  for _ in range(2)]
@@ -166,6 +167,8 @@ def test_a_group_key_from_python(tmp_path):
         for g in groups:
             assert g.stats()["auth_failures"] == 0
             g.leave()
+        with pytest.raises(hmcast.Error, match="hold the group key"):
+            hmcast.Node(transport="socket", group_size=2, manager=address, join_timeout=30).join("keyed")
         key.chmod(0o644)
         with pytest.raises(hmcast.Error, match="chmod 600"):
             hmcast.Node(transport="socket", group_size=2, manager=address, key_file=str(key))

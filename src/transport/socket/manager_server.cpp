@@ -9,6 +9,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include "auth/handshake.hpp"
 #include "transport/socket/framing.hpp"
 #include "transport/socket/net_util.hpp"
 
@@ -19,12 +20,26 @@ namespace {
 // Members only send small messages; anything longer is not one of ours.
 constexpr std::size_t kMaxMemberFrame = 1024;
 
+// A connection that has not proven it holds the group key by then is closed.
+constexpr std::int64_t kKeyExchangeMs = 5000;
+
 struct Conn {
   int fd = -1;
   FrameReader reader{kMaxMemberFrame};
   std::vector<std::byte> out;  // framed bytes not yet written
   bool closing = false;        // close once `out` is written
+  /// With a group key: the key exchange, until it is done; the Coordinator hears
+  /// nothing of a connection before that (not even that it closed).
+  std::optional<auth::JoinResponder> exchange;
+  std::int64_t exchange_deadline_ms = 0;
+  [[nodiscard]] bool admitted() const { return !exchange || exchange->done(); }
 };
+
+void queue_frame(Conn& c, std::span<const std::byte> body) {
+  const auto prefix = encode_length(static_cast<std::uint32_t>(body.size()));
+  c.out.insert(c.out.end(), prefix.begin(), prefix.end());
+  c.out.insert(c.out.end(), body.begin(), body.end());
+}
 
 /// Write what the kernel takes; false if the connection failed.
 bool flush(Conn& c) {
@@ -50,8 +65,8 @@ membership::CoordinatorConfig fresh_coordinator_config() {
 }
 
 ManagerServer::ManagerServer(const std::string& host, std::uint16_t port, membership::CoordinatorConfig cfg,
-                             ViewLog log, Succession succession)
-    : coordinator_(cfg), log_(std::move(log)), succession_(std::move(succession)) {
+                             ViewLog log, Succession succession, std::optional<auth::GroupKey> key)
+    : coordinator_(cfg), log_(std::move(log)), succession_(std::move(succession)), key_(key) {
   auto addr = make_addr(resolve_ipv4(host, "manager listen address"), port);
   listen_fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (listen_fd_ < 0) fail_sys(errno, "cannot create the manager's socket", "raise ulimit -n");
@@ -126,12 +141,7 @@ void ManagerServer::run() {
       auto it = conns.find(o.conn);
       if (it == conns.end()) continue;
       Conn& c = it->second;
-      if (o.message) {
-        const auto body = membership::encode(*o.message);
-        const auto prefix = encode_length(static_cast<std::uint32_t>(body.size()));
-        c.out.insert(c.out.end(), prefix.begin(), prefix.end());
-        c.out.insert(c.out.end(), body.begin(), body.end());
-      }
+      if (o.message) queue_frame(c, membership::encode(*o.message));
       if (o.close) c.closing = true;
     }
     {
@@ -142,8 +152,24 @@ void ManagerServer::run() {
       for (const auto& v : issued) log_(v);
   };
   const auto lost = [&](membership::ConnId id) {
+    auto it = conns.find(id);
+    if (it == conns.end()) return;
+    const bool admitted = it->second.admitted();
     close_conn(id);
-    apply(coordinator_.on_disconnect(id));
+    if (admitted) {
+      apply(coordinator_.on_disconnect(id));
+    } else {
+      std::lock_guard lock(stats_mu_);
+      ++stats_.refused_without_key;
+    }
+  };
+  const auto refuse = [&](Conn& c, std::span<const std::byte> frame) {
+    // A member without a key says Join at once: tell it why before closing.
+    if (membership::decode_control(frame))
+      queue_frame(c, membership::encode(membership::Refused{
+                         "this manager admits only members that hold the group key: give the member the key "
+                         "(Config::key_file, HMCAST_KEY_FILE, or hmcast member --key-file)"}));
+    c.closing = true;
   };
 
   const auto now_ms = [] {
@@ -154,7 +180,10 @@ void ManagerServer::run() {
     apply(coordinator_.adopt(record, now_ms() + succession_.rejoin_window.count()));
 
   while (!stop_.load() && !store_failed) {
-    apply(coordinator_.on_tick(now_ms()));
+    const auto now = now_ms();
+    apply(coordinator_.on_tick(now));
+    for (auto& [id, c] : conns)
+      if (!c.admitted() && now >= c.exchange_deadline_ms) c.closing = true;  // a stranger holding it open
     // Write first: a closing connection goes once its goodbye is out.
     std::vector<membership::ConnId> gone;
     for (auto& [id, c] : conns) {
@@ -186,7 +215,12 @@ void ManagerServer::run() {
         // A member whose host dies without a word (no reset) would otherwise stay in
         // the view, and a flush would wait for it forever.
         tune_control_connection(fd);
-        conns[next_id++].fd = fd;
+        Conn& c = conns[next_id++];
+        c.fd = fd;
+        if (key_) {
+          c.exchange.emplace(*key_);
+          c.exchange_deadline_ms = now_ms() + kKeyExchangeMs;
+        }
         std::lock_guard lock(stats_mu_);
         ++stats_.connections;
       }
@@ -215,7 +249,12 @@ void ManagerServer::run() {
       });
       bool bad = !good;
       for (auto& f : frames) {
-        if (bad) break;
+        if (bad || c.closing) break;
+        if (!c.admitted()) {
+          if (auto reply = c.exchange->on_frame(f)) queue_frame(c, *reply);
+          if (c.exchange->failed()) refuse(c, f);
+          continue;
+        }
         auto msg = membership::decode_control(f);
         if (!msg) {
           bad = true;

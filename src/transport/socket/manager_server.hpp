@@ -20,10 +20,12 @@
 #include <cstdint>
 #include <functional>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "auth/group_key.hpp"
 #include "membership/coordinator.hpp"
 
 namespace hmcast::socket {
@@ -32,6 +34,10 @@ struct ManagerStats {
   std::uint64_t connections = 0;
   std::uint64_t malformed = 0;  // connections dropped for a bad frame or message
   std::uint64_t views_issued = 0;
+  /// With a group key: connections that ended before they proved they hold it (a
+  /// wrong proof, a control message instead of the key exchange, too slow, or a
+  /// member that found the manager's key wrong and hung up).
+  std::uint64_t refused_without_key = 0;
 };
 
 /// A coordinator configuration seeded from the clock and process id. Group ids and multicast
@@ -57,9 +63,11 @@ class ManagerServer {
   using ViewLog = std::function<void(const membership::IssuedView&)>;
 
   /// Listens on host:port (port 0: an ephemeral port, see port()) and starts serving.
-  /// Throws TransportError if the address cannot be bound.
+  /// With a `key`, a connection must prove it holds that group key (auth/handshake.hpp)
+  /// before anything it says reaches the Coordinator. Throws TransportError if the
+  /// address cannot be bound.
   ManagerServer(const std::string& host, std::uint16_t port, membership::CoordinatorConfig cfg, ViewLog log = {},
-                Succession succession = {});
+                Succession succession = {}, std::optional<auth::GroupKey> key = std::nullopt);
   /// Stops serving and closes every connection (members see manager_lost).
   ~ManagerServer();
   ManagerServer(const ManagerServer&) = delete;
@@ -76,6 +84,7 @@ class ManagerServer {
   membership::Coordinator coordinator_;
   ViewLog log_;
   Succession succession_;
+  std::optional<auth::GroupKey> key_;
   std::string failure_;  // under stats_mu_
   int listen_fd_ = -1;
   int wake_fd_ = -1;

@@ -127,7 +127,7 @@ void StandingManager::run() {
     succession.store = [this](const auto& issued, const auto& dropped) { seat_->store(issued, dropped); };
     const auto adopted = succession.adopt.size();
     socket::ManagerServer server(o_.host, o_.port, socket::fresh_coordinator_config(),
-                                 o_.on_view ? o_.on_view : socket::ManagerServer::ViewLog{}, std::move(succession));
+                                 o_.on_view ? o_.on_view : socket::ManagerServer::ViewLog{}, std::move(succession), o_.key);
     seat_->publish(o_.host, server.port());
     seated_ = true;
     if (o_.on_event)

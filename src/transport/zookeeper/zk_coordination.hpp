@@ -25,6 +25,7 @@
 #include <utility>
 #include <vector>
 
+#include "auth/group_key.hpp"
 #include "membership/coordinator.hpp"
 #include "membership/group_record.hpp"
 #include "transport/zookeeper/zk_session.hpp"
@@ -78,6 +79,8 @@ class StandingManager {
     /// Each view issued, and (once) "seated at HOST:PORT" / why it stopped.
     std::function<void(const membership::IssuedView&)> on_view;
     std::function<void(const std::string&)> on_event;
+    /// Members must prove they hold this group key before they are heard (none: anyone).
+    std::optional<auth::GroupKey> key;
   };
   /// Connects its session (throws hmcast::Error if the ensemble cannot be reached) and
   /// starts standing.

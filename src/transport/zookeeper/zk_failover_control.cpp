@@ -41,7 +41,8 @@ std::unique_ptr<socket::ManagerClient> FailoverControlClient::connect(TimePoint 
       if (const auto where = find_coordinator(*zk_, opts_.root)) {
         last = "the coordinator at " + where->first + ":" + std::to_string(where->second) + " cannot be reached";
         return std::make_unique<socket::ManagerClient>(where->first, where->second,
-                                                       std::min<TimePoint>(deadline, Clock::now() + kConnectTry));
+                                                       std::min<TimePoint>(deadline, Clock::now() + kConnectTry),
+                                                       opts_.key ? &*opts_.key : nullptr);
       }
     } catch (const Error& e) {
       last = e.what();

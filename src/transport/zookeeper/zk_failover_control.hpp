@@ -14,10 +14,12 @@
 #include <condition_variable>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "auth/group_key.hpp"
 #include "transport/control_client.hpp"
 
 namespace hmcast::socket {
@@ -33,6 +35,8 @@ struct FailoverOptions {
   std::string root = "/hmcast";
   /// How long a member looks for a new coordinator after losing one.
   std::chrono::milliseconds failover_timeout{15000};
+  /// The group key each coordinator must prove it holds (none: no key exchange).
+  std::optional<auth::GroupKey> key;
 };
 
 class FailoverControlClient final : public transport::ControlClient {
