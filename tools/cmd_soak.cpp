@@ -102,6 +102,9 @@ void add_soak_command(CLI::App& app) {
       throw CLI::ValidationError("--kill-coordinator", "--kill-coordinator and --kill-zk-leader need --membership zookeeper");
     if (o->partition > 0 && (o->cut_command.empty() || o->heal_command.empty()))
       throw CLI::ValidationError("--partition", "--partition needs --cut-command and --heal-command");
+    if (o->membership == "zookeeper" && (o->spray || o->spray_forged))
+      throw CLI::ValidationError("--spray", "--spray and --spray-forged need the embedded manager (it tells them the "
+                                            "group's address): leave out --membership zookeeper");
     if (o->membership == "zookeeper" && o->kill_manager)
       throw CLI::ValidationError("--kill-manager", "with --membership zookeeper, use --kill-coordinator");
     if (*transport == "verbs") {
