@@ -254,6 +254,7 @@ TEST_CASE("sealed link: where the Node finds its key, and what it refuses", "[au
 
   cfg.key_file = path;
   CHECK(detail::group_key_of(cfg) == key);
+  CHECK(default_protocol(cfg).mtu == ProtocolConfig{}.mtu - kKeyTrailerBytes);  // tags have room
   cfg.key = key.bytes;
   CHECK_THROWS_WITH(Node(cfg), Catch::Contains("both set"));
   cfg.key.reset();
@@ -261,9 +262,11 @@ TEST_CASE("sealed link: where the Node finds its key, and what it refuses", "[au
   cfg.key_file.clear();
   ::setenv("HMCAST_KEY_FILE", path.c_str(), 1);
   CHECK(detail::group_key_of(cfg) == key);
+  CHECK(default_protocol(cfg).mtu == ProtocolConfig{}.mtu - kKeyTrailerBytes);
   ::chmod(path.c_str(), 0644);
   CHECK_THROWS_WITH(Node(cfg), Catch::Contains("chmod 600"));
   ::unsetenv("HMCAST_KEY_FILE");
   CHECK_FALSE(detail::group_key_of(cfg));
+  CHECK(default_protocol(cfg).mtu == ProtocolConfig{}.mtu);
   std::remove(path.c_str());
 }

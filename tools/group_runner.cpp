@@ -235,7 +235,8 @@ GroupRunReport run_group(const GroupRunOptions& o) {
                                {"t_ns", mono_ns()}});
           if (!first_view) first_view = v;
         },
-        socket::Succession{}, o.key_file.empty() ? std::nullopt : std::optional(auth::read_key_file(o.key_file)));
+        // The members' key: --key-file, else $HMCAST_KEY_FILE (which they inherit), else none.
+        socket::Succession{}, auth::resolve_key(std::nullopt, o.key_file));
   }
   const std::string manager_addr = zookeeper ? std::string() : o.manager_host + ":" + std::to_string(manager->port());
   std::int64_t coordinator_killed_ns = 0;

@@ -251,8 +251,9 @@ class Group {
 
 /// The ProtocolConfig a Node with this config uses when Config::protocol is empty:
 /// the transport's timers and limits, tuned by the policy (src/policy) from the
-/// transport's profile (built in, or Config::profile_file) for Config::group_size.
-/// Start from it to override single fields. Throws Error{invalid_config} if the
+/// transport's profile (built in, or Config::profile_file) for Config::group_size,
+/// its MTU leaving room for tags when the group has a key (Config::key, key_file or
+/// HMCAST_KEY_FILE). Start from it to override single fields. Throws Error{invalid_config} if the
 /// profile file cannot be read or parsed.
 [[nodiscard]] ProtocolConfig default_protocol(const Config& config);
 

@@ -247,7 +247,15 @@ std::unique_ptr<transport::Link> make_link(const Config& cfg, const membership::
 
 }  // namespace detail
 
-ProtocolConfig default_protocol(const Config& config) { return policy::protocol_for(config); }
+ProtocolConfig default_protocol(const Config& config) {
+  // The policy leaves room for tags when the group has a key: one named by a file
+  // (or by HMCAST_KEY_FILE) counts, though only the Node reads it.
+  const char* env = std::getenv("HMCAST_KEY_FILE");
+  if (config.key || (config.key_file.empty() && (env == nullptr || *env == '\0'))) return policy::protocol_for(config);
+  Config keyed = config;
+  keyed.key.emplace();
+  return policy::protocol_for(keyed);
+}
 
 Node::Node(Config config) : state_(std::make_shared<detail::NodeState>()) {
   if (config.group_size == 0) throw Error(ErrorCode::invalid_config, "Config::group_size must be at least 1");
