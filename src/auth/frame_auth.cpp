@@ -11,7 +11,7 @@ static_assert(crypto_aead_xchacha20poly1305_ietf_ABYTES == kTagBytes);
 static_assert(crypto_aead_xchacha20poly1305_ietf_KEYBYTES == kKeyBytes);
 static_assert(crypto_generichash_KEYBYTES_MAX >= kKeyBytes && crypto_generichash_BYTES_MAX >= kKeyBytes);
 
-using Nonce = std::array<unsigned char, crypto_aead_xchacha20poly1305_ietf_NPUBBYTES>;
+using AeadNonce = std::array<unsigned char, crypto_aead_xchacha20poly1305_ietf_NPUBBYTES>;
 
 void put_le(unsigned char* out, std::uint64_t v, std::size_t n) {
   for (std::size_t i = 0; i < n; ++i) out[i] = static_cast<unsigned char>(v >> (8 * i));
@@ -23,8 +23,8 @@ std::uint64_t get_le(const std::byte* in, std::size_t n) {
   return v;
 }
 
-Nonce nonce_of(MemberId sender, std::uint32_t channel, std::uint64_t counter) {
-  Nonce n{};
+AeadNonce nonce_of(MemberId sender, std::uint32_t channel, std::uint64_t counter) {
+  AeadNonce n{};
   put_le(n.data(), sender, 4);
   put_le(n.data() + 4, channel, 4);
   put_le(n.data() + 8, counter, 8);

@@ -41,7 +41,7 @@ std::array<std::byte, N> array_of(std::span<const std::byte> b) {
   return a;
 }
 
-const unsigned char* uc(const std::byte* p) { return reinterpret_cast<const unsigned char*>(p); }
+const unsigned char* as_uchar(const std::byte* p) { return reinterpret_cast<const unsigned char*>(p); }
 
 }  // namespace
 
@@ -56,12 +56,12 @@ Proof make_proof(const GroupKey& key, Role role, const Nonce& member_nonce, cons
   ensure_sodium();
   static constexpr char kLabel[] = "hmcast join proof v1";
   crypto_generichash_state st;
-  int rc = crypto_generichash_init(&st, uc(key.bytes.data()), key.bytes.size(), kProofBytes);
+  int rc = crypto_generichash_init(&st, as_uchar(key.bytes.data()), key.bytes.size(), kProofBytes);
   rc |= crypto_generichash_update(&st, reinterpret_cast<const unsigned char*>(kLabel), sizeof kLabel - 1);
   const auto r = static_cast<unsigned char>(role);
   rc |= crypto_generichash_update(&st, &r, 1);
-  rc |= crypto_generichash_update(&st, uc(member_nonce.data()), member_nonce.size());
-  rc |= crypto_generichash_update(&st, uc(manager_nonce.data()), manager_nonce.size());
+  rc |= crypto_generichash_update(&st, as_uchar(member_nonce.data()), member_nonce.size());
+  rc |= crypto_generichash_update(&st, as_uchar(manager_nonce.data()), manager_nonce.size());
   Proof p;
   rc |= crypto_generichash_final(&st, reinterpret_cast<unsigned char*>(p.data()), p.size());
   HMCAST_ASSERT(rc == 0);  // fails only for sizes out of range
