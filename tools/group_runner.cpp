@@ -452,12 +452,13 @@ GroupRunReport run_group(const GroupRunOptions& o) {
                   << " deliveries" << std::endl;
       next_progress = std::chrono::steady_clock::now() + std::chrono::seconds(1);
     }
+    // The hostile peers aim at the first view, once every member joined.
+    const auto hostile_target = [&] {
+      std::lock_guard lock(views_mu);
+      return first_view;
+    };
     if (o.spray_forged && all_joined && !forger_started) {
-      std::optional<membership::IssuedView> target;
-      {
-        std::lock_guard lock(views_mu);
-        target = first_view;
-      }
+      const auto target = hostile_target();
       forger_started = target.has_value();
       if (target)
         forger = std::thread([&, t = *target] {
@@ -470,11 +471,7 @@ GroupRunReport run_group(const GroupRunOptions& o) {
         });
     }
     if (o.spray && all_joined && !spray_started) {
-      std::optional<membership::IssuedView> target;
-      {
-        std::lock_guard lock(views_mu);
-        target = first_view;
-      }
+      const auto target = hostile_target();
       spray_started = target.has_value();
       if (target)
         sprayer = std::thread([&, t = *target] {

@@ -61,6 +61,20 @@ def read_event(proc, name, timeout=90):
     raise AssertionError(f"member exited before '{name}' (exit {proc.wait()})")
 
 
+def join_all(nodes, name):
+    """Every node joins group `name` at once (a join waits for the whole group)."""
+    import threading
+
+    groups = [None] * len(nodes)
+    joiners = [threading.Thread(target=lambda i=i: groups.__setitem__(i, nodes[i].join(name))) for i in range(len(nodes))]
+    for t in joiners:
+        t.start()
+    for t in joiners:
+        t.join(timeout=60)
+    assert all(g is not None for g in groups), f"the {len(nodes)} members did not join"
+    return groups
+
+
 def finish(members):
     for p in members:
         p.stdin.close()
@@ -106,20 +120,12 @@ def test_killed_member_is_a_view_change(manager, transport):
 def test_a_stopped_group_raises_in_receive():
     """When the group stops for a member (here: its manager dies), a receive() that
     would wait for ever raises hmcast.Error with the reason, and so does every later one."""
-    import threading
-
     import hmcast
 
     proc, address = start_manager()
     try:
         nodes = [hmcast.Node(transport="socket", group_size=2, manager=address, join_timeout=30) for _ in range(2)]
-        groups = [None, None]
-        joiners = [threading.Thread(target=lambda i=i: groups.__setitem__(i, nodes[i].join("stops"))) for i in range(2)]
-        for t in joiners:
-            t.start()
-        for t in joiners:
-            t.join(timeout=60)
-        assert all(g is not None for g in groups), "the two members did not join"
+        groups = join_all(nodes, "stops")
         groups[0].broadcast(b"before").result(timeout=30)
         first = groups[1].receive(timeout=30)
         while not isinstance(first, hmcast.Delivery):  # the first view comes first
@@ -142,8 +148,6 @@ def test_a_group_key_from_python(tmp_path):
     """Node(key_file=...) proves the key to the manager and tags every frame: two
     members with the key exchange a message, nothing is refused; a member without
     the key is refused by the manager, and a key file others may read is refused."""
-    import threading
-
     import hmcast
 
     key = tmp_path / "group.key"
@@ -152,13 +156,7 @@ def test_a_group_key_from_python(tmp_path):
     try:
         nodes = [hmcast.Node(transport="socket", group_size=2, manager=address, join_timeout=30, key_file=str(key))
                  for _ in range(2)]
-        groups = [None, None]
-        joiners = [threading.Thread(target=lambda i=i: groups.__setitem__(i, nodes[i].join("keyed"))) for i in range(2)]
-        for t in joiners:
-            t.start()
-        for t in joiners:
-            t.join(timeout=60)
-        assert all(g is not None for g in groups), "the two members did not join"
+        groups = join_all(nodes, "keyed")
         groups[0].broadcast(b"sealed").result(timeout=30)
         got = groups[1].receive(timeout=30)
         while not isinstance(got, hmcast.Delivery):

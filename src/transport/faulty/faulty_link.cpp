@@ -8,7 +8,7 @@
 namespace hmcast::transport {
 
 FaultyLink::FaultyLink(std::unique_ptr<Link> inner, const FaultConfig& faults, Clock clock)
-    : inner_(std::move(inner)),
+    : ForwardingLink(std::move(inner)),
       cfg_(faults),
       clock_(clock ? std::move(clock) : Clock([] { return std::chrono::steady_clock::now(); })),
       rng_(mix_hash(faults.seed, inner_->id())) {}

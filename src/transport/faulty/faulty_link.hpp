@@ -20,13 +20,13 @@
 #include <mutex>
 #include <optional>
 
-#include "transport/transport.hpp"
+#include "transport/forwarding_link.hpp"
 #include "hmcast/node.hpp"
 #include "core/rng.hpp"
 
 namespace hmcast::transport {
 
-class FaultyLink final : public Link {
+class FaultyLink final : public ForwardingLink {
  public:
   using TimePoint = std::chrono::steady_clock::time_point;
   /// Where the layer reads the time (tests pass a fake one; empty: steady_clock).
@@ -39,38 +39,12 @@ class FaultyLink final : public Link {
   FaultyLink(const FaultyLink&) = delete;
   FaultyLink& operator=(const FaultyLink&) = delete;
 
-  [[nodiscard]] MemberId id() const override { return inner_->id(); }
-  void multicast(std::span<const std::byte> bytes) override { inner_->multicast(bytes); }
-  bool unicast(MemberId to, std::vector<std::byte> bytes) override { return inner_->unicast(to, std::move(bytes)); }
-  bool send_block(MemberId to, std::vector<std::byte> head, std::span<const std::byte> payload, std::uint64_t length,
-                  std::shared_ptr<const void> keep) override {
-    return inner_->send_block(to, std::move(head), payload, length, std::move(keep));
-  }
   /// The next item due: held ones at their release time, new ones as the faults say.
   std::optional<Inbound> wait(TimePoint deadline) override;
-  void wake() override { inner_->wake(); }
-  void remove_peer(MemberId id) override { inner_->remove_peer(id); }
-  void add_peer(MemberId id, const std::string& host, std::uint16_t port) override {
-    inner_->add_peer(id, host, port);
-  }
-  [[nodiscard]] std::uint64_t bad_input() const override { return inner_->bad_input(); }
-  void set_block_placer(BlockPlacer placer) override { inner_->set_block_placer(std::move(placer)); }
-  [[nodiscard]] std::uint64_t bytes_placed() const override { return inner_->bytes_placed(); }
-  LargeBuffer allocate_large(std::size_t size) override {
-    return inner_->allocate_large(size);
-  }
-  void offer_region(MemberId sender, Seq seq, LargeBuffer buffer) override {
-    inner_->offer_region(sender, seq, std::move(buffer));
-  }
-  void retire_region(MemberId sender, Seq seq) override { inner_->retire_region(sender, seq); }
-  [[nodiscard]] std::uint64_t regions_held() const override { return inner_->regions_held(); }
-  [[nodiscard]] std::uint64_t multicast_datagrams_sent() const override { return inner_->multicast_datagrams_sent(); }
-  [[nodiscard]] std::uint64_t link_bytes_sent() const override { return inner_->link_bytes_sent(); }
   /// Drops what is held, then closes the inner link.
   void close() override;
 
   [[nodiscard]] FaultStats stats() const;
-  [[nodiscard]] const Link& inner() const { return *inner_; }
 
  private:
   /// A datagram held back until `countdown` later ones arrived, or until `release_by`.
@@ -91,7 +65,6 @@ class FaultyLink final : public Link {
   [[nodiscard]] std::size_t held() const { return timed_.size() + reordered_.size() + ready_.size(); }
   std::int64_t draw(std::int64_t min_ns, std::int64_t max_ns);
 
-  std::unique_ptr<Link> inner_;
   FaultConfig cfg_;
   Clock clock_;
 

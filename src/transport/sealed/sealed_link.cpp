@@ -11,7 +11,7 @@ static_assert(kKeyTrailerBytes == auth::kTrailerBytes, "Config's figure for the 
 static_assert(std::tuple_size_v<decltype(Config::key)::value_type> == auth::kKeyBytes);
 
 SealedLink::SealedLink(std::unique_ptr<Link> inner, const auth::GroupKey& key, GroupId group)
-    : inner_(std::move(inner)), key_(key), group_(group) {
+    : ForwardingLink(std::move(inner)), key_(key), group_(group) {
   HMCAST_ASSERT(inner_ != nullptr);
 }
 

@@ -27,7 +27,7 @@
 #include <utility>
 
 #include "auth/frame_auth.hpp"
-#include "transport/transport.hpp"
+#include "transport/forwarding_link.hpp"
 
 namespace hmcast::transport {
 
@@ -39,7 +39,7 @@ struct SealStats {
   std::uint64_t stale_unsent = 0;     // our frames of a view whose counters are forgotten, dropped
 };
 
-class SealedLink final : public Link {
+class SealedLink final : public ForwardingLink {
  public:
   /// Views whose counters are remembered (the newest one seen and those just
   /// before it); a frame of an older view is refused, since its replays could no
@@ -51,7 +51,6 @@ class SealedLink final : public Link {
   SealedLink(const SealedLink&) = delete;
   SealedLink& operator=(const SealedLink&) = delete;
 
-  [[nodiscard]] MemberId id() const override { return inner_->id(); }
   void multicast(std::span<const std::byte> bytes) override;
   bool unicast(MemberId to, std::vector<std::byte> bytes) override;
   /// Head and payload travel as one sealed frame (the payload copied behind the head).
@@ -59,26 +58,10 @@ class SealedLink final : public Link {
                   std::shared_ptr<const void> keep) override;
   /// The next item whose tag checks and which is no replay.
   std::optional<Inbound> wait(std::chrono::steady_clock::time_point deadline) override;
-  void wake() override { inner_->wake(); }
-  void remove_peer(MemberId id) override { inner_->remove_peer(id); }
-  void add_peer(MemberId id, const std::string& host, std::uint16_t port) override {
-    inner_->add_peer(id, host, port);
-  }
-  [[nodiscard]] std::uint64_t bad_input() const override { return inner_->bad_input(); }
   /// Kept from the transport: see the top of this file.
   void set_block_placer(BlockPlacer /*placer*/) override {}
-  LargeBuffer allocate_large(std::size_t size) override { return inner_->allocate_large(size); }
-  void offer_region(MemberId sender, Seq seq, LargeBuffer buffer) override {
-    inner_->offer_region(sender, seq, std::move(buffer));
-  }
-  void retire_region(MemberId sender, Seq seq) override { inner_->retire_region(sender, seq); }
-  [[nodiscard]] std::uint64_t regions_held() const override { return inner_->regions_held(); }
-  [[nodiscard]] std::uint64_t multicast_datagrams_sent() const override { return inner_->multicast_datagrams_sent(); }
-  [[nodiscard]] std::uint64_t link_bytes_sent() const override { return inner_->link_bytes_sent(); }
-  void close() override { inner_->close(); }
 
   [[nodiscard]] SealStats stats() const;
-  [[nodiscard]] const Link& inner() const { return *inner_; }
 
  private:
   /// A channel's key: the multicast (auth::kMulticastChannel) or the link to a member.
@@ -99,7 +82,6 @@ class SealedLink final : public Link {
   /// ReceiveView of `view` if a frame of it may still be judged (nullptr: too old).
   ReceiveView* receive_view(ViewId view);
 
-  std::unique_ptr<Link> inner_;
   const auth::GroupKey key_;
   const GroupId group_;
 
