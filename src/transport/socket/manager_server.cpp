@@ -249,8 +249,9 @@ void ManagerServer::run() {
       });
       bool bad = !good;
       for (auto& f : frames) {
-        if (bad || c.closing) break;
+        if (bad) break;
         if (!c.admitted()) {
+          if (c.exchange->failed()) break;  // refused and closing: nothing more is read from it
           if (auto reply = c.exchange->on_frame(f)) queue_frame(c, *reply);
           if (c.exchange->failed()) refuse(c, f);
           continue;
