@@ -99,8 +99,14 @@ TEST_CASE("handshake: a manager with a key admits members with it, and only them
   CHECK_THROWS_WITH(join_one(manager.port(), nullptr, "keyless"), Catch::Contains("hold the group key"));
   const auto other = generate_key();
   CHECK_THROWS_WITH(join_one(manager.port(), &other, "other"), Catch::Contains("could not prove"));
+  // The same key bytes under another cipher: its frames would never open, so it is
+  // refused here, and told which cipher it holds.
+  auto other_cipher = key;
+  other_cipher.cipher = key.cipher == Cipher::aes256gcm ? Cipher::chacha20poly1305 : Cipher::aes256gcm;
+  CHECK_THROWS_WITH(join_one(manager.port(), &other_cipher, "other cipher"),
+                    Catch::Contains("could not prove") && Catch::Contains(cipher_name(other_cipher.cipher)));
   // The manager sees the last of them hang up a moment after the member gave up.
-  CHECK(testing::eventually([&] { return manager.stats().refused_without_key == 2; }));
+  CHECK(testing::eventually([&] { return manager.stats().refused_without_key == 3; }));
 }
 
 TEST_CASE("handshake: a member with a key and a manager without one tell the member why", "[auth]") {

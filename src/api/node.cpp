@@ -218,7 +218,7 @@ void NodeState::fail_all(GroupState& g, ErrorCode code, const std::string& why) 
 std::optional<auth::GroupKey> group_key_of(const Config& config) {
   if (config.key && !config.key_file.empty())
     throw Error(ErrorCode::invalid_config, "Config::key and Config::key_file are both set: set one");
-  return auth::resolve_key(config.key, config.key_file);
+  return auth::resolve_key(config.key, config.key_cipher, config.key_file);
 }
 
 namespace {
@@ -263,6 +263,7 @@ Node::Node(Config config) : state_(std::make_shared<detail::NodeState>()) {
   state_->key = detail::group_key_of(config);
   if (state_->key) {
     config.key = state_->key->bytes;  // the policy leaves room for tags (policy::protocol_for)
+    config.key_cipher = state_->key->cipher;
     config.key_file.clear();
   }
   state_->cfg = config;

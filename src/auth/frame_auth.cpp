@@ -7,11 +7,12 @@
 namespace hmcast::auth {
 namespace {
 
-static_assert(crypto_aead_xchacha20poly1305_ietf_ABYTES == kTagBytes);
-static_assert(crypto_aead_xchacha20poly1305_ietf_KEYBYTES == kKeyBytes);
+static_assert(crypto_aead_aes256gcm_ABYTES == kTagBytes && crypto_aead_chacha20poly1305_ietf_ABYTES == kTagBytes);
+static_assert(crypto_aead_aes256gcm_KEYBYTES == kKeyBytes && crypto_aead_chacha20poly1305_ietf_KEYBYTES == kKeyBytes);
+static_assert(crypto_aead_aes256gcm_NPUBBYTES == 12 && crypto_aead_chacha20poly1305_ietf_NPUBBYTES == 12);
 static_assert(crypto_generichash_KEYBYTES_MAX >= kKeyBytes && crypto_generichash_BYTES_MAX >= kKeyBytes);
 
-using AeadNonce = std::array<unsigned char, crypto_aead_xchacha20poly1305_ietf_NPUBBYTES>;
+using AeadNonce = std::array<unsigned char, 12>;
 
 void put_le(unsigned char* out, std::uint64_t v, std::size_t n) {
   for (std::size_t i = 0; i < n; ++i) out[i] = static_cast<unsigned char>(v >> (8 * i));
@@ -23,61 +24,84 @@ std::uint64_t get_le(const std::byte* in, std::size_t n) {
   return v;
 }
 
-AeadNonce nonce_of(MemberId sender, std::uint32_t channel, std::uint64_t counter) {
+AeadNonce nonce_of(MemberId sender, std::uint64_t counter) {
   AeadNonce n{};
   put_le(n.data(), sender, 4);
-  put_le(n.data() + 4, channel, 4);
-  put_le(n.data() + 8, counter, 8);
-  return n;  // the last 8 bytes stay 0
+  put_le(n.data() + 4, counter, 8);
+  return n;
 }
 
 const unsigned char* uc(const std::byte* p) { return reinterpret_cast<const unsigned char*>(p); }
 
 }  // namespace
 
-ViewKey derive_view_key(const GroupKey& group_key, GroupId group, ViewId view) {
-  ensure_sodium();
-  static constexpr char kLabel[] = "hmcast view key v1";
-  std::array<unsigned char, sizeof kLabel - 1 + 16> in{};
-  std::copy(kLabel, kLabel + sizeof kLabel - 1, in.begin());
-  put_le(in.data() + sizeof kLabel - 1, group, 8);
-  put_le(in.data() + sizeof kLabel - 1 + 8, view, 8);
-  ViewKey k;
-  const int rc = crypto_generichash(reinterpret_cast<unsigned char*>(k.bytes.data()), k.bytes.size(), in.data(),
-                                    in.size(), uc(group_key.bytes.data()), group_key.bytes.size());
+ChannelKey::ChannelKey(const GroupKey& group_key, GroupId group, ViewId view, std::uint32_t channel)
+    : cipher_(group_key.cipher) {
+  static_assert(sizeof(crypto_aead_aes256gcm_state) <= kStateBytes);
+  static_assert(alignof(crypto_aead_aes256gcm_state) <= 16);
+  require_cipher(cipher_);  // also initialises libsodium
+  static constexpr char kLabel[] = "hmcast channel key v2";
+  std::array<unsigned char, sizeof kLabel - 1 + 1 + 8 + 8 + 4> in{};
+  unsigned char* p = std::copy(kLabel, kLabel + sizeof kLabel - 1, in.begin());
+  *p++ = static_cast<unsigned char>(cipher_);
+  put_le(p, group, 8);
+  put_le(p + 8, view, 8);
+  put_le(p + 16, channel, 4);
+  const int rc = crypto_generichash(raw_.data(), raw_.size(), in.data(), in.size(), uc(group_key.bytes.data()),
+                                    group_key.bytes.size());
   HMCAST_ASSERT(rc == 0);  // fails only for sizes out of range, which the static_asserts rule out
-  return k;
+  if (cipher_ == Cipher::aes256gcm) {
+    auto* st = reinterpret_cast<crypto_aead_aes256gcm_state*>(state_.data());
+    const int set_up = crypto_aead_aes256gcm_beforenm(st, raw_.data());
+    HMCAST_ASSERT(set_up == 0);  // require_cipher checked the CPU
+  }
 }
 
-void seal(const ViewKey& key, MemberId sender, std::uint32_t channel, std::uint64_t counter,
-          std::vector<std::byte>& frame) {
+void seal(const ChannelKey& key, MemberId sender, std::uint64_t counter, std::vector<std::byte>& frame) {
   HMCAST_ASSERT(counter != 0);
-  ensure_sodium();
-  const auto nonce = nonce_of(sender, channel, counter);
+  const auto nonce = nonce_of(sender, counter);
   const std::size_t n = frame.size();
   frame.resize(n + kTrailerBytes);
   put_le(reinterpret_cast<unsigned char*>(frame.data() + n), counter, kCounterBytes);
+  auto* tag = reinterpret_cast<unsigned char*>(frame.data() + n + kCounterBytes);
   unsigned long long tag_len = 0;
   unsigned char none = 0;  // nothing is encrypted: the frame is associated data
-  const int rc = crypto_aead_xchacha20poly1305_ietf_encrypt_detached(
-      &none, reinterpret_cast<unsigned char*>(frame.data() + n + kCounterBytes), &tag_len, nullptr, 0, uc(frame.data()),
-      n, nullptr, nonce.data(), uc(key.bytes.data()));
+  int rc = -1;
+  switch (key.cipher_) {
+    case Cipher::aes256gcm:
+      rc = crypto_aead_aes256gcm_encrypt_detached_afternm(
+          &none, tag, &tag_len, nullptr, 0, uc(frame.data()), n, nullptr, nonce.data(),
+          reinterpret_cast<const crypto_aead_aes256gcm_state*>(key.state_.data()));
+      break;
+    case Cipher::chacha20poly1305:
+      rc = crypto_aead_chacha20poly1305_ietf_encrypt_detached(&none, tag, &tag_len, nullptr, 0, uc(frame.data()), n,
+                                                              nullptr, nonce.data(), key.raw_.data());
+      break;
+  }
   HMCAST_ASSERT(rc == 0 && tag_len == kTagBytes);
 }
 
-std::optional<Opened> open(const ViewKey& key, MemberId sender, std::uint32_t channel,
-                           std::span<const std::byte> sealed) {
+std::optional<Opened> open(const ChannelKey& key, MemberId sender, std::span<const std::byte> sealed) {
   if (sealed.size() < kTrailerBytes) return std::nullopt;
-  ensure_sodium();
   const std::size_t n = sealed.size() - kTrailerBytes;
   const std::uint64_t counter = get_le(sealed.data() + n, kCounterBytes);
   if (counter == 0) return std::nullopt;
-  const auto nonce = nonce_of(sender, channel, counter);
+  const auto nonce = nonce_of(sender, counter);
+  const unsigned char* tag = uc(sealed.data() + n + kCounterBytes);
   unsigned char none = 0;
-  if (crypto_aead_xchacha20poly1305_ietf_decrypt_detached(&none, nullptr, &none, 0,
-                                                          uc(sealed.data() + n + kCounterBytes), uc(sealed.data()), n,
-                                                          nonce.data(), uc(key.bytes.data())) != 0)
-    return std::nullopt;
+  int rc = -1;
+  switch (key.cipher_) {
+    case Cipher::aes256gcm:
+      rc = crypto_aead_aes256gcm_decrypt_detached_afternm(
+          &none, nullptr, &none, 0, tag, uc(sealed.data()), n, nonce.data(),
+          reinterpret_cast<const crypto_aead_aes256gcm_state*>(key.state_.data()));
+      break;
+    case Cipher::chacha20poly1305:
+      rc = crypto_aead_chacha20poly1305_ietf_decrypt_detached(&none, nullptr, &none, 0, tag, uc(sealed.data()), n,
+                                                              nonce.data(), key.raw_.data());
+      break;
+  }
+  if (rc != 0) return std::nullopt;
   return Opened{n, counter};
 }
 

@@ -1,15 +1,19 @@
-// Tags on frames under the group key (issue 21): each view has its own key, derived
-// from the group key, the group id and the view id, so a frame captured in one view
-// fails in every other. A tag covers the whole frame (header and payload) and a
-// counter its sender never repeats in the view, on that channel; the receiver's
-// ReplayWindow refuses a counter it has seen. No encryption here: the payload stays
-// readable by whoever hears it, but nobody without the key can forge or replay one.
+// Tags on frames under the group key (issue 21): each channel of each view has its
+// own key, derived from the group key, its cipher, the group id, the view id and the
+// channel, so a frame captured in one view or on one channel fails on every other. A
+// tag covers the whole frame (header and payload) and a counter its sender never
+// repeats on that key; the receiver's ReplayWindow refuses a counter it has seen. No
+// encryption here: the payload stays readable by whoever hears it, but nobody
+// without the key can forge or replay one.
 //
 // Sealed frame: frame | counter (8 bytes, little-endian) | tag (16 bytes).
-// The tag is XChaCha20-Poly1305's (libsodium, an AEAD with the frame as associated
-// data and nothing encrypted) under the view key, with the nonce
-// sender | channel | counter: unique per key as long as each sender numbers each
-// channel once. Channel 0 is the multicast; a link frame's channel is its receiver.
+// The tag is the AEAD's (libsodium's AES-256-GCM or ChaCha20-Poly1305, IETF
+// variants; the frame is associated data and nothing is encrypted) under the
+// channel key, with the 12-byte nonce sender | counter: unique per key as long as
+// each sender numbers each channel once. Channel 0 is the multicast; a link frame's
+// channel is its receiver. Keys are per channel rather than the channel being in the
+// nonce because the IETF nonce has no room for it, and a key set up once (AES-GCM's
+// expanded key and hash key) makes each tag cheap.
 #pragma once
 
 #include <array>
@@ -29,28 +33,41 @@ inline constexpr std::size_t kTagBytes = 16;
 inline constexpr std::size_t kTrailerBytes = kCounterBytes + kTagBytes;
 inline constexpr std::uint32_t kMulticastChannel = 0;
 
-struct ViewKey {
-  std::array<std::byte, kKeyBytes> bytes{};
-};
-
-/// The key of one view of one group (keyed BLAKE2b of the group id and view id).
-[[nodiscard]] ViewKey derive_view_key(const GroupKey& group_key, GroupId group, ViewId view);
-
-/// Appends counter and tag to `frame`. `counter` must be new for (key, sender,
-/// channel) and not 0: the caller numbers each channel from 1.
-void seal(const ViewKey& key, MemberId sender, std::uint32_t channel, std::uint64_t counter,
-          std::vector<std::byte>& frame);
-
 struct Opened {
   std::size_t frame_size = 0;  // the frame is the first frame_size bytes of what was sealed
   std::uint64_t counter = 0;   // for the receiver's ReplayWindow
 };
 
-/// Checks a sealed frame said to come from `sender` on `channel`: the frame's size
-/// and counter if its tag is right, nullopt if not (too short, or altered, or made
-/// with another key, sender or channel). Replays pass here: see ReplayWindow.
-[[nodiscard]] std::optional<Opened> open(const ViewKey& key, MemberId sender, std::uint32_t channel,
-                                         std::span<const std::byte> sealed);
+/// The key of one channel of one view, set up for its cipher.
+class ChannelKey {
+ public:
+  /// Derives it (keyed BLAKE2b of cipher, group, view and channel). Throws
+  /// hmcast::Error(invalid_config) if this CPU cannot run the key's cipher.
+  ChannelKey(const GroupKey& group_key, GroupId group, ViewId view, std::uint32_t channel);
+
+  [[nodiscard]] Cipher cipher() const { return cipher_; }
+  /// The derived key's bytes (for tests: keys of other views or channels differ).
+  [[nodiscard]] const std::array<unsigned char, kKeyBytes>& raw() const { return raw_; }
+
+ private:
+  friend void seal(const ChannelKey&, MemberId, std::uint64_t, std::vector<std::byte>&);
+  friend std::optional<Opened> open(const ChannelKey&, MemberId, std::span<const std::byte>);
+
+  static constexpr std::size_t kStateBytes = 512;  // libsodium's AES-256-GCM state (checked where it is known)
+
+  Cipher cipher_;
+  std::array<unsigned char, kKeyBytes> raw_{};
+  alignas(16) std::array<unsigned char, kStateBytes> state_{};  // AES-256-GCM only: expanded key and hash key
+};
+
+/// Appends counter and tag to `frame`. `counter` must be new for (key, sender) and
+/// not 0: the caller numbers each channel from 1.
+void seal(const ChannelKey& key, MemberId sender, std::uint64_t counter, std::vector<std::byte>& frame);
+
+/// Checks a sealed frame said to come from `sender` on the key's channel: the
+/// frame's size and counter if its tag is right, nullopt if not (too short, or
+/// altered, or made with another key or sender). Replays pass here: see ReplayWindow.
+[[nodiscard]] std::optional<Opened> open(const ChannelKey& key, MemberId sender, std::span<const std::byte> sealed);
 
 /// The counters seen from one sender on one channel: accepts each at most once,
 /// and refuses one more than kWidth behind the highest (datagrams may come a little

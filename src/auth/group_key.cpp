@@ -31,7 +31,46 @@ GroupKey generate_key() {
   ensure_sodium();
   GroupKey k;
   randombytes_buf(k.bytes.data(), k.bytes.size());
+  k.cipher = preferred_cipher();
   return k;
+}
+
+bool cipher_available(Cipher cipher) {
+  ensure_sodium();
+  switch (cipher) {
+    case Cipher::aes256gcm:
+      return crypto_aead_aes256gcm_is_available() == 1;
+    case Cipher::chacha20poly1305:
+      return true;
+  }
+  return false;
+}
+
+void require_cipher(Cipher cipher) {
+  if (cipher != Cipher::aes256gcm && cipher != Cipher::chacha20poly1305)
+    bad("unknown group key cipher " + std::to_string(static_cast<int>(cipher)));
+  if (!cipher_available(cipher))
+    bad("the group key's cipher is AES-256-GCM, and this CPU lacks the AES-NI and carry-less multiply "
+        "instructions libsodium needs for it: give every member a key under ChaCha20-Poly1305 "
+        "(`hmcast keygen --cipher chacha20poly1305`, or Config::key_cipher)");
+}
+
+Cipher preferred_cipher() { return cipher_available(Cipher::aes256gcm) ? Cipher::aes256gcm : Cipher::chacha20poly1305; }
+
+std::string cipher_name(Cipher cipher) {
+  switch (cipher) {
+    case Cipher::aes256gcm:
+      return "aes256gcm";
+    case Cipher::chacha20poly1305:
+      return "chacha20poly1305";
+  }
+  return "unknown";
+}
+
+std::optional<Cipher> parse_cipher(const std::string& name) {
+  for (const Cipher c : {Cipher::aes256gcm, Cipher::chacha20poly1305})
+    if (name == cipher_name(c)) return c;
+  return std::nullopt;
 }
 
 std::string key_to_hex(const GroupKey& key) {
@@ -41,13 +80,21 @@ std::string key_to_hex(const GroupKey& key) {
 }
 
 GroupKey parse_key(const std::string& text) {
-  const auto first = text.find_first_not_of(" \t\r\n");
-  const auto last = text.find_last_not_of(" \t\r\n");
-  const std::string hex = first == std::string::npos ? std::string() : text.substr(first, last - first + 1);
+  std::istringstream words(text);
+  std::string hex;
+  std::string cipher;
+  std::string more;
+  words >> hex >> cipher >> more;
+  if (!more.empty()) bad("a group key is its hex digits and at most a cipher's name; this one has more words");
+  GroupKey k;
+  if (!cipher.empty()) {
+    const auto c = parse_cipher(cipher);
+    if (!c) bad("unknown cipher '" + cipher + "' after the key (aes256gcm or chacha20poly1305)");
+    k.cipher = *c;
+  }
   if (hex.size() != 2 * kKeyBytes)
     bad("a group key is " + std::to_string(2 * kKeyBytes) + " hex digits; this one has " +
         std::to_string(hex.size()) + " characters (make one with `hmcast keygen --out FILE`)");
-  GroupKey k;
   std::size_t got = 0;
   const char* end = nullptr;
   if (sodium_hex2bin(reinterpret_cast<unsigned char*>(k.bytes.data()), k.bytes.size(), hex.data(), hex.size(),
@@ -77,7 +124,7 @@ GroupKey read_key_file(const std::string& path) {
 void write_key_file(const std::string& path, const GroupKey& key) {
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
   if (fd < 0) bad("cannot create the key file " + path + ": " + std::strerror(errno) + " (it must not exist yet)");
-  const std::string text = key_to_hex(key) + "\n";
+  const std::string text = key_to_hex(key) + " " + cipher_name(key.cipher) + "\n";
   const ssize_t n = ::write(fd, text.data(), text.size());
   const int err = errno;
   ::close(fd);
@@ -87,17 +134,22 @@ void write_key_file(const std::string& path, const GroupKey& key) {
   }
 }
 
-std::optional<GroupKey> resolve_key(const std::optional<std::array<std::byte, kKeyBytes>>& key,
+std::optional<GroupKey> resolve_key(const std::optional<std::array<std::byte, kKeyBytes>>& key, Cipher cipher,
                                     const std::string& key_file) {
   if (key && !key_file.empty()) bad("a group key and a key file are both set: set one");
-  if (key) return GroupKey{*key};
+  if (key) {
+    require_cipher(cipher);
+    return GroupKey{*key, cipher};
+  }
   std::string file = key_file;
   if (file.empty()) {
     const char* env = std::getenv("HMCAST_KEY_FILE");
     if (env == nullptr || *env == '\0') return std::nullopt;
     file = env;
   }
-  return read_key_file(file);
+  GroupKey k = read_key_file(file);
+  require_cipher(k.cipher);
+  return k;
 }
 
 }  // namespace hmcast::auth

@@ -54,12 +54,15 @@ Nonce fresh_nonce() {
 
 Proof make_proof(const GroupKey& key, Role role, const Nonce& member_nonce, const Nonce& manager_nonce) {
   ensure_sodium();
-  static constexpr char kLabel[] = "hmcast join proof v1";
+  static constexpr char kLabel[] = "hmcast join proof v2";
   crypto_generichash_state st;
   int rc = crypto_generichash_init(&st, as_uchar(key.bytes.data()), key.bytes.size(), kProofBytes);
   rc |= crypto_generichash_update(&st, reinterpret_cast<const unsigned char*>(kLabel), sizeof kLabel - 1);
   const auto r = static_cast<unsigned char>(role);
   rc |= crypto_generichash_update(&st, &r, 1);
+  // The cipher is part of the key: a member whose frames nobody could open is refused here.
+  const auto c = static_cast<unsigned char>(key.cipher);
+  rc |= crypto_generichash_update(&st, &c, 1);
   rc |= crypto_generichash_update(&st, as_uchar(member_nonce.data()), member_nonce.size());
   rc |= crypto_generichash_update(&st, as_uchar(manager_nonce.data()), manager_nonce.size());
   Proof p;

@@ -13,6 +13,7 @@ static_assert(std::tuple_size_v<decltype(Config::key)::value_type> == auth::kKey
 SealedLink::SealedLink(std::unique_ptr<Link> inner, const auth::GroupKey& key, GroupId group)
     : ForwardingLink(std::move(inner)), key_(key), group_(group) {
   HMCAST_ASSERT(inner_ != nullptr);
+  auth::require_cipher(key_.cipher);  // fail at set-up, not at the first frame
 }
 
 bool SealedLink::seal(std::uint32_t channel, std::vector<std::byte>& frame) {
@@ -33,12 +34,15 @@ bool SealedLink::seal(std::uint32_t channel, std::vector<std::byte>& frame) {
       stale_unsent_.fetch_add(1, std::memory_order_relaxed);
       return false;
     }
-    it = send_views_.emplace(view, SendView{auth::derive_view_key(key_, group_, view), {}}).first;
+    it = send_views_.emplace(view, SendView{}).first;
     while (send_views_.size() > kViewsKept) send_views_.erase(send_views_.begin());
   }
-  std::uint64_t& counter = it->second.last_counter[channel];
-  ++counter;
-  auth::seal(it->second.key, id(), channel, counter, frame);
+  auto ch = it->second.find(channel);
+  if (ch == it->second.end())
+    ch = it->second.emplace(channel, SendChannel{auth::ChannelKey(key_, group_, view, channel), 0}).first;
+  SendChannel& sc = ch->second;
+  ++sc.last_counter;
+  auth::seal(sc.key, id(), sc.last_counter, frame);
   sealed_.fetch_add(1, std::memory_order_relaxed);
   return true;
 }
@@ -69,10 +73,7 @@ bool SealedLink::send_block(MemberId to, std::vector<std::byte> head, std::span<
 
 SealedLink::ReceiveView* SealedLink::receive_view(ViewId view) {
   if (newest_view_ >= kViewsKept && view <= newest_view_ - kViewsKept) return nullptr;
-  auto it = receive_views_.find(view);
-  if (it == receive_views_.end())
-    it = receive_views_.emplace(view, ReceiveView{auth::derive_view_key(key_, group_, view), {}}).first;
-  return &it->second;
+  return &receive_views_[view];
 }
 
 bool SealedLink::admit(Inbound& in) {
@@ -94,7 +95,9 @@ bool SealedLink::admit(Inbound& in) {
     replays_refused_.fetch_add(1, std::memory_order_relaxed);
     return false;
   }
-  const auto opened = auth::open(rv->key, src, channel, in.bytes);
+  std::optional<auth::ChannelKey>& key = in.datagram ? rv->multicast : rv->link;
+  if (!key) key.emplace(key_, group_, view, channel);
+  const auto opened = auth::open(*key, src, in.bytes);
   if (!opened) {
     // A view nobody genuine has spoken in yet is not remembered: forgeries naming
     // ever new views must not fill the table.

@@ -64,13 +64,16 @@ class SealedLink final : public ForwardingLink {
   [[nodiscard]] SealStats stats() const;
 
  private:
-  /// A channel's key: the multicast (auth::kMulticastChannel) or the link to a member.
-  struct SendView {
-    auth::ViewKey key;
-    std::map<std::uint32_t, std::uint64_t> last_counter;  // per channel
+  /// A channel of ours (the multicast, auth::kMulticastChannel, or the link to a
+  /// member): its key and the last counter sealed under it.
+  struct SendChannel {
+    auth::ChannelKey key;
+    std::uint64_t last_counter = 0;
   };
+  using SendView = std::map<std::uint32_t, SendChannel>;  // per channel
   struct ReceiveView {
-    auth::ViewKey key;
+    std::optional<auth::ChannelKey> multicast;  // set up at the first frame on each
+    std::optional<auth::ChannelKey> link;       // our own channel: link frames to us
     std::map<std::pair<MemberId, std::uint32_t>, auth::ReplayWindow> windows;  // per (sender, channel)
   };
 

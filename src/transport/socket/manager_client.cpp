@@ -94,8 +94,9 @@ void ManagerClient::prove_key(const auth::GroupKey& key, std::chrono::steady_clo
   const auto proof = challenge ? me.answer(*challenge) : std::nullopt;
   if (!proof)
     throw Error(ErrorCode::invalid_config, "the membership manager at " + address_ +
-                                               " could not prove it holds this group's key: give the manager and "
-                                               "every member the same key file");
+                                               " could not prove it holds this group's key and cipher (this member's: " +
+                                               auth::cipher_name(key.cipher) +
+                                               "): give the manager and every member the same key file");
   (void)send_frame(*proof);
 }
 
