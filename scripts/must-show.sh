@@ -238,11 +238,12 @@ if command -v mpirun >/dev/null && [ -x build/bin/hmcast_mpi_bench ]; then
   # not asserted here while they are not met (issue 17 is open).
   # Issue 18's ratios against Open MPI's shared memory are reported (not yet met, so
   # not asserted): the run must have made them.
-  # Issue 21's cost of the group key (keyed over plain, same run; target 1.1) is
-  # reported likewise: the run must have made it.
-  CMP_OK='d["ok"] and d["small_2k_p50_ratio_vs_mpi_bcast_barrier"] <= 0.5 and d["shm_worst_ratio_vs_mpi_vader"] > 0 and d["auth_overhead_2k"] > 0 and d["auth_overhead_64m_loopback"] > 0'
+  # Issue 21's cost of the group key, keyed over plain in the same run: at most 1.1 on
+  # 2 KiB all-acked latency and on 64 MiB to the emulated hosts. On loopback 64 MiB,
+  # where the CPU is the limit, the cost is reported (docs/benchmarks.md says why).
+  CMP_OK='d["ok"] and d["small_2k_p50_ratio_vs_mpi_bcast_barrier"] <= 0.5 and d["shm_worst_ratio_vs_mpi_vader"] > 0 and d["auth_overhead_2k"] <= 1.1 and d["auth_overhead_64m_loopback"] > 0'
   if [ "$(id -u)" -eq 0 ] && command -v ip >/dev/null; then
-    CMP_OK="$CMP_OK"' and d["large_64m_ratio_vs_unicast"] <= 1.3 and d["large_64m_ratio_vs_sequential"] <= 0.4 and d["auth_overhead_64m"] > 0'
+    CMP_OK="$CMP_OK"' and d["large_64m_ratio_vs_unicast"] <= 1.3 and d["large_64m_ratio_vs_sequential"] <= 0.4 and d["auth_overhead_64m"] <= 1.1'
   else
     echo "note: the 64 MiB part of compare_mpi needs root and iproute2 (CI runs it)"
   fi
