@@ -2,7 +2,13 @@
 // manager and a member on real sockets, with the same key, another key, or none.
 #include <catch2/catch.hpp>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <chrono>
+#include <vector>
 
 #include "auth/handshake.hpp"
 #include "eventually.hpp"
@@ -114,4 +120,30 @@ TEST_CASE("handshake: a member with a key and a manager without one tell the mem
   socket::ManagerServer manager("127.0.0.1", 0, socket::fresh_coordinator_config());
   CHECK_THROWS_WITH(join_one(manager.port(), &key, "g"), Catch::Contains("it has no group key"));
   CHECK(join_one(manager.port(), nullptr, "g").member != 0);  // keyless members still get in
+}
+
+TEST_CASE("handshake: strangers holding connections open silently cannot keep a member out", "[auth]") {
+  const auto key = generate_key();
+  socket::ManagerServer manager("127.0.0.1", 0, socket::fresh_coordinator_config(), {}, {}, key);
+  // Far more silent connections than the manager runs exchanges at once.
+  constexpr int kStrangers = 200;
+  std::vector<int> fds;
+  for (int i = 0; i < kStrangers; ++i) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    REQUIRE(fd >= 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(manager.port());
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(::connect(fd, reinterpret_cast<const sockaddr*>(&a), sizeof a) == 0);
+    fds.push_back(fd);
+  }
+  CHECK(testing::eventually([&] { return manager.stats().connections == kStrangers; }));
+  // All but the newest 64 were closed to make room, long before their 5 s ran out.
+  CHECK(testing::eventually([&] { return manager.stats().exchanges_evicted == kStrangers - 64; }));
+  CHECK(testing::eventually([&] { return manager.stats().refused_without_key == kStrangers - 64; }));
+  // A member arriving now still joins (it pushes the oldest stranger out).
+  CHECK(join_one(manager.port(), &key, "after the flood").member != 0);
+  CHECK(manager.stats().exchanges_evicted == kStrangers - 64 + 1);
+  for (const int fd : fds) ::close(fd);
 }

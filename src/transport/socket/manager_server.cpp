@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "auth/handshake.hpp"
+#include "core/assert.hpp"
 #include "transport/socket/framing.hpp"
 #include "transport/socket/net_util.hpp"
 
@@ -22,6 +23,11 @@ constexpr std::size_t kMaxMemberFrame = 1024;
 
 // A connection that has not proven it holds the group key by then is closed.
 constexpr std::int64_t kKeyExchangeMs = 5000;
+// Key exchanges under way at once. A stranger opening connections and saying nothing
+// holds each for kKeyExchangeMs; past this many the oldest is closed, so such a flood
+// costs a bounded number of descriptors, and a member (whose exchange takes one round
+// trip) is only pushed out by this many newer connections arriving within it.
+constexpr std::size_t kMaxPendingExchanges = 64;
 
 struct Conn {
   int fd = -1;
@@ -209,12 +215,30 @@ void ManagerServer::run() {
       [[maybe_unused]] const ssize_t n = ::read(wake_fd_, &v, sizeof v);
     }
     if ((fds[1].revents & POLLIN) != 0) {
-      for (;;) {
+      // At most a full set of exchanges per round, so a flood of connections cannot
+      // keep this loop (and its scan for the oldest exchange) from serving the rest.
+      for (std::size_t accepted = 0; accepted < kMaxPendingExchanges; ++accepted) {
         const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0) break;  // EAGAIN, or a transient error: the next poll retries
         // A member whose host dies without a word (no reset) would otherwise stay in
         // the view, and a flush would wait for it forever.
         tune_control_connection(fd);
+        if (key_) {
+          // Make room first: the oldest exchange under way goes (see kMaxPendingExchanges).
+          std::size_t pending = 0;
+          Conn* oldest = nullptr;
+          for (auto& [id, other] : conns) {
+            if (other.admitted() || other.closing) continue;
+            ++pending;
+            if (oldest == nullptr || other.exchange_deadline_ms < oldest->exchange_deadline_ms) oldest = &other;
+          }
+          if (pending >= kMaxPendingExchanges) {
+            HMCAST_ASSERT(oldest != nullptr);
+            oldest->closing = true;  // counted in refused_without_key when it goes
+            std::lock_guard lock(stats_mu_);
+            ++stats_.exchanges_evicted;
+          }
+        }
         Conn& c = conns[next_id++];
         c.fd = fd;
         if (key_) {

@@ -38,6 +38,9 @@ struct ManagerStats {
   /// wrong proof, a control message instead of the key exchange, too slow, or a
   /// member that found the manager's key wrong and hung up).
   std::uint64_t refused_without_key = 0;
+  /// With a group key: exchanges closed unfinished to make room for newer
+  /// connections (at most a fixed number are under way at once).
+  std::uint64_t exchanges_evicted = 0;
 };
 
 /// A coordinator configuration seeded from the clock and process id. Group ids and multicast
