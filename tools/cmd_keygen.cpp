@@ -27,7 +27,8 @@ void add_keygen_command(CLI::App& app) {
       key.cipher = *c;
     }
     auth::write_key_file(*out, key);
-    std::cout << "wrote a group key (" << auth::cipher_name(key.cipher) << ") to " << *out << " (copy it to every member and manager; keep it mode 600)\n";
+    std::cout << "wrote a group key (" << auth::cipher_name(key.cipher) << ") to " << *out
+              << " (copy it to every member and manager; keep it mode 600)\n";
   });
 }
 

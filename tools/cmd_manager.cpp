@@ -32,7 +32,7 @@ struct ManagerOptions {
 };
 
 /// The key of --key-file, else of $HMCAST_KEY_FILE, else none (anyone may join).
-std::optional<auth::GroupKey> key_of(const ManagerOptions& o) { return auth::resolve_key(std::nullopt, auth::Cipher::aes256gcm, o.key_file); }
+std::optional<auth::GroupKey> key_of(const ManagerOptions& o) { return auth::key_from_file(o.key_file); }
 
 void print_view(const membership::IssuedView& v) {
   std::cout << "view " << v.view.id << " of '" << v.group << "': " << v.view.members.size() << " members";

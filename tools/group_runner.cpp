@@ -236,7 +236,7 @@ GroupRunReport run_group(const GroupRunOptions& o) {
           if (!first_view) first_view = v;
         },
         // The members' key: --key-file, else $HMCAST_KEY_FILE (which they inherit), else none.
-        socket::Succession{}, auth::resolve_key(std::nullopt, auth::Cipher::aes256gcm, o.key_file));
+        socket::Succession{}, auth::key_from_file(o.key_file));
   }
   const std::string manager_addr = zookeeper ? std::string() : o.manager_host + ":" + std::to_string(manager->port());
   std::int64_t coordinator_killed_ns = 0;

@@ -106,10 +106,10 @@ struct ProtocolConfig {
   std::int64_t multicast_probe_deadline_ns = 3'000'000'000;  // 0: no probe
 };
 
-/// Which fabric a Node uses. More come with later transports (verbs).
 /// The AEAD whose tags frames carry under a group key (Config::key_cipher).
 enum class KeyCipher : std::uint8_t { aes256gcm = 1, chacha20poly1305 = 2 };
 
+/// Which fabric a Node uses. More come with later transports (verbs).
 enum class TransportKind : std::uint8_t {
   /// Nodes in one process that name the same `fabric`; real threads and real time.
   /// For tests, examples and applications that want the API without a network.

@@ -45,7 +45,6 @@ class ChannelKey {
   /// hmcast::Error(invalid_config) if this CPU cannot run the key's cipher.
   ChannelKey(const GroupKey& group_key, GroupId group, ViewId view, std::uint32_t channel);
 
-  [[nodiscard]] Cipher cipher() const { return cipher_; }
   /// The derived key's bytes (for tests: keys of other views or channels differ).
   [[nodiscard]] const std::array<unsigned char, kKeyBytes>& raw() const { return raw_; }
 

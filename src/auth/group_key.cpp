@@ -141,6 +141,10 @@ std::optional<GroupKey> resolve_key(const std::optional<std::array<std::byte, kK
     require_cipher(cipher);
     return GroupKey{*key, cipher};
   }
+  return key_from_file(key_file);
+}
+
+std::optional<GroupKey> key_from_file(const std::string& key_file) {
   std::string file = key_file;
   if (file.empty()) {
     const char* env = std::getenv("HMCAST_KEY_FILE");

@@ -37,7 +37,8 @@ void require_cipher(Cipher cipher);
 [[nodiscard]] std::optional<Cipher> parse_cipher(const std::string& name);
 
 /// Initialises libsodium once (thread-safe; later calls return at once). Throws
-/// hmcast::Error (transport_failed) if it cannot. Every src/auth entry point calls it.
+/// hmcast::Error (transport_failed) if it cannot. Every src/auth entry point calls it
+/// (seal and open through the ChannelKey they need, whose constructor did).
 void ensure_sodium();
 
 /// A fresh key from the operating system's random source (libsodium's randombytes),
@@ -56,9 +57,13 @@ void ensure_sodium();
 /// says to `chmod 600` it.
 [[nodiscard]] GroupKey read_key_file(const std::string& path);
 
-/// The group key a process uses: `key` (under `cipher`) if set, else the file `key_file` names, else
-/// the file the environment variable HMCAST_KEY_FILE names, else none. Throws
-/// hmcast::Error(invalid_config) if both are given or the file cannot be used.
+/// The key of the file `key_file` names, else of the file the environment variable
+/// HMCAST_KEY_FILE names, else none. Throws hmcast::Error(invalid_config) if the file
+/// cannot be used or this CPU cannot run its cipher.
+[[nodiscard]] std::optional<GroupKey> key_from_file(const std::string& key_file);
+
+/// The group key a process uses: `key` (under `cipher`) if set, else key_from_file(key_file).
+/// Throws hmcast::Error(invalid_config) if both are given, or as key_from_file.
 [[nodiscard]] std::optional<GroupKey> resolve_key(const std::optional<std::array<std::byte, kKeyBytes>>& key,
                                                   Cipher cipher, const std::string& key_file);
 
