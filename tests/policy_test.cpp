@@ -114,6 +114,7 @@ TEST_CASE("a profile file round-trips and rejects what it cannot trust", "[polic
   p.target_blocks = 17;
   p.credit_lead_bytes = 12345;
   p.small_bytes_per_member = 99'999;
+  p.segment_size = 40'960;
   const std::string text = format_profile(p);
   CHECK(parse_profile(text) == p);
   CHECK(parse_profile("# comment\n\n" + text + "  # trailing comment\n") == p);
@@ -133,13 +134,25 @@ TEST_CASE("a profile file round-trips and rejects what it cannot trust", "[polic
   CHECK_THROWS_WITH(parse_profile(text + "tree_radix 3\n"), Catch::Contains("appears twice"));
   CHECK_THROWS_WITH(parse_profile(text + "color blue\n"), Catch::Contains("unknown key"));
   CHECK_THROWS_WITH(parse_profile(""), Catch::Contains("first line"));
-  CHECK_THROWS_WITH(parse_profile("hmcast-profile 3\n"), Catch::Contains("version 3 is not supported"));
+  CHECK_THROWS_WITH(parse_profile("hmcast-profile 4\n"), Catch::Contains("version 4 is not supported"));
+  CHECK_THROWS_WITH(parse_profile("hmcast-profile 0\n"), Catch::Contains("version 0 is not supported"));
+  CHECK_THROWS_WITH(parse_profile(without("segment_size")), Catch::Contains("missing key 'segment_size'"));
+  CHECK_THROWS_WITH(parse_profile(without("segment_size") + "segment_size 100\n"), Catch::Contains("segment_size"));
+  // A version-2 file (before segment_size) still reads, as 64 KiB; it may not name the key.
+  std::string v2 = without("segment_size");
+  v2.replace(0, v2.find('\n'), "hmcast-profile 2");
+  Profile older = p;
+  older.segment_size = 64U << 10;
+  CHECK(parse_profile(v2) == older);
+  CHECK_THROWS_WITH(parse_profile(v2 + "segment_size 65536\n"), Catch::Contains("unknown key"));
   CHECK_THROWS_WITH(parse_profile(without("small_bytes_per_member")), Catch::Contains("missing key 'small_bytes_per_member'"));
   // A version-1 file (before the per-member crossover) still reads, as 0; it may not name the key.
   std::string v1 = without("small_bytes_per_member");
+  v1 = v1.substr(0, v1.find("segment_size")) + v1.substr(v1.find('\n', v1.find("segment_size")) + 1);
   v1.replace(0, v1.find('\n'), "hmcast-profile 1");
   Profile old = p;
   old.small_bytes_per_member = 0;
+  old.segment_size = 64U << 10;
   CHECK(parse_profile(v1) == old);
   CHECK_THROWS_WITH(parse_profile(v1 + "small_bytes_per_member 5\n"), Catch::Contains("unknown key"));
   CHECK_THROWS_WITH(parse_profile(without("tree_radix") + "tree_radix 1\n"), Catch::Contains("tree_radix"));
@@ -153,11 +166,22 @@ TEST_CASE("a profile file round-trips and rejects what it cannot trust", "[polic
   CHECK_THROWS_AS(load_profile("/nonexistent/hmcast-profile"), ProfileError);
 }
 
-TEST_CASE("the socket profile cuts 64 MiB into 256 blocks and keeps mid sizes at 128 KiB", "[policy]") {
-  // Measured on 8 rate-limited hosts and on loopback (src/policy/profile.cpp).
+TEST_CASE("the socket profile moves blocks of at least 512 KiB in segments of 256 KiB", "[policy]") {
+  // Measured on loopback and on 8 rate-limited hosts (src/policy/profile.cpp).
   const Profile p = builtin_profile("socket");
-  CHECK(block_size_for(p, 64ULL << 20) == (256U << 10));
-  CHECK(block_size_for(p, 8ULL << 20) == (128U << 10));
-  CHECK(block_size_for(p, 1ULL << 20) == (128U << 10));
+  CHECK(block_size_for(p, 64ULL << 20) == (512U << 10));
+  CHECK(block_size_for(p, 8ULL << 20) == (512U << 10));
+  CHECK(block_size_for(p, 1ULL << 20) == (512U << 10));
   CHECK(block_size_for(p, 1ULL << 30) == (1U << 20));
+  const ProtocolConfig c = tuned(p, 8, ProtocolConfig{});
+  CHECK(c.segment_size == (256U << 10));
+  CHECK(c.min_block_size == (512U << 10));
+  // Shared memory keeps what it was measured with.
+  const Profile shm = builtin_profile("shm");
+  CHECK(shm.min_block_size == (128U << 10));
+  CHECK(tuned(shm, 8, ProtocolConfig{}).segment_size == (64U << 10));
+  // A segment never exceeds the smallest block.
+  Profile small_blocks = p;
+  small_blocks.min_block_size = 64U << 10;
+  CHECK(tuned(small_blocks, 8, ProtocolConfig{}).segment_size == (64U << 10));
 }

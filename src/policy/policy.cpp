@@ -60,7 +60,7 @@ ProtocolConfig tuned(const Profile& p, std::uint32_t group_size, ProtocolConfig 
   base.block_size = p.max_block_size;
   base.min_block_size = p.min_block_size;
   base.target_blocks = p.target_blocks;
-  base.segment_size = std::min(base.segment_size, p.min_block_size);
+  base.segment_size = std::min(p.segment_size, p.min_block_size);
   base.ack_interval_ns = p.ack_interval_ns;
   base.large_receive_window = p.receive_window;
   base.large_credit_lead_bytes = p.credit_lead_bytes;

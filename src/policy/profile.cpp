@@ -56,11 +56,16 @@ Profile builtin_profile(std::string_view transport) {
     // credit asked 512 KiB early keep the links busier than one asked 256 KiB early;
     // four let senders crowd a receiver's link. Blocks: a slow step delays every
     // later one, and a smaller block shortens the stall, down to where per-block
-    // costs win. The measurements: docs/benchmarks.md, "Figures behind the defaults".
+    // costs win. Segments: every send and receive on a TCP link costs a pass through
+    // the kernel's stack whatever its size, which on loopback and fast links is most
+    // of a segment's time; a relay forwards a segment only once it holds it all,
+    // which on slow links lengthens each hop. The measurements: docs/benchmarks.md,
+    // "Figures behind the defaults" and "Blocks and segments".
     p.receive_window = 2;
     p.credit_lead_bytes = 512U << 10;
-    p.min_block_size = 128U << 10;
+    p.min_block_size = 512U << 10;
     p.target_blocks = 256;
+    p.segment_size = 256U << 10;
   } else if (transport == "shm") {
     // The socket profile (the same processes on one host, woken the same way), but a
     // datagram is written once into the sender's log and read by all, while the large
@@ -72,6 +77,11 @@ Profile builtin_profile(std::string_view transport) {
     p.transport = std::string(transport);
     p.small_bytes_per_member = 512U << 10;
     p.max_small_message = 4U << 20;
+    // The blocks and segments this transport was measured with (its large path
+    // copies through the receivers' inboxes, with no system call per segment to
+    // save); the socket's larger ones are untried here.
+    p.min_block_size = 128U << 10;
+    p.segment_size = 64U << 10;
   } else if (transport == "verbs") {
     // Polled completion queues: a hop costs a few microseconds, the sender's
     // receive queue is the limit. Panda's RDMA collectives: degree 3 best for the
@@ -102,6 +112,7 @@ void validate(const Profile& p) {
   check_range("min_block_size", p.min_block_size, bounds::kMinBlock, bounds::kMaxBlock);
   check_range("max_block_size", p.max_block_size, p.min_block_size, bounds::kMaxBlock);
   check_range("target_blocks", p.target_blocks, 1U, bounds::kMaxTargetBlocks);
+  check_range("segment_size", p.segment_size, bounds::kMinSegment, bounds::kMaxBlock);
   check_range("ack_interval_ns", p.ack_interval_ns, std::int64_t{0}, bounds::kMaxAckIntervalNs);
   check_range("receive_window", p.receive_window, 1U, bounds::kMaxReceiveWindow);
   check_range("credit_lead_bytes", p.credit_lead_bytes, std::uint64_t{0}, bounds::kMaxCreditLead);
@@ -119,6 +130,7 @@ std::string format_profile(const Profile& p) {
       << "min_block_size " << p.min_block_size << "\n"
       << "max_block_size " << p.max_block_size << "\n"
       << "target_blocks " << p.target_blocks << "\n"
+      << "segment_size " << p.segment_size << "\n"
       << "ack_interval_ns " << p.ack_interval_ns << "\n"
       << "receive_window " << p.receive_window << "\n"
       << "credit_lead_bytes " << p.credit_lead_bytes << "\n";
@@ -150,7 +162,7 @@ Profile parse_profile(std::string_view text) {
              std::to_string(kProfileVersion) + "'");
       const int v = number<int>(key, value, line_no);
       version = v;
-      if (v != kProfileVersion && v != 1)
+      if (v < 1 || v > kProfileVersion)
         fail("version " + std::to_string(v) + " is not supported (this build reads version " +
              std::to_string(kProfileVersion) + "): calibrate again with `hmcast bench --calibrate`");
       have_version = true;
@@ -173,6 +185,8 @@ Profile parse_profile(std::string_view text) {
       p.max_block_size = number<std::uint64_t>(key, value, line_no);
     } else if (key == "target_blocks") {
       p.target_blocks = number<std::uint32_t>(key, value, line_no);
+    } else if (key == "segment_size" && version >= 3) {
+      p.segment_size = number<std::uint64_t>(key, value, line_no);
     } else if (key == "ack_interval_ns") {
       p.ack_interval_ns = number<std::int64_t>(key, value, line_no);
     } else if (key == "receive_window") {
@@ -188,6 +202,7 @@ Profile parse_profile(std::string_view text) {
                         "max_block_size", "target_blocks", "ack_interval_ns", "receive_window", "credit_lead_bytes"})
     if (seen[k] != 1) fail(std::string("missing key '") + k + "'");
   if (version >= 2 && seen["small_bytes_per_member"] != 1) fail("missing key 'small_bytes_per_member'");
+  if (version >= 3 && seen["segment_size"] != 1) fail("missing key 'segment_size'");
   validate(p);
   return p;
 }

@@ -5,8 +5,9 @@
 // a profile file (format below), which a Node loads through Config::profile_file.
 //
 // File format (text, one "key value" per line, '#' starts a comment):
-//   hmcast-profile 2            first line: the format version (1: without
-//                               small_bytes_per_member, read as 0)
+//   hmcast-profile 3            first line: the format version (1: without
+//                               small_bytes_per_member, read as 0; 1 and 2: without
+//                               segment_size, read as 65536)
 //   transport socket
 //   max_small_message 1048576   the largest message the small path carries (and accepts)
 //   small_bytes_per_member 65536  messages up to this times the group size (and at most
@@ -19,6 +20,9 @@
 //   min_block_size 65536        a large message is cut into about target_blocks
 //   max_block_size 1048576        blocks of a size in [min, max] (RDMC: the best
 //   target_blocks 64              block grows with the message)
+//   segment_size 65536          a block moves in transfers of this many bytes (at
+//                               most the block), each forwarded by a relay as soon
+//                               as it holds it
 //   ack_interval_ns 20000       ACK coalescing interval
 //   receive_window 4            large path: blocks a receiver lets come at once
 //   credit_lead_bytes 1048576   large path: ask for the next block this early
@@ -42,6 +46,7 @@ struct Profile {
   std::uint64_t min_block_size = 64U << 10;
   std::uint64_t max_block_size = 1U << 20;
   std::uint32_t target_blocks = 64;
+  std::uint64_t segment_size = 64U << 10;
   std::int64_t ack_interval_ns = 20'000;
   std::uint32_t receive_window = 1;
   std::uint64_t credit_lead_bytes = 256U << 10;
@@ -54,6 +59,7 @@ inline constexpr std::uint32_t kMinSmall = 64, kMaxSmall = 64U << 20;
 inline constexpr std::uint32_t kMaxFlatGroup = 1024;
 inline constexpr std::uint32_t kMaxRadix = 1024;
 inline constexpr std::uint64_t kMinBlock = 4096, kMaxBlock = 64ULL << 20;
+inline constexpr std::uint64_t kMinSegment = 4096;
 inline constexpr std::uint32_t kMaxTargetBlocks = 1U << 16;
 inline constexpr std::int64_t kMaxAckIntervalNs = 100'000'000;
 inline constexpr std::uint32_t kMaxReceiveWindow = 64;
@@ -64,7 +70,7 @@ struct ProfileError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-inline constexpr int kProfileVersion = 2;
+inline constexpr int kProfileVersion = 3;
 
 /// The built-in profile of "socket", "verbs", "sim" or "inproc". Throws
 /// ProfileError for another name.
