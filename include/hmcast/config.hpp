@@ -210,8 +210,17 @@ struct SocketOptions {
   /// IP_MULTICAST_TTL: 1 keeps datagrams on the local network.
   std::uint8_t ttl = 1;
   /// Largest datagram sent (hmcast header included). Above the network's MTU the
-  /// kernel fragments, and losing one fragment loses the datagram.
-  std::uint32_t mtu = 8192;
+  /// kernel fragments, and losing one fragment loses the datagram. Every member of a
+  /// group must use the same. 0: datagram_size() chooses.
+  std::uint32_t mtu = 0;
+  /// The datagram size in use: `mtu` if set; else 65,000 bytes on a loopback address
+  /// (127.0.0.0/8: members on one host, whose loopback carries 64 KiB packets whole,
+  /// so a 64 KiB message costs one send and one receive instead of eight), 8,192
+  /// elsewhere (a few Ethernet frames; jumbo-frame networks may raise it).
+  [[nodiscard]] std::uint32_t datagram_size() const {
+    if (mtu != 0) return mtu;
+    return interface_address.rfind("127.", 0) == 0 ? 65'000 : 8'192;
+  }
   /// Socket buffers of each reliable link (SO_SNDBUF/SO_RCVBUF; 0: the kernel's
   /// autotuning, which on a link with a tiny round trip leaves a few KB, so that a
   /// large message moves only while this process is running; docs/benchmarks.md,

@@ -60,7 +60,7 @@ ProtocolConfig protocol_for(const Config& config) {
   std::uint32_t mtu = ProtocolConfig{}.mtu;
   if (config.transport == TransportKind::socket) {
     transport = "socket";
-    mtu = config.socket.mtu;
+    mtu = config.socket.datagram_size();
   } else if (config.transport == TransportKind::shm) {
     transport = "shm";
     mtu = config.shm.mtu;

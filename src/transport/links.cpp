@@ -182,7 +182,7 @@ std::unique_ptr<Link> make_socket_link(MemberId self, std::uint32_t multicast_ad
   cfg.interface_address = options.interface_address;
   cfg.listen_address = options.interface_address;
   cfg.ttl = options.ttl;
-  cfg.mtu = options.mtu;
+  cfg.mtu = options.datagram_size();
   cfg.tcp_buffer = static_cast<int>(std::min<std::uint32_t>(options.link_buffer_bytes, 1U << 30));  // fits an int
   cfg.completion = options.completion;
   cfg.busy_poll = options.busy_poll;
