@@ -289,3 +289,23 @@ TEST_CASE("segments: an empty message moves as one empty segment", "[pipeline][s
   p.on_commit(kRoot, wire::LargeCommit{kRoot, 1}, out);
   CHECK(has<action::DeliverLarge>(out));
 }
+
+TEST_CASE("segments: with one receiver a block goes in one transfer", "[pipeline][segment]") {
+  // Nobody forwards what the only receiver gets, so segments would only add transfers.
+  const View two{1, {kRoot, kRelay}};
+  ProtocolConfig cfg = config(kSegment);
+  hmcast::Emitter emit(kGroup, kRoot, two, cfg.mtu);
+  Pipeline p(kRoot, two, cfg, emit);
+  Outbox out;
+  REQUIRE(p.broadcast(kSize, out, kBlock).error == hmcast::large::LargeError::none);
+  out.clear();
+  p.on_ready(kRelay, wire::Ready{kRoot, 1, 3}, out);  // credit for all three blocks
+  const auto s = sends(out);
+  REQUIRE(s.size() == 3);
+  CHECK(s[0].length == kBlock);
+  CHECK(s[1].offset == kBlock);
+  CHECK(s[1].length == kBlock);
+  CHECK(s[2].length == kSize - 2 * kBlock);
+  CHECK(p.stats().segments_sent == 3);
+  CHECK(p.stats().blocks_sent == 3);
+}

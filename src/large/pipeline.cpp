@@ -72,6 +72,9 @@ Pipeline::Message& Pipeline::create(MemberId sender, Seq seq, std::uint64_t size
   t.have.assign(t.blocks, false);
   t.source.assign(t.blocks, 0);
   const std::uint32_t n = view_.size();
+  // With one receiver nobody forwards a segment: cutting blocks into segments gains
+  // no cut-through, and each transfer's fixed cost on the link is all it adds.
+  if (n == 2) t.segment_size = block_size;
   const std::uint32_t root = *view_.rank_of(sender);
   const std::uint32_t me = *view_.rank_of(self_);
   const auto schedule = make_schedule(algorithm, n, root, t.blocks);
