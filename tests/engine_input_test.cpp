@@ -547,6 +547,27 @@ TEST_CASE("engine: a streaming sender batches its small messages; a quiet one se
   CHECK(held.packet.header.view == kView);
 }
 
+TEST_CASE("engine: a batch holds at most a quarter of the sender's window", "[engine][batch]") {
+  ProtocolConfig cfg;
+  cfg.mtu = 65'000;  // room for hundreds of these messages: the window is the limit
+  cfg.batch_delay_ns = 5'000;
+  cfg.window_messages = 16;
+  cfg.initial_window_messages = cfg.window_messages;
+  GroupEngine e(kGroup, 1, first(view3()), cfg, 0);
+  Outbox out;
+  REQUIRE(e.broadcast(message(20, 1), 0, out).error == BroadcastError::none);  // goes at once
+  out.clear();
+  for (std::uint32_t s = 2; s <= 11; ++s) REQUIRE(e.broadcast(message(20, s), 100, out).error == BroadcastError::none);
+  e.on_timer(100 + cfg.batch_delay_ns, out);
+  const auto sent = actions<action::SendDatagram>(out);
+  REQUIRE(sent.size() == 3);  // 10 messages: 4 + 4 + 2
+  for (std::size_t i = 0; i < sent.size(); ++i) {
+    const auto b = wire::decode(sent[i].bytes);
+    REQUIRE(b.ok());
+    CHECK(std::get<wire::Batch>(b.packet.body).items.size() == (i < 2 ? 4U : 2U));
+  }
+}
+
 TEST_CASE("engine: a received Batch delivers each item; items that name another sender or view are dropped",
           "[engine][batch]") {
   GroupEngine e(kGroup, 1, first(view3()), ProtocolConfig{}, 0);

@@ -11,7 +11,7 @@ void Emitter::datagram_bytes(std::vector<std::byte> bytes, Outbox& out, bool may
     send(std::move(bytes), out);
     return;
   }
-  if (!held_.empty() && (held_size_ + item > mtu_ || held_.size() == wire::kMaxBatchItems)) flush_batch(out);
+  if (!held_.empty() && (held_size_ + item > mtu_ || held_.size() == max_items_)) flush_batch(out);
   if (held_.empty()) held_size_ = wire::kBatchOverhead;
   held_size_ += item;
   held_.push_back(std::move(bytes));

@@ -34,9 +34,12 @@ struct EmitterStats {
 
 class Emitter {
  public:
-  /// `mtu`: the largest datagram (a batch fills up to it).
-  Emitter(GroupId group, MemberId self, View view, std::uint32_t mtu)
-      : group_(group), self_(self), view_(std::move(view)), mtu_(mtu) {}
+  /// `mtu`: the largest datagram (a batch fills up to it); `max_items`: at most this
+  /// many datagrams share one batch.
+  Emitter(GroupId group, MemberId self, View view, std::uint32_t mtu, std::size_t max_items = wire::kMaxBatchItems)
+      : group_(group), self_(self), view_(std::move(view)), mtu_(mtu), max_items_(max_items) {
+    HMCAST_ASSERT(max_items_ >= 2 && max_items_ <= wire::kMaxBatchItems);
+  }
 
   /// Frames from now on carry `view`'s id; suspicions start afresh. A held batch
   /// (encoded for the old view) must have been flushed.
@@ -79,6 +82,7 @@ class Emitter {
   MemberId self_;
   View view_;
   std::uint32_t mtu_;
+  std::size_t max_items_;
   bool emulated_ = false;
   std::set<MemberId> suspected_;
   std::vector<std::vector<std::byte>> held_;  // encoded datagrams waiting in the batch

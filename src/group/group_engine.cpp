@@ -9,9 +9,19 @@
 
 namespace hmcast::group {
 
+namespace {
+// A batch holds at most a quarter of the sender's window: a full window then goes as
+// four datagrams or more, and the ACKs of the first make room while the last fills.
+// One batch of a whole window (64-byte messages in 64 KiB datagrams) left the
+// sender waiting for it to go before anything was ACKed (docs/benchmarks.md).
+std::size_t batch_items(const ProtocolConfig& c) {
+  return std::clamp<std::size_t>(c.window_messages / 4, 2, wire::kMaxBatchItems);
+}
+}  // namespace
+
 GroupEngine::GroupEngine(GroupId group, MemberId self, const ViewChange& first, const ProtocolConfig& config,
                          TimeNs now)
-    : self_(self), view_(first.view), cfg_(config), emit_(group, self, first.view, config.mtu),
+    : self_(self), view_(first.view), cfg_(config), emit_(group, self, first.view, config.mtu, batch_items(config)),
       small_(self, first.view, cfg_, emit_, timers_, now), pipeline_(self, first.view, cfg_, emit_),
       probe_(ProbeConfig{cfg_.multicast_probe_resend_ns, cfg_.multicast_probe_deadline_ns}) {
   HMCAST_ASSERT(!policy::check(cfg_));
