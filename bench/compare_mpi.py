@@ -15,6 +15,10 @@ pipeline, chain, binomial tree and sequential schedules, against one unicast of
 64 MiB between two hosts over the same links (a plain TCP stream), and
 MPI_Bcast across the namespaces where mpirun can start there.
 
+Verbs (--verbs, and with --docs): in the Soft-RoCE VM (tests/rxe/run.sh, suite
+verbs_vs_ucx, bench/verbs_vs_ucx.py), hmcast on the verbs transport against
+Open MPI over UCX on the same rxe device, 4 processes; ratios only (emulation).
+
 Writes CSV, summary.json, PNG charts and results.md to --out; with --docs also the
 charts to docs/benchmarks/ and the tables into docs/benchmarks.md. The last line
 printed is the summary JSON.
@@ -36,6 +40,7 @@ SHIM = os.path.join(ROOT, "build/lib/libhmcast_mpi.so")
 CLUSTER = os.path.join(ROOT, "tests/cluster/cluster.sh")
 RSH = os.path.join(ROOT, "bench/netns_rsh.sh")
 UNICAST = os.path.join(ROOT, "bench/unicast.py")
+RXE = os.path.join(ROOT, "tests/rxe/run.sh")
 MPIRUN = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--mca", "pml", "ob1", "--mca", "btl", "self,tcp"]
 # Open MPI's shared memory on one host (the baseline of the shm transport).
 MPIRUN_VADER = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--mca", "pml", "ob1", "--mca", "btl", "self,vader"]
@@ -514,6 +519,45 @@ def tables(small, procs_list, sizes, large, summary, shim_ran):
     return "\n".join(md) + "\n"
 
 
+def verbs_runs():
+    """hmcast on verbs against Open MPI over UCX in the Soft-RoCE VM: its rows, or why none."""
+    try:
+        res = last_json(run([RXE], 1800, env={"HMCAST_RXE_SUITES": "verbs_vs_ucx"}))
+    except (RuntimeError, subprocess.TimeoutExpired) as e:
+        return [], "the Soft-RoCE VM run failed: %s" % str(e)[-300:]
+    rows = (res or {}).get("verbs_vs_ucx")
+    if not rows:
+        return [], "the VM ran but reported no verbs_vs_ucx rows"
+    controls = res.get("verbs_controls") or {}
+    note = "Controls on the same device, 2 KiB ping-pong between two processes (rdma-core's examples): " + ", ".join(
+        "%s %s" % (t, "%.0f us per round trip" % c["usec_per_iter"] if "usec_per_iter" in c else "failed: " + c["error"])
+        for t, c in controls.items()) + "."
+    return rows, note
+
+
+def verbs_table(rows, note):
+    md = ["\n### Verbs: hmcast against Open MPI over UCX on one Soft-RoCE device (QEMU, TCG), 4 processes\n",
+          "hmcast's members on the verbs transport (`hmcast bench`, all-acked p50) against `mpirun --mca pml ucx` "
+          "with UCX_NET_DEVICES=rxe0:1 and its shared-memory transports left out (UCX_TLS), MPI_Bcast + MPI_Barrier "
+          "p50. Under emulation absolute times mean nothing; the ratio is the point. bench/verbs_vs_ucx.py.\n"]
+    if not rows:
+        return "\n".join(md + [note or "not run"]) + "\n"
+    if note:
+        md.append(note + "\n")
+    md += ["| size | hmcast all-acked | hmcast CPU s per GB | Open MPI (UCX) Bcast+Barrier | UCX_TLS | ratio |",
+           "|---|---|---|---|---|---|"]
+    for r in rows:
+        h = r.get("hmcast_all_acked_p50_us")
+        m = r.get("mpi_ucx_bcast_barrier_p50_us")
+        errs = r.get("mpi_ucx_errors", {})
+        mpi = fmt_us(m) if m else "failed: " + "; ".join("%s: %s" % kv for kv in errs.items())
+        md.append("| %s | %s | %s | %s | %s | %s |" % (
+            fmt_size(r["size"]), fmt_us(h) if h else r.get("hmcast_error", "n/a"),
+            "%.1f" % r["hmcast_cpu_s_per_gb"] if h else "n/a", mpi, r.get("mpi_ucx_tls", "—"),
+            "%.2f" % (h / m) if h and m else "n/a"))
+    return "\n".join(md) + "\n"
+
+
 def update_docs(out, made, table_md):
     docs = os.path.join(ROOT, "docs")
     img = os.path.join(docs, "benchmarks")
@@ -540,6 +584,7 @@ def main():
     ap.add_argument("--out", default=os.path.join(ROOT, "build/compare"))
     ap.add_argument("--rate", default="200mbit")
     ap.add_argument("--rounds", type=int, default=None, help="alternating rounds of the loopback runs")
+    ap.add_argument("--verbs", action="store_true", help="also verbs against UCX in the Soft-RoCE VM (on with --docs)")
     args = ap.parse_args()
     for exe, target in ((HM, "hmcast_cli"), (MPIB, "hmcast_mpi_bench")):
         if not os.path.exists(exe):
@@ -652,6 +697,15 @@ def main():
         "large_64m_ratio_vs_unicast": round(pipe / uni, 3) if pipe and uni else None,
         "large_64m_ratio_vs_sequential": round(pipe / seq, 3) if pipe and seq else None,
     })
+    verbs, verbs_note = verbs_runs() if args.verbs or args.docs else ([], "not run (--verbs or --docs)")
+    for r in verbs:
+        name = {2048: "2k", MIB: "1m", 16 * MIB: "16m"}.get(r["size"], str(r["size"]))
+        if r.get("ratio_vs_mpi_ucx_bcast_barrier") is not None:
+            summary["verbs_%s_ratio_vs_mpi_ucx" % name] = r["ratio_vs_mpi_ucx_bcast_barrier"]
+        summary["verbs_%s_hmcast_us" % name] = r.get("hmcast_all_acked_p50_us")
+        summary["verbs_%s_mpi_ucx_us" % name] = r.get("mpi_ucx_bcast_barrier_p50_us")
+    if verbs_note and not verbs:
+        summary["verbs"] = verbs_note
     summary["ok"] = (all(r["ok"] for r in small) and all(r["ok"] for r in shm) and all(r["ok"] for r in large if r["key"] != "mpi_bcast")
                      and all(r["ok"] for r in stream) and all(r["ok"] for r in auth))
     summary["elapsed_s"] = round(time.time() - t0, 1)
@@ -660,9 +714,10 @@ def main():
     write_csv(os.path.join(args.out, "stream.csv"), stream)
     write_csv(os.path.join(args.out, "shm.csv"), shm)
     write_csv(os.path.join(args.out, "auth.csv"), auth)
+    json.dump(verbs, open(os.path.join(args.out, "verbs_vs_ucx.json"), "w"), indent=1)
     made = charts(args.out, small, procs_list, sizes, large, shim_ran)
     table_md = (tables(small, procs_list, sizes, large, summary, shim_ran) + stream_table(stream, summary)
-                + shm_table(shm, procs_list, shm_sizes))
+                + shm_table(shm, procs_list, shm_sizes) + verbs_table(verbs, verbs_note))
     open(os.path.join(args.out, "results.md"), "w").write(table_md)
     open(os.path.join(args.out, "commands.log"), "w").write("\n".join(LOG) + "\n")
     json.dump(summary, open(os.path.join(args.out, "summary.json"), "w"), indent=1)

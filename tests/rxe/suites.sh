@@ -48,3 +48,11 @@ want fallback && run_suite fallback 400 "$hm" soak "${VERBS[@]}" --procs 4 --sen
 # with IBV_EVENT_PORT_ERR (the asynchronous events). Last: it takes d0 down and up.
 want device_events && run_suite device_events 300 env HMCAST_RXE_DEVICE=rxe0 HMCAST_RXE_ADDRESS=10.77.0.1 \
   HMCAST_RXE_NETDEV=d0 "$(dirname "$hm")/hmcast_tests" "[.rxe]"
+
+# Verbs against Open MPI over UCX on the same device (bench/verbs_vs_ucx.py; asked for
+# by bench/compare_mpi.sh --verbs). Not part of "all": under TCG only the ratios mean
+# anything, and the runs take minutes. Passes if hmcast's runs did; Open MPI's failures
+# are reported with UCX's error.
+[[ ",$SUITES," == *",verbs_vs_ucx,"* ]] && run_suite verbs_vs_ucx 1500 /usr/bin/python3 \
+  "$(dirname "$0")/../../bench/verbs_vs_ucx.py" "$(dirname "$hm")"
+true

@@ -108,6 +108,13 @@ if events_out.exists():
     out["device_events"] = events
     ok = ok and events["test_cases"] >= 2
 
+# hmcast on verbs against Open MPI over UCX (bench/verbs_vs_ucx.py): hmcast's runs must work.
+ucx = last_json("verbs_vs_ucx")
+if ucx is not None:
+    out["verbs_vs_ucx"] = ucx["verbs_vs_ucx"]
+    out["verbs_controls"] = ucx.get("controls")
+    ok = ok and bool(ucx.get("ok"))
+
 # A full run (no HMCAST_RXE_SUITES subset) must have produced every suite's report.
 if os.environ.get("HMCAST_RXE_SUITES", "all") == "all":
     for name, report in (("soak", soak), ("pipeline", pipe), ("bad_input", bad), ("fallback", fb), ("device_events", events)):
