@@ -185,3 +185,34 @@ TEST_CASE("the socket profile moves blocks of at least 512 KiB in segments of 25
   small_blocks.min_block_size = 64U << 10;
   CHECK(tuned(small_blocks, 8, ProtocolConfig{}).segment_size == (64U << 10));
 }
+
+TEST_CASE("with 64 KiB datagrams the socket's small path carries messages eight times as long", "[policy]") {
+  // Measured side by side on loopback (src/policy/profile.cpp, docs/benchmarks.md).
+  const Profile jumbo = builtin_profile("socket", 65'000);
+  CHECK(small_route_for(jumbo, 2) == (512U << 10));
+  CHECK(small_route_for(jumbo, 4) == (1U << 20));
+  CHECK(small_route_for(jumbo, 8) == (2U << 20));
+  CHECK(small_route_for(jumbo, 64) == (4U << 20));  // what members accept caps it
+  CHECK(jumbo.max_small_message == (4U << 20));
+  // 8 KiB datagrams (other networks) keep the crossover they were measured with.
+  for (const std::uint32_t datagram : {0U, 8192U, kLargeDatagram - 1}) {
+    const Profile p = builtin_profile("socket", datagram);
+    CHECK(small_route_for(p, 2) == (96U << 10));
+    CHECK(small_route_for(p, 8) == (384U << 10));
+    CHECK(p.max_small_message == (1U << 20));
+  }
+  // The route is what a Node's protocol gets, and it fits the datagram count limit.
+  Config loopback;
+  loopback.transport = TransportKind::socket;
+  loopback.group_size = 8;
+  loopback.socket.interface_address = "127.0.0.1";
+  const ProtocolConfig c = protocol_for(loopback);
+  CHECK(c.mtu == 65'000);
+  CHECK(small_route_for(c) == (2U << 20));
+  CHECK_FALSE(check(c).has_value());
+  Config network = loopback;
+  network.socket.interface_address = "10.77.0.1";
+  CHECK(small_route_for(protocol_for(network)) == (384U << 10));
+  // Shared memory keeps its own figures.
+  CHECK(builtin_profile("shm", 65'000).small_bytes_per_member == (512U << 10));
+}

@@ -73,7 +73,7 @@ ProtocolConfig protocol_for(const Config& config) {
     mtu -= kKeyTrailerBytes;
   Profile profile;
   try {
-    profile = config.profile_file.empty() ? builtin_profile(transport) : load_profile(config.profile_file);
+    profile = config.profile_file.empty() ? builtin_profile(transport, mtu) : load_profile(config.profile_file);
   } catch (const ProfileError& e) {
     throw Error(ErrorCode::invalid_config, std::string(e.what()) + "; or leave Config::profile_file empty");
   }

@@ -37,7 +37,7 @@ std::string_view trim(std::string_view s) {
 
 }  // namespace
 
-Profile builtin_profile(std::string_view transport) {
+Profile builtin_profile(std::string_view transport, std::uint32_t datagram) {
   Profile p;
   p.transport = std::string(transport);
   if (transport == "socket") {
@@ -51,6 +51,14 @@ Profile builtin_profile(std::string_view transport) {
     // about 64 KiB at 2 members, 64-256 KiB at 4 and 256 KiB-1 MiB at 8
     // (docs/benchmarks.md, "The small/large crossover").
     p.small_bytes_per_member = 48U << 10;
+    if (datagram >= kLargeDatagram) {
+      // 64 KiB datagrams (loopback): each carries eight times as much, so the small
+      // path stays the faster one far longer: 1 MiB at 4 members and 1-2 MiB at 8
+      // (docs/benchmarks.md, "The crossover with 64 KiB datagrams"). Members must
+      // accept what the route sends.
+      p.small_bytes_per_member = 256U << 10;
+      p.max_small_message = 4U << 20;
+    }
     // A member process may be descheduled for tens of milliseconds on shared cores
     // (and a host's own sending queues its credits behind its data): two blocks of
     // credit asked 512 KiB early keep the links busier than one asked 256 KiB early;
@@ -73,7 +81,7 @@ Profile builtin_profile(std::string_view transport) {
     // small path stays faster up to about 512 KiB per member (docs/benchmarks.md,
     // "Members on one host"). At most half of the default multicast log
     // (ShmOptions), so one message never overruns a reader that is a little behind.
-    p = builtin_profile("socket");
+    p = builtin_profile("socket");  // the 8 KiB one: the shm figures below replace its crossover
     p.transport = std::string(transport);
     p.small_bytes_per_member = 512U << 10;
     p.max_small_message = 4U << 20;
