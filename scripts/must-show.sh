@@ -233,9 +233,10 @@ fi
 # sequential sends. These machines are shared, so a run that misses is repeated once
 # (both are printed); two misses in a row fail.
 if command -v mpirun >/dev/null && [ -x build/bin/hmcast_mpi_bench ]; then
-  # Issue 17 tightened the 2 KiB goal to 0.5. Its other goals (the worst loopback cell,
-  # the stream ratios, 64 MiB at 1 Gbit/s per host) are in the JSON and docs/benchmarks.md,
-  # not asserted here while they are not met (issue 17 is open).
+  # Issue 17 tightened the 2 KiB goal to 0.5, and 64 MiB to 8 hosts at 1 Gbit/s each
+  # must take at most 1.3 x one unicast between two of them (met since the 512 KiB
+  # blocks: 1.04-1.07). Its other goals (the worst loopback cell, the stream ratios) are
+  # in the JSON and docs/benchmarks.md, not asserted here while they are not met.
   # Issue 18's ratios against Open MPI's shared memory are reported (not yet met, so
   # not asserted): the run must have made them.
   # Issue 21's cost of the group key, keyed over plain in the same run: at most 1.1 on
@@ -243,7 +244,7 @@ if command -v mpirun >/dev/null && [ -x build/bin/hmcast_mpi_bench ]; then
   # where the CPU is the limit, the cost is reported (docs/benchmarks.md says why).
   CMP_OK='d["ok"] and d["small_2k_p50_ratio_vs_mpi_bcast_barrier"] <= 0.5 and d["shm_worst_ratio_vs_mpi_vader"] > 0 and d["auth_overhead_2k"] <= 1.1 and d["auth_overhead_64m_loopback"] > 0'
   if [ "$(id -u)" -eq 0 ] && command -v ip >/dev/null; then
-    CMP_OK="$CMP_OK"' and d["large_64m_ratio_vs_unicast"] <= 1.3 and d["large_64m_ratio_vs_sequential"] <= 0.4 and d["auth_overhead_64m"] <= 1.1'
+    CMP_OK="$CMP_OK"' and d["large_64m_ratio_vs_unicast"] <= 1.3 and d["large_64m_ratio_vs_sequential"] <= 0.4 and d["auth_overhead_64m"] <= 1.1 and d["cluster_1g_64m_ratio_vs_unicast"] <= 1.3'
   else
     echo "note: the 64 MiB part of compare_mpi needs root and iproute2 (CI runs it)"
   fi
