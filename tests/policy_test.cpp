@@ -213,6 +213,18 @@ TEST_CASE("with 64 KiB datagrams the socket's small path carries messages eight 
   Config network = loopback;
   network.socket.interface_address = "10.77.0.1";
   CHECK(small_route_for(protocol_for(network)) == (384U << 10));
+  // The datagram room the Node checks a given ProtocolConfig against is the one the
+  // policy filled: tags, where the group has a key, ride inside each datagram.
+  CHECK(transport_mtu(loopback) == 65'000);
+  CHECK(transport_mtu(network) == 8'192);
+  Config keyed = loopback;
+  keyed.key.emplace();
+  CHECK(transport_mtu(keyed) == 65'000 - kKeyTrailerBytes);
+  CHECK(protocol_for(keyed).mtu == transport_mtu(keyed));
+  Config shm = loopback;
+  shm.transport = TransportKind::shm;
+  shm.key.emplace();
+  CHECK(transport_mtu(shm) == shm.shm.mtu);  // shared memory carries no tags
   // Shared memory keeps its own figures.
   CHECK(builtin_profile("shm", 65'000).small_bytes_per_member == (512U << 10));
 }

@@ -272,11 +272,7 @@ Node::Node(Config config) : state_(std::make_shared<detail::NodeState>()) {
   if (config.transport == TransportKind::inproc) return;
   const bool verbs = config.transport == TransportKind::verbs;
   if (verbs) transport::check_verbs_device(config.verbs);  // no device: fail now, naming the fixes
-  // Tags (Config::key) ride inside each socket datagram.
-  const std::uint32_t socket_mtu = config.socket.datagram_size() - (config.key ? kKeyTrailerBytes : 0);
-  const std::uint32_t transport_mtu = verbs                                    ? config.verbs.mtu
-                                      : config.transport == TransportKind::shm ? config.shm.mtu
-                                                                               : socket_mtu;
+  const std::uint32_t transport_mtu = policy::transport_mtu(config);
   if (state_->protocol.mtu > transport_mtu)
     throw Error(ErrorCode::invalid_config, "ProtocolConfig::mtu (" + std::to_string(state_->protocol.mtu) +
                                                ") is over the transport's MTU (" + std::to_string(transport_mtu) +

@@ -55,22 +55,23 @@ ProtocolConfig sim_defaults(TimeNs latency_ns, ProtocolConfig base) {
   return base;
 }
 
-ProtocolConfig protocol_for(const Config& config) {
-  const char* transport = "inproc";
+std::uint32_t transport_mtu(const Config& config) {
   std::uint32_t mtu = ProtocolConfig{}.mtu;
-  if (config.transport == TransportKind::socket) {
-    transport = "socket";
-    mtu = config.socket.datagram_size();
-  } else if (config.transport == TransportKind::shm) {
-    transport = "shm";
-    mtu = config.shm.mtu;
-  } else if (config.transport == TransportKind::verbs) {
-    transport = "verbs";
-    mtu = config.verbs.mtu;
-  }
+  if (config.transport == TransportKind::socket) mtu = config.socket.datagram_size();
+  else if (config.transport == TransportKind::shm) mtu = config.shm.mtu;
+  else if (config.transport == TransportKind::verbs) mtu = config.verbs.mtu;
   // Tags (Config::key) ride inside the transport's datagrams, on the transports that seal.
   if (config.key && (config.transport == TransportKind::socket || config.transport == TransportKind::inproc))
     mtu -= kKeyTrailerBytes;
+  return mtu;
+}
+
+ProtocolConfig protocol_for(const Config& config) {
+  const char* transport = "inproc";
+  if (config.transport == TransportKind::socket) transport = "socket";
+  else if (config.transport == TransportKind::shm) transport = "shm";
+  else if (config.transport == TransportKind::verbs) transport = "verbs";
+  const std::uint32_t mtu = transport_mtu(config);
   Profile profile;
   try {
     profile = config.profile_file.empty() ? builtin_profile(transport, mtu) : load_profile(config.profile_file);

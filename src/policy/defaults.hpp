@@ -22,6 +22,11 @@ namespace hmcast::policy {
 /// bursts is not taken for loss.
 [[nodiscard]] ProtocolConfig sim_defaults(TimeNs latency_ns, ProtocolConfig base = transport_defaults("sim", 4096));
 
+/// The largest datagram the protocol may fill on `config`'s transport: the socket's
+/// datagram_size(), ShmOptions::mtu or VerbsOptions::mtu (inproc: ProtocolConfig's
+/// default), less the tag where Config::key's tags ride inside each datagram.
+[[nodiscard]] std::uint32_t transport_mtu(const Config& config);
+
 /// What a Node with `config` uses when Config::protocol is empty: the transport's
 /// defaults tuned by its profile (built in, or Config::profile_file) for
 /// Config::group_size. Throws Error{invalid_config} if the profile cannot be read.
