@@ -138,6 +138,8 @@ nlohmann::json GroupRunReport::to_json() const {
           {"view_change_ms", view_change_ms},
           {"bad_packets_dropped", bad_packets_dropped},
           {"repairs_sent", repairs_sent},
+          {"batches_sent", batches_sent},
+          {"datagrams_batched", datagrams_batched},
           {"large_restarted", large_restarted},
           {"large_redeliveries_suppressed", large_redeliveries_suppressed},
           {"large_commits_relayed", large_commits_relayed},
@@ -637,6 +639,8 @@ GroupRunReport run_group(const GroupRunOptions& o) {
     rep.auth_failures += d.value("auth_failures", std::uint64_t{0});
     rep.replays_refused += d.value("replays_refused", std::uint64_t{0});
     rep.repairs_sent += d["repairs_sent"].get<std::uint64_t>();
+    rep.batches_sent += d.value("batches_sent", std::uint64_t{0});
+    rep.datagrams_batched += d.value("datagrams_batched", std::uint64_t{0});
     rep.large_restarted += d["large_restarted"].get<std::uint64_t>();
     rep.large_redeliveries_suppressed += d["large_redeliveries_suppressed"].get<std::uint64_t>();
     rep.large_commits_relayed += d.value("large_commits_relayed", std::uint64_t{0});

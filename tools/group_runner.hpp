@@ -140,6 +140,8 @@ struct GroupRunReport {
   double view_change_ms = 0;  // max over kills and survivors: kill -> new view without the victim
   std::uint64_t bad_packets_dropped = 0;
   std::uint64_t repairs_sent = 0;
+  std::uint64_t batches_sent = 0;       // Batch datagrams, all members (GroupStats)
+  std::uint64_t datagrams_batched = 0;  // datagrams that went inside them
   // Large messages a view change cut, started again by their senders (summed over the
   // survivors), and those restarts received again by members that had them.
   std::uint64_t large_restarted = 0;

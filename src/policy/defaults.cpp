@@ -33,6 +33,12 @@ ProtocolConfig transport_defaults(std::string_view transport, std::uint32_t mtu)
   // bounds the memory.
   p.batch_delay_ns = 20'000;
   p.window_messages = 256;
+  // A batch holds at most a quarter of the window (GroupEngine::batch_items), so with
+  // 64 KiB datagrams (loopback sockets) 256 messages capped a batch of 64-byte ones
+  // at a quarter of a datagram; 1024 fills it better, fewer datagrams and ACKs per
+  // message. Not on shm, where 2 KiB streams were slower with it
+  // (docs/benchmarks.md, "A window for 64 KiB datagrams").
+  if (transport == "socket" && mtu >= kLargeDatagram) p.window_messages = 1024;
   // Every receiver's socket must hold what is in flight while it is descheduled: with
   // 16 MiB a stream of 64 KiB messages overran the 4 MiB receive buffers (696 repairs
   // for 800 messages to 7 members; 2 MiB: none, and 1.5x the rate; 1 and 4 MiB were
