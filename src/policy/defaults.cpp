@@ -36,7 +36,7 @@ ProtocolConfig transport_defaults(std::string_view transport, std::uint32_t mtu)
   // A batch holds at most a quarter of the window (GroupEngine::batch_items), so with
   // 64 KiB datagrams (loopback sockets) 256 messages capped a batch of 64-byte ones
   // at a quarter of a datagram; 1024 fills it better, fewer datagrams and ACKs per
-  // message. Not on shm, where 2 KiB streams were slower with it
+  // message. Not on shm yet, where 2 KiB streams went either way
   // (docs/benchmarks.md, "A window for 64 KiB datagrams").
   if (transport == "socket" && mtu >= kLargeDatagram) p.window_messages = 1024;
   // Every receiver's socket must hold what is in flight while it is descheduled: with
