@@ -166,25 +166,30 @@ STREAM_PROCS = 8
 STREAM_SCALE = 4  # 20,000 small messages (800 of 64 KiB), as ../shared/notes/mpi-baseline.md
 
 
-def stream_runs(rounds):
+def stream_runs(rounds, transport="socket", mpirun=None, sizes=None, impls=("hmcast", "mpi")):
     """One sender streams to 8 members, then knows all have the last message: hmcast's
     stream until its last completion, against MPI_Bcast back to back then one MPI_Barrier.
+    `transport` and `mpirun` pick the media (loopback sockets and TCP; shm and vader).
     rows: impl, size, round, msgs_per_s, mb_s, cpu_s_per_gb (hmcast only), ok"""
     rows = []
-    sizes = ",".join(map(str, STREAM_SIZES))
+    sizes = ",".join(map(str, sizes or STREAM_SIZES))
     for rnd in range(rounds):
-        out = run([HM, "bench", "--transport", "socket", "--procs", str(STREAM_PROCS), "--sizes", sizes,
+        out = run([HM, "bench", "--transport", transport, "--procs", str(STREAM_PROCS), "--sizes", sizes,
                    "--throughput-only", "--scale", str(STREAM_SCALE), "--json"], 900)
         for r in last_json(out)["rows"]:
-            rows.append({"impl": "hmcast", "size": r["size"], "round": rnd, "msgs_per_s": r["stream_msgs_per_s"],
+            rows.append({"impl": impls[0], "size": r["size"], "round": rnd, "msgs_per_s": r["stream_msgs_per_s"],
                          "mb_s": r["stream_msgs_per_s"] * r["size"] / 1e6,
                          "cpu_s_per_gb": r["throughput_cpu_s_per_gb"], "ok": r["ok"]})
-        out = run(MPIRUN_LO + ["-np", str(STREAM_PROCS), MPIB, "--sizes", sizes, "--stream", "--scale",
-                               str(STREAM_SCALE), "--json"], 900)
+        out = run((mpirun or MPIRUN_LO) + ["-np", str(STREAM_PROCS), MPIB, "--sizes", sizes, "--stream", "--scale",
+                                           str(STREAM_SCALE), "--json"], 900)
         for r in last_json(out)["rows"]:
-            rows.append({"impl": "mpi", "size": r["size"], "round": rnd, "msgs_per_s": r["stream_msgs_per_s"],
+            rows.append({"impl": impls[1], "size": r["size"], "round": rnd, "msgs_per_s": r["stream_msgs_per_s"],
                          "mb_s": r["stream_msgs_per_s"] * r["size"] / 1e6, "cpu_s_per_gb": None, "ok": r["ok"]})
     return rows
+
+
+# One host, shared memory on both sides (issue 18): 64 B and 2 KiB streams.
+SHM_STREAM_SIZES = [64, 2048]
 
 
 def stream_median(rows, impl, size, key="msgs_per_s"):
@@ -442,16 +447,16 @@ def charts(out, small, procs_list, sizes, large, shim_ran):
     return made
 
 
-def stream_table(stream, summary):
-    md = ["\n### Streaming, loopback, %d processes: one sender, then all have the last message\n" % STREAM_PROCS,
-          "hmcast: broadcasts as fast as the window allows, timed to the last one's all-acked completion; Open MPI: "
+def stream_table(stream, summary, media="loopback", impls=("hmcast", "mpi"), sizes=None, mpi_name="Open MPI"):
+    md = ["\n### Streaming, %s, %d processes: one sender, then all have the last message\n" % (media, STREAM_PROCS),
+          "hmcast: broadcasts as fast as the window allows, timed to the last one's all-acked completion; %s: "
           "MPI_Bcast back to back, then one MPI_Barrier (%d messages up to 4 KiB, %d of 64 KiB; median of the rounds).\n"
-          % (5000 * STREAM_SCALE, 200 * STREAM_SCALE),
+          % (mpi_name, 5000 * STREAM_SCALE, 200 * STREAM_SCALE),
           "| size | hmcast messages/s | MPI messages/s | ratio | hmcast MB/s | MPI MB/s | hmcast CPU s per GB delivered |",
           "|---|---|---|---|---|---|---|"]
-    for size in STREAM_SIZES:
-        h, m = stream_median(stream, "hmcast", size), stream_median(stream, "mpi", size)
-        c = stream_median(stream, "hmcast", size, "cpu_s_per_gb")
+    for size in sizes or STREAM_SIZES:
+        h, m = stream_median(stream, impls[0], size), stream_median(stream, impls[1], size)
+        c = stream_median(stream, impls[0], size, "cpu_s_per_gb")
         md.append("| %s | %s | %s | %s | %s | %s | %s |" % (
             fmt_size(size), "%.0f" % h if h else "n/a", "%.0f" % m if m else "n/a",
             "%.2f" % (h / m) if h and m else "n/a", "%.1f" % (h * size / 1e6) if h else "n/a",
@@ -637,6 +642,14 @@ def main():
         summary["stream_%s_ratio_vs_mpi" % name] = round(h / m, 3) if h and m else None
         c = stream_median(stream, "hmcast", size, "cpu_s_per_gb")
         summary["stream_%s_hmcast_cpu_s_per_gb" % name] = round(c, 2) if c else None
+    shm_stream = stream_runs(1 if args.quick else 2, "shm", MPIRUN_VADER, SHM_STREAM_SIZES, ("hmcast_shm", "mpi_vader"))
+    for size, name in ((64, "64b"), (2048, "2k")):
+        h, m = stream_median(shm_stream, "hmcast_shm", size), stream_median(shm_stream, "mpi_vader", size)
+        summary["shm_stream_%s_hmcast_msgs_per_s" % name] = round(h) if h else None
+        summary["shm_stream_%s_mpi_vader_msgs_per_s" % name] = round(m) if m else None
+        summary["shm_stream_%s_ratio_vs_mpi_vader" % name] = round(h / m, 3) if h and m else None
+        c = stream_median(shm_stream, "hmcast_shm", size, "cpu_s_per_gb")
+        summary["shm_stream_%s_hmcast_cpu_s_per_gb" % name] = round(c, 2) if c else None
     keyed = key_env(args.out)
     with open(keyed["HMCAST_KEY_FILE"]) as f:
         summary["auth_cipher"] = f.read().split()[1]  # `hmcast keygen` picks the one this CPU runs best
@@ -707,17 +720,20 @@ def main():
     if verbs_note and not verbs:
         summary["verbs"] = verbs_note
     summary["ok"] = (all(r["ok"] for r in small) and all(r["ok"] for r in shm) and all(r["ok"] for r in large if r["key"] != "mpi_bcast")
-                     and all(r["ok"] for r in stream) and all(r["ok"] for r in auth))
+                     and all(r["ok"] for r in stream) and all(r["ok"] for r in shm_stream) and all(r["ok"] for r in auth))
     summary["elapsed_s"] = round(time.time() - t0, 1)
     write_csv(os.path.join(args.out, "small.csv"), small)
     write_csv(os.path.join(args.out, "cluster.csv"), large)
-    write_csv(os.path.join(args.out, "stream.csv"), stream)
+    write_csv(os.path.join(args.out, "stream.csv"), stream + shm_stream)
     write_csv(os.path.join(args.out, "shm.csv"), shm)
     write_csv(os.path.join(args.out, "auth.csv"), auth)
     json.dump(verbs, open(os.path.join(args.out, "verbs_vs_ucx.json"), "w"), indent=1)
     made = charts(args.out, small, procs_list, sizes, large, shim_ran)
     table_md = (tables(small, procs_list, sizes, large, summary, shim_ran) + stream_table(stream, summary)
-                + shm_table(shm, procs_list, shm_sizes) + verbs_table(verbs, verbs_note))
+                + shm_table(shm, procs_list, shm_sizes)
+                + stream_table(shm_stream, summary, "one host, shared memory", ("hmcast_shm", "mpi_vader"),
+                               SHM_STREAM_SIZES, "Open MPI with `--mca btl self,vader`")
+                + verbs_table(verbs, verbs_note))
     open(os.path.join(args.out, "results.md"), "w").write(table_md)
     open(os.path.join(args.out, "commands.log"), "w").write("\n".join(LOG) + "\n")
     json.dump(summary, open(os.path.join(args.out, "summary.json"), "w"), indent=1)
