@@ -336,6 +336,9 @@ TEST_CASE("rxe: a Block payload is RDMA WRITTEN into the advertised buffer, free
   CHECK(std::equal(payload.begin(), payload.end(), buffer->begin() + (std::ptrdiff_t{64} << 10)));
   CHECK(writer.stats().bytes_written == payload.size());
   CHECK(receiver.stats().bytes_placed == payload.size());
+  // The WRITE and its head went to the queue pair in one chain (one post, one
+  // completion asked for), not one post each.
+  CHECK(writer.stats().rc_chains_posted < writer.stats().rc_messages_sent);
 
   // The writer drops its link and connects again (here: its address book changed and
   // changed back). Descriptors named the old connection: the writer forgets them, and

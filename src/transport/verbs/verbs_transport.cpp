@@ -10,10 +10,12 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
 
+#include "core/assert.hpp"
 #include "core/wire.hpp"
 #include "hmcast/error.hpp"
 #include "transport/verbs/async_events.hpp"
@@ -36,6 +38,11 @@ constexpr std::uint64_t make_wr_id(std::uint32_t key, std::uint32_t kind, std::u
 // reposted, so at most four credit messages can be unread at the sender; it posts
 // eight receives for them, and the acceptor keeps at most four in flight.
 constexpr std::uint32_t kCreditRecvs = 8;
+// A link's work requests go to its queue pair in chains of at most this many (one
+// ibv_post_send, one doorbell: on Soft-RoCE each post is a system call), and only a
+// chain's last asks for a completion: completions come in order on a queue pair, so
+// that one frees every slot of the chain.
+constexpr std::size_t kChainMax = 32;
 constexpr std::uint32_t kCreditSendsInFlight = 4;
 constexpr std::size_t kCreditSlot = 64;
 // Connect and accept carry the magic, then two values: our member id and our key for
@@ -171,6 +178,9 @@ struct Endpoint::Link {
   std::unique_ptr<Region> data;    // outgoing: send slots; accepted: receive slots
   std::unique_ptr<Region> credit;  // outgoing: receives for credit messages
   std::vector<std::uint32_t> free_send;
+  // outgoing: the slots of each chain posted and not yet completed, oldest first (its
+  // last slot is the one whose completion comes).
+  std::deque<std::vector<std::uint32_t>> chains;
   std::uint32_t credits = 0;  // outgoing: receives the acceptor has posted for us
   struct Outgoing {
     std::vector<std::byte> bytes;
@@ -593,7 +603,7 @@ void Endpoint::setup_link_qp(Link& l) {
   qa.send_cq = cq_;
   qa.recv_cq = cq_;
   qa.qp_type = IBV_QPT_RC;
-  qa.sq_sig_all = 1;
+  qa.sq_sig_all = 0;  // a chain's last work request asks for the completion (flush())
   qa.cap.max_send_wr = o.link_receive_depth + kLinkReserveSlack;
   qa.cap.max_recv_wr = o.link_receive_depth + kLinkReserveSlack;
   qa.cap.max_send_sge = 1;
@@ -620,10 +630,50 @@ void Endpoint::setup_link_qp(Link& l) {
   }
 }
 
+/// Work requests built for one link, posted together (kChainMax).
+struct Endpoint::Chain {
+  std::array<ibv_send_wr, kChainMax> wrs{};
+  std::array<ibv_sge, kChainMax> sges{};
+  std::vector<std::uint32_t> slots;
+  [[nodiscard]] bool full() const { return slots.size() == kChainMax; }
+  /// The next work request, on `slot`, carrying `sge` (none when its length is 0).
+  ibv_send_wr& add(std::uint32_t slot, std::uint64_t wr_id, const ibv_sge& sge) {
+    const std::size_t i = slots.size();
+    HMCAST_ASSERT(i < kChainMax);
+    slots.push_back(slot);
+    wrs[i] = ibv_send_wr{};
+    sges[i] = sge;
+    wrs[i].wr_id = wr_id;
+    wrs[i].sg_list = sge.length > 0 ? &sges[i] : nullptr;
+    wrs[i].num_sge = sge.length > 0 ? 1 : 0;
+    return wrs[i];
+  }
+};
+
+bool Endpoint::post_chain(Link& l, Chain& c) {
+  if (c.slots.empty()) return true;
+  const std::size_t n = c.slots.size();
+  for (std::size_t i = 0; i + 1 < n; ++i) c.wrs[i].next = &c.wrs[i + 1];
+  c.wrs[n - 1].next = nullptr;
+  c.wrs[n - 1].send_flags |= IBV_SEND_SIGNALED;
+  ibv_send_wr* bad = nullptr;
+  if (::ibv_post_send(l.id->qp, c.wrs.data(), &bad) != 0) {
+    break_link(l, true);
+    return false;
+  }
+  ++stats_.rc_chains_posted;
+  l.chains.push_back(std::move(c.slots));
+  c.slots.clear();
+  return true;
+}
+
 void Endpoint::flush(Link& l) {
   if (!l.outgoing) return;
   const std::size_t chunk = cfg_.options.link_chunk;
+  Chain chain;
+  chain.slots.reserve(kChainMax);
   while (l.state == Link::State::up && !l.queue.empty() && !l.free_send.empty()) {
+    if (chain.full() && !post_chain(l, chain)) return;
     const auto& item = l.queue.front();
     const auto& frame = item.bytes;
     if (!l.front_started) {
@@ -632,26 +682,16 @@ void Endpoint::flush(Link& l) {
       if (l.front_write) l.front_offset = wire::kBlockHeadSize;  // the payload first, the head last
     }
     const std::uint32_t slot = l.free_send.back();
-    ibv_send_wr wr{};
-    ibv_send_wr* bad = nullptr;
-    ibv_sge sge{};
-    wr.wr_id = make_wr_id(l.key, kLinkData, slot);
-    wr.send_flags = IBV_SEND_SIGNALED;
+    const std::uint64_t wr_id = make_wr_id(l.key, kLinkData, slot);
     if (l.front_write && l.front_offset < frame.size()) {
       // A piece of the payload, straight into the peer's final buffer. It takes a send
       // slot (the send-side copy stays) but no receive credit: nothing is consumed there.
       const std::size_t n = std::min(chunk, frame.size() - l.front_offset);
       std::memcpy(l.data->at(slot), frame.data() + l.front_offset, n);
-      sge = l.data->sge(slot, n);
-      wr.sg_list = &sge;
-      wr.num_sge = 1;
+      ibv_send_wr& wr = chain.add(slot, wr_id, l.data->sge(slot, n));
       wr.opcode = IBV_WR_RDMA_WRITE;
       wr.wr.rdma.remote_addr = l.front_write->addr + (l.front_offset - wire::kBlockHeadSize);
       wr.wr.rdma.rkey = l.front_write->rkey;
-      if (::ibv_post_send(l.id->qp, &wr, &bad) != 0) {
-        break_link(l, true);
-        return;
-      }
       l.free_send.pop_back();
       ++stats_.rc_messages_sent;
       stats_.rc_bytes += n;
@@ -679,15 +719,9 @@ void Endpoint::flush(Link& l) {
       if (n > 0) std::memcpy(l.data->at(slot), frame.data() + l.front_offset, n);
       imm = last ? (kLastChunk | (item.control ? kControlChunk : 0U)) : 0U;
     }
-    sge = l.data->sge(slot, n);
-    wr.sg_list = n > 0 ? &sge : nullptr;
-    wr.num_sge = n > 0 ? 1 : 0;
+    ibv_send_wr& wr = chain.add(slot, wr_id, l.data->sge(slot, n));
     wr.opcode = IBV_WR_SEND_WITH_IMM;
     wr.imm_data = htonl(imm);
-    if (::ibv_post_send(l.id->qp, &wr, &bad) != 0) {
-      break_link(l, true);
-      return;
-    }
     l.free_send.pop_back();
     --l.credits;
     ++stats_.rc_messages_sent;
@@ -701,6 +735,7 @@ void Endpoint::flush(Link& l) {
       l.front_write.reset();
     }
   }
+  (void)post_chain(l, chain);
 }
 
 void Endpoint::return_credits(Link& l, bool force) {
@@ -814,8 +849,10 @@ void Endpoint::on_link_completion(Link& l, const ibv_wc& wc, std::uint32_t kind,
       l.partial = {};
     }
     return_credits(l, false);
-  } else if (kind == kLinkData) {  // our chunk's send completed
-    l.free_send.push_back(slot);
+  } else if (kind == kLinkData) {  // our chain's last work request completed, so all of it did
+    HMCAST_ASSERT(!l.chains.empty() && l.chains.front().back() == slot);  // completions come in posting order
+    for (const std::uint32_t s : l.chains.front()) l.free_send.push_back(s);
+    l.chains.pop_front();
     flush(l);
   } else if (kind == kCredit && received) {  // credits, at the sender
     l.credits += imm;

@@ -122,6 +122,7 @@ struct Stats {
   std::uint64_t ud_own = 0;                  // our own, looped back, dropped
   std::uint64_t ud_malformed = 0;            // a completion that cannot be a datagram, dropped
   std::uint64_t rc_messages_sent = 0;        // link messages (chunks) posted
+  std::uint64_t rc_chains_posted = 0;        // ibv_post_send calls that posted them (chained)
   std::uint64_t rc_bytes = 0;                // frame bytes posted on RC links
   std::uint64_t rc_frames_received = 0;
   std::uint64_t credits_returned = 0;        // credit messages sent to peers
@@ -238,6 +239,10 @@ class Endpoint {
   Link* connect_to(MemberId to, Peer& peer);
   void setup_link_qp(Link& l);
   void flush(Link& l);
+  struct Chain;
+  /// Posts `c` (its last work request signaled) and notes its slots; false if the
+  /// queue pair refused it (the link is then broken).
+  bool post_chain(Link& l, Chain& c);
   /// Queue a frame for `to` on our outgoing link (connecting if need be); `control`
   /// marks a transport control frame (region_wire.hpp). False if the link is broken.
   bool enqueue_locked(MemberId to, std::vector<std::byte> bytes, bool control);
