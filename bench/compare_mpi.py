@@ -197,6 +197,18 @@ def stream_median(rows, impl, size, key="msgs_per_s"):
     return statistics.median(v) if v else None
 
 
+def stream_summary(summary, rows, prefix, impls, mpi_key, sizes):
+    """The JSON figures of one set of stream runs: messages/s both ways, the ratio, CPU per GB."""
+    for size in sizes:
+        name = {64: "64b", 2048: "2k", 65536: "64k"}[size]
+        h, m = stream_median(rows, impls[0], size), stream_median(rows, impls[1], size)
+        summary["%s_%s_hmcast_msgs_per_s" % (prefix, name)] = round(h) if h else None
+        summary["%s_%s_%s_msgs_per_s" % (prefix, name, mpi_key)] = round(m) if m else None
+        summary["%s_%s_ratio_vs_%s" % (prefix, name, mpi_key)] = round(h / m, 3) if h and m else None
+        c = stream_median(rows, impls[0], size, "cpu_s_per_gb")
+        summary["%s_%s_hmcast_cpu_s_per_gb" % (prefix, name)] = round(c, 2) if c else None
+
+
 def median_of(rows, impl, procs, size, key):
     v = [r[key] for r in rows if r["impl"] == impl and r["procs"] == procs and r["size"] == size]
     return statistics.median(v) if v else None
@@ -635,21 +647,9 @@ def main():
         summary["shm_%s_hmcast_us" % name] = h
         summary["shm_%s_mpi_vader_us" % name] = m
     stream = stream_runs(1 if args.quick else 2)
-    for size, name in ((64, "64b"), (2048, "2k"), (65536, "64k")):
-        h, m = stream_median(stream, "hmcast", size), stream_median(stream, "mpi", size)
-        summary["stream_%s_hmcast_msgs_per_s" % name] = round(h) if h else None
-        summary["stream_%s_mpi_msgs_per_s" % name] = round(m) if m else None
-        summary["stream_%s_ratio_vs_mpi" % name] = round(h / m, 3) if h and m else None
-        c = stream_median(stream, "hmcast", size, "cpu_s_per_gb")
-        summary["stream_%s_hmcast_cpu_s_per_gb" % name] = round(c, 2) if c else None
+    stream_summary(summary, stream, "stream", ("hmcast", "mpi"), "mpi", STREAM_SIZES)
     shm_stream = stream_runs(1 if args.quick else 2, "shm", MPIRUN_VADER, SHM_STREAM_SIZES, ("hmcast_shm", "mpi_vader"))
-    for size, name in ((64, "64b"), (2048, "2k")):
-        h, m = stream_median(shm_stream, "hmcast_shm", size), stream_median(shm_stream, "mpi_vader", size)
-        summary["shm_stream_%s_hmcast_msgs_per_s" % name] = round(h) if h else None
-        summary["shm_stream_%s_mpi_vader_msgs_per_s" % name] = round(m) if m else None
-        summary["shm_stream_%s_ratio_vs_mpi_vader" % name] = round(h / m, 3) if h and m else None
-        c = stream_median(shm_stream, "hmcast_shm", size, "cpu_s_per_gb")
-        summary["shm_stream_%s_hmcast_cpu_s_per_gb" % name] = round(c, 2) if c else None
+    stream_summary(summary, shm_stream, "shm_stream", ("hmcast_shm", "mpi_vader"), "mpi_vader", SHM_STREAM_SIZES)
     keyed = key_env(args.out)
     with open(keyed["HMCAST_KEY_FILE"]) as f:
         summary["auth_cipher"] = f.read().split()[1]  # `hmcast keygen` picks the one this CPU runs best
