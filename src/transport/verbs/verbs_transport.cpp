@@ -178,9 +178,9 @@ struct Endpoint::Link {
   std::unique_ptr<Region> data;    // outgoing: send slots; accepted: receive slots
   std::unique_ptr<Region> credit;  // outgoing: receives for credit messages
   std::vector<std::uint32_t> free_send;
-  // outgoing: the slots of each chain posted and not yet completed, oldest first (its
-  // last slot is the one whose completion comes).
-  std::deque<std::vector<std::uint32_t>> chains;
+  // outgoing: the slots posted and not yet completed, in posting order; only a
+  // chain's last slot gets a completion, which frees it and every slot before it.
+  std::deque<std::uint32_t> in_flight;
   std::uint32_t credits = 0;  // outgoing: receives the acceptor has posted for us
   struct Outgoing {
     std::vector<std::byte> bytes;
@@ -634,13 +634,14 @@ void Endpoint::setup_link_qp(Link& l) {
 struct Endpoint::Chain {
   std::array<ibv_send_wr, kChainMax> wrs{};
   std::array<ibv_sge, kChainMax> sges{};
-  std::vector<std::uint32_t> slots;
-  [[nodiscard]] bool full() const { return slots.size() == kChainMax; }
+  std::array<std::uint32_t, kChainMax> slots{};
+  std::size_t size = 0;
+  [[nodiscard]] bool full() const { return size == kChainMax; }
   /// The next work request, on `slot`, carrying `sge` (none when its length is 0).
   ibv_send_wr& add(std::uint32_t slot, std::uint64_t wr_id, const ibv_sge& sge) {
-    const std::size_t i = slots.size();
+    const std::size_t i = size++;
     HMCAST_ASSERT(i < kChainMax);
-    slots.push_back(slot);
+    slots[i] = slot;
     wrs[i] = ibv_send_wr{};
     sges[i] = sge;
     wrs[i].wr_id = wr_id;
@@ -651,8 +652,8 @@ struct Endpoint::Chain {
 };
 
 bool Endpoint::post_chain(Link& l, Chain& c) {
-  if (c.slots.empty()) return true;
-  const std::size_t n = c.slots.size();
+  if (c.size == 0) return true;
+  const std::size_t n = c.size;
   for (std::size_t i = 0; i + 1 < n; ++i) c.wrs[i].next = &c.wrs[i + 1];
   c.wrs[n - 1].next = nullptr;
   c.wrs[n - 1].send_flags |= IBV_SEND_SIGNALED;
@@ -662,8 +663,8 @@ bool Endpoint::post_chain(Link& l, Chain& c) {
     return false;
   }
   ++stats_.rc_chains_posted;
-  l.chains.push_back(std::move(c.slots));
-  c.slots.clear();
+  l.in_flight.insert(l.in_flight.end(), c.slots.begin(), c.slots.begin() + static_cast<std::ptrdiff_t>(n));
+  c.size = 0;
   return true;
 }
 
@@ -671,7 +672,6 @@ void Endpoint::flush(Link& l) {
   if (!l.outgoing) return;
   const std::size_t chunk = cfg_.options.link_chunk;
   Chain chain;
-  chain.slots.reserve(kChainMax);
   while (l.state == Link::State::up && !l.queue.empty() && !l.free_send.empty()) {
     if (chain.full() && !post_chain(l, chain)) return;
     const auto& item = l.queue.front();
@@ -850,9 +850,14 @@ void Endpoint::on_link_completion(Link& l, const ibv_wc& wc, std::uint32_t kind,
     }
     return_credits(l, false);
   } else if (kind == kLinkData) {  // our chain's last work request completed, so all of it did
-    HMCAST_ASSERT(!l.chains.empty() && l.chains.front().back() == slot);  // completions come in posting order
-    for (const std::uint32_t s : l.chains.front()) l.free_send.push_back(s);
-    l.chains.pop_front();
+    // Completions come in posting order: `slot` ends the oldest chain still in flight.
+    for (;;) {
+      HMCAST_ASSERT(!l.in_flight.empty());  // the completed slot was posted
+      const std::uint32_t s = l.in_flight.front();
+      l.in_flight.pop_front();
+      l.free_send.push_back(s);
+      if (s == slot) break;
+    }
     flush(l);
   } else if (kind == kCredit && received) {  // credits, at the sender
     l.credits += imm;
