@@ -555,7 +555,8 @@ def verbs_runs():
 def verbs_table(rows, note):
     md = ["\n### Verbs: hmcast against Open MPI over UCX on one Soft-RoCE device (QEMU, TCG), 4 processes\n",
           "hmcast's members on the verbs transport (`hmcast bench`, all-acked p50) against `mpirun --mca pml ucx` "
-          "with UCX_NET_DEVICES=rxe0:1 and its shared-memory transports left out (UCX_TLS), MPI_Bcast + MPI_Barrier "
+          "with UCX_NET_DEVICES=rxe0:1, its shared-memory transports left out (UCX_TLS) and the link-local GID "
+          "(UCX_IB_GID_INDEX=0: with its own pick, the IPv4-mapped GID, its UD endpoints time out), MPI_Bcast + MPI_Barrier "
           "p50. Under emulation absolute times mean nothing; the ratio is the point. bench/verbs_vs_ucx.py.\n"]
     if not rows:
         return "\n".join(md + [note or "not run"]) + "\n"
