@@ -181,6 +181,7 @@ struct Endpoint::Link {
   // outgoing: the slots posted and not yet completed, in posting order; only a
   // chain's last slot gets a completion, which frees it and every slot before it.
   std::deque<std::uint32_t> in_flight;
+  std::deque<std::uint32_t> chain_ends;  // outgoing: each chain's last slot, oldest first
   std::uint32_t credits = 0;  // outgoing: receives the acceptor has posted for us
   struct Outgoing {
     std::vector<std::byte> bytes;
@@ -664,6 +665,7 @@ bool Endpoint::post_chain(Link& l, Chain& c) {
   }
   ++stats_.rc_chains_posted;
   l.in_flight.insert(l.in_flight.end(), c.slots.begin(), c.slots.begin() + static_cast<std::ptrdiff_t>(n));
+  l.chain_ends.push_back(c.slots[n - 1]);
   c.size = 0;
   return true;
 }
@@ -851,6 +853,8 @@ void Endpoint::on_link_completion(Link& l, const ibv_wc& wc, std::uint32_t kind,
     return_credits(l, false);
   } else if (kind == kLinkData) {  // our chain's last work request completed, so all of it did
     // Completions come in posting order: `slot` ends the oldest chain still in flight.
+    HMCAST_ASSERT(!l.chain_ends.empty() && l.chain_ends.front() == slot);
+    l.chain_ends.pop_front();
     for (;;) {
       HMCAST_ASSERT(!l.in_flight.empty());  // the completed slot was posted
       const std::uint32_t s = l.in_flight.front();
