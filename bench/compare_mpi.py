@@ -15,6 +15,10 @@ pipeline, chain, binomial tree and sequential schedules, against one unicast of
 64 MiB between two hosts over the same links (a plain TCP stream), and
 MPI_Bcast across the namespaces where mpirun can start there.
 
+Two hosts (--two-host, and with --docs): 2 namespaces of 4 processes each at 1 Gbit/s,
+2 KiB and 64 MiB, hmcast's members all on the socket transport against Open MPI with
+shared memory inside a namespace and TCP between (issue 18).
+
 Verbs (--verbs, and with --docs): in the Soft-RoCE VM (tests/rxe/run.sh, suite
 verbs_vs_ucx, bench/verbs_vs_ucx.py), hmcast on the verbs transport against
 Open MPI over UCX on the same rxe device, 4 processes; ratios only (emulation).
@@ -249,10 +253,19 @@ def hmcast_cluster(procs, size, algo, messages, env=None):
     return {"last": r["deliver_p50_us"], "all": r["complete_p50_us"], "ok": r["ok"], "policy": r.get("policy", {})}
 
 
+# mpirun on the emulated cluster: every namespace's daemon believes it has the machine's
+# cores to itself, so by default it binds its ranks to the same cores as the other
+# "hosts" and lets them spin without yielding; all share the 2 real CPUs. Measured
+# 11-27 with 2 KiB: 2 ranks on 2 hosts 8.0 ms Bcast+Barrier p50 (every message a 4 ms
+# scheduler tick) against 24.7 us unbound; 8 ranks on 2 hosts 43-48 ms against 151 us
+# unbound and yielding, as mpirun does by itself when it sees the oversubscription.
+MPIRUN_CLUSTER = ["--bind-to", "none", "--mca", "mpi_yield_when_idle", "1", "--mca", "plm_rsh_agent", RSH,
+                  "--mca", "btl_tcp_if_include", "10.77.0.0/24", "--mca", "oob_tcp_if_include", "10.77.0.0/24"]
+
+
 def mpi_cluster(procs, size, iters_scale):
     hosts = ",".join("10.77.0.%d" % i for i in range(1, procs + 1))
-    prefix = MPIRUN + ["--host", hosts, "--mca", "plm_rsh_agent", RSH, "--mca", "btl_tcp_if_include", "10.77.0.0/24",
-                       "--mca", "oob_tcp_if_include", "10.77.0.0/24"]
+    prefix = MPIRUN + ["--host", hosts] + MPIRUN_CLUSTER
     return mpi_small(procs, [size], iters_scale, prefix=prefix)[size]
 
 
@@ -353,6 +366,79 @@ def cluster_rate_runs(rate, with_mpi, hosts=8, size=64 * MIB):
     finally:
         subprocess.run([CLUSTER, "down"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return rows
+
+
+# Two emulated hosts of 4 processes each (issue 18): members that share a host, and a
+# network between the hosts. Open MPI uses shared memory inside a host (vader) and TCP
+# between them; it tells hosts apart by name, which netns_rsh.sh gives each namespace.
+TWO_HOST_RATE = "1gbit"
+TWO_HOST_PER_HOST = 4
+TWO_HOST_SIZES = [2048, 64 * MIB]
+
+
+def two_host_runs():
+    """hmcast (every member on the socket transport) and Open MPI (vader inside a host, TCP
+    between) on 2 namespaces of 4 processes each at TWO_HOST_RATE: rows of impl, size,
+    all_us (all-acked / Bcast+Barrier p50), last_us, cpu_s_per_gb (hmcast), ok; or a note."""
+    note = cluster_possible()
+    if note:
+        return [], "skipped: the emulated cluster " + note
+    hosts, procs = 2, 2 * TWO_HOST_PER_HOST
+    rows = []
+    run([CLUSTER, "up", str(hosts), TWO_HOST_RATE], 120)
+    try:
+        for size, messages in ((2048, None), (64 * MIB, 3)):
+            cmd = [HM, "bench", "--transport", "socket", "--procs", str(procs), "--per-host", str(TWO_HOST_PER_HOST),
+                   "--sizes", str(size), "--latency-only", "--json", "--prefix", "ip netns exec hm{i}",
+                   "--interface-template", "10.77.0.{i}", "--manager-host", "10.77.0.254"]
+            if messages:
+                cmd += ["--messages", str(messages)]
+            r = last_json(run(cmd, 900))["rows"][0]
+            rows.append({"impl": "hmcast", "size": size, "all_us": r["complete_p50_us"], "last_us": r["deliver_p50_us"],
+                         "cpu_s_per_gb": r["latency_cpu_s_per_gb"], "ok": r["ok"]})
+        host_list = ",".join("10.77.0.%d:%d" % (i, TWO_HOST_PER_HOST) for i in range(1, hosts + 1))
+        prefix = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--mca", "pml", "ob1", "--mca", "btl",
+                  "self,vader,tcp", "--host", host_list] + MPIRUN_CLUSTER
+        try:
+            for size, r in mpi_small(procs, TWO_HOST_SIZES, 0.3, prefix=prefix).items():
+                rows.append({"impl": "mpi", "size": size, "all_us": r["all"], "last_us": r["last"],
+                             "cpu_s_per_gb": None, "ok": r["ok"]})
+        except Exception as e:
+            note = "Open MPI could not run across the two hosts: %s" % str(e)[-200:]
+            say(note)
+    finally:
+        subprocess.run([CLUSTER, "down"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return rows, note
+
+
+def two_host_summary(summary, rows):
+    for size, name in ((2048, "2k"), (64 * MIB, "64m")):
+        h = next((r for r in rows if r["impl"] == "hmcast" and r["size"] == size), None)
+        m = next((r for r in rows if r["impl"] == "mpi" and r["size"] == size), None)
+        summary["two_host_%s_hmcast_us" % name] = h["all_us"] if h else None
+        summary["two_host_%s_mpi_us" % name] = m["all_us"] if m else None
+        summary["two_host_%s_ratio_vs_mpi" % name] = round(h["all_us"] / m["all_us"], 3) if h and m else None
+        summary["two_host_%s_hmcast_cpu_s_per_gb" % name] = h["cpu_s_per_gb"] if h else None
+
+
+def two_host_table(rows, note):
+    md = ["\n### Two emulated hosts of %d processes each (%s per host), p50 until every member has it\n"
+          % (TWO_HOST_PER_HOST, TWO_HOST_RATE),
+          "hmcast: every member on the socket transport (no host hierarchy yet: members on one host talk through "
+          "loopback UDP and TCP), all-acked. Open MPI: `--mca btl self,vader,tcp` with the namespaces as hosts "
+          "(shared memory inside a host, TCP between), MPI_Bcast + MPI_Barrier.\n"]
+    if note:
+        md.append(note + "\n")
+    if not rows:
+        return "\n".join(md) + "\n"
+    md += ["| size | hmcast all-acked | hmcast CPU s per GB | Open MPI Bcast+Barrier | ratio |", "|---|---|---|---|---|"]
+    for size in TWO_HOST_SIZES:
+        h = next((r for r in rows if r["impl"] == "hmcast" and r["size"] == size), None)
+        m = next((r for r in rows if r["impl"] == "mpi" and r["size"] == size), None)
+        md.append("| %s | %s | %s | %s | %s |" % (
+            fmt_size(size), fmt_us(h["all_us"]) if h else "n/a", "%.1f" % h["cpu_s_per_gb"] if h else "n/a",
+            fmt_us(m["all_us"]) if m else "n/a", "%.3f" % (h["all_us"] / m["all_us"]) if h and m else "n/a"))
+    return "\n".join(md) + "\n"
 
 
 def cluster_value(rows, key):
@@ -603,6 +689,8 @@ def main():
     ap.add_argument("--rate", default="200mbit")
     ap.add_argument("--rounds", type=int, default=None, help="alternating rounds of the loopback runs")
     ap.add_argument("--verbs", action="store_true", help="also verbs against UCX in the Soft-RoCE VM (on with --docs)")
+    ap.add_argument("--two-host", action="store_true",
+                    help="also two emulated hosts of 4 processes each against Open MPI (on with --docs)")
     args = ap.parse_args()
     for exe, target in ((HM, "hmcast_cli"), (MPIB, "hmcast_mpi_bench")):
         if not os.path.exists(exe):
@@ -711,6 +799,10 @@ def main():
         "large_64m_ratio_vs_unicast": round(pipe / uni, 3) if pipe and uni else None,
         "large_64m_ratio_vs_sequential": round(pipe / seq, 3) if pipe and seq else None,
     })
+    two_host, two_host_note = two_host_runs() if args.two_host or args.docs else ([], "not run (--two-host or --docs)")
+    two_host_summary(summary, two_host)
+    if two_host_note:
+        summary["two_host"] = two_host_note
     verbs, verbs_note = verbs_runs() if args.verbs or args.docs else ([], "not run (--verbs or --docs)")
     for r in verbs:
         name = {2048: "2k", MIB: "1m", 16 * MIB: "16m"}.get(r["size"], str(r["size"]))
@@ -721,6 +813,7 @@ def main():
     if verbs_note and not verbs:
         summary["verbs"] = verbs_note
     summary["ok"] = (all(r["ok"] for r in small) and all(r["ok"] for r in shm) and all(r["ok"] for r in large if r["key"] != "mpi_bcast")
+                     and all(r["ok"] for r in two_host if r["impl"] == "hmcast")
                      and all(r["ok"] for r in stream) and all(r["ok"] for r in shm_stream) and all(r["ok"] for r in auth))
     summary["elapsed_s"] = round(time.time() - t0, 1)
     write_csv(os.path.join(args.out, "small.csv"), small)
@@ -734,7 +827,7 @@ def main():
                 + shm_table(shm, procs_list, shm_sizes)
                 + stream_table(shm_stream, summary, "one host, shared memory", ("hmcast_shm", "mpi_vader"),
                                SHM_STREAM_SIZES, "Open MPI with `--mca btl self,vader`")
-                + verbs_table(verbs, verbs_note))
+                + two_host_table(two_host, two_host_note) + verbs_table(verbs, verbs_note))
     open(os.path.join(args.out, "results.md"), "w").write(table_md)
     open(os.path.join(args.out, "commands.log"), "w").write("\n".join(LOG) + "\n")
     json.dump(summary, open(os.path.join(args.out, "summary.json"), "w"), indent=1)

@@ -10,4 +10,7 @@ case "$host" in
   hm[0-9]*) idx="${host#hm}" ;;
   *) echo "netns_rsh.sh: $host is not an emulated-cluster host (10.77.0.I)" >&2; exit 2 ;;
 esac
-exec ip netns exec "hm$idx" /bin/sh -c "$*"
+# Its own UTS namespace named hmI: Open MPI tells hosts apart by name, and with one
+# name for all it would take every namespace for one host and use shared memory
+# (vader) between them, whose segments then collide.
+exec ip netns exec "hm$idx" unshare --uts /bin/sh -c "hostname hm$idx && $*"

@@ -180,6 +180,10 @@ void add_bench_command(CLI::App& app) {
       ->expected(0, -1)->delimiter(' ');
   cmd->add_option("--interface-template", base->interface_template, "Each member's address ({i}: its index)");
   cmd->add_option("--manager-host", base->manager_host, "Address the manager listens on");
+  cmd->add_option("--per-host", base->per_host,
+                  "socket: members per host: the {i} of --prefix and --interface-template is member i's host, "
+                  "(i - 1) / N + 1")
+      ->check(CLI::Range(1U, 1024U));
   cmd->add_flag("--latency-only", knobs->latency_only, "socket: skip the throughput runs");
   cmd->add_flag("--throughput-only", knobs->throughput_only, "socket: skip the latency runs")->excludes("--latency-only");
   cmd->add_option("--messages", knobs->messages, "socket: latency messages per row (default: by size and --scale)");

@@ -252,7 +252,7 @@ GroupRunReport run_group(const GroupRunOptions& o) {
   const auto start_member = [&](bool joiner, std::uint32_t host = 0) {
     Child& c = kids.emplace_back();
     c.index = static_cast<std::uint32_t>(kids.size());
-    c.host = host != 0 ? host : c.index;
+    c.host = host != 0 ? host : (c.index - 1) / o.per_host + 1;
     c.joiner = joiner;
     std::vector<std::string> argv;
     for (const auto& w : o.prefix) argv.push_back(substitute(w, c.host));

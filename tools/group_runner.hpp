@@ -55,6 +55,9 @@ struct GroupRunOptions {
   std::vector<std::string> prefix;
   /// Each member's local address; "{i}" becomes its 1-based index.
   std::string interface_template = "127.0.0.1";
+  /// Members per host: member i's {i} in `prefix` and `interface_template` is its host,
+  /// (i - 1) / per_host + 1 (the emulated cluster with several processes per namespace).
+  std::uint32_t per_host = 1;
   /// Where the manager listens (reachable from every member).
   std::string manager_host = "127.0.0.1";
   std::uint32_t mtu = 0;  // 0: the transport's default
