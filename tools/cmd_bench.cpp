@@ -176,9 +176,10 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("--scale", *scale, "Multiply the message counts")->check(CLI::Range(0.01, 100.0));
   cmd->add_option("--csv", *csv, "Also write the table as CSV to this file");
   cmd->add_flag("--json", *json, "Print the rows as one JSON line (last line of output)");
-  cmd->add_option("--prefix", base->prefix, "Command words before each member ({i}: its index)")
+  cmd->add_option("--prefix", base->prefix, "Command words before each member ({i}: its host, see --per-host)")
       ->expected(0, -1)->delimiter(' ');
-  cmd->add_option("--interface-template", base->interface_template, "Each member's address ({i}: its index)");
+  cmd->add_option("--interface-template", base->interface_template,
+                  "Each member's address ({i}: its host, see --per-host)");
   cmd->add_option("--manager-host", base->manager_host, "Address the manager listens on");
   cmd->add_option("--per-host", base->per_host,
                   "socket: members per host: the {i} of --prefix and --interface-template is member i's host, "

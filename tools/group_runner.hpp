@@ -51,9 +51,10 @@ struct GroupRunOptions {
   std::string cut_command;
   std::string heal_command;
   std::string group = "demo";
-  /// Command words put in front of each member; "{i}" becomes its 1-based index.
+  /// Command words put in front of each member; "{i}" becomes its host's 1-based
+  /// index (its own index unless per_host > 1).
   std::vector<std::string> prefix;
-  /// Each member's local address; "{i}" becomes its 1-based index.
+  /// Each member's local address; "{i}" as in `prefix`.
   std::string interface_template = "127.0.0.1";
   /// Members per host: member i's {i} in `prefix` and `interface_template` is its host,
   /// (i - 1) / per_host + 1 (the emulated cluster with several processes per namespace).
