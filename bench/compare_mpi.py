@@ -45,9 +45,14 @@ CLUSTER = os.path.join(ROOT, "tests/cluster/cluster.sh")
 RSH = os.path.join(ROOT, "bench/netns_rsh.sh")
 UNICAST = os.path.join(ROOT, "bench/unicast.py")
 RXE = os.path.join(ROOT, "tests/rxe/run.sh")
-MPIRUN = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--mca", "pml", "ob1", "--mca", "btl", "self,tcp"]
+def mpirun_btl(btl):
+    """mpirun with Open MPI's ob1 and the byte transfer layers `btl`."""
+    return ["mpirun", "--allow-run-as-root", "--oversubscribe", "--mca", "pml", "ob1", "--mca", "btl", btl]
+
+
+MPIRUN = mpirun_btl("self,tcp")
 # Open MPI's shared memory on one host (the baseline of the shm transport).
-MPIRUN_VADER = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--mca", "pml", "ob1", "--mca", "btl", "self,vader"]
+MPIRUN_VADER = mpirun_btl("self,vader")
 MPIRUN_LO = MPIRUN + ["--mca", "btl_tcp_if_include", "lo", "--mca", "oob_tcp_if_include", "lo"]
 MIB = 1 << 20
 LOG = []
@@ -397,8 +402,7 @@ def two_host_runs():
             rows.append({"impl": "hmcast", "size": size, "all_us": r["complete_p50_us"], "last_us": r["deliver_p50_us"],
                          "cpu_s_per_gb": r["latency_cpu_s_per_gb"], "ok": r["ok"]})
         host_list = ",".join("10.77.0.%d:%d" % (i, TWO_HOST_PER_HOST) for i in range(1, hosts + 1))
-        prefix = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--mca", "pml", "ob1", "--mca", "btl",
-                  "self,vader,tcp", "--host", host_list] + MPIRUN_CLUSTER
+        prefix = mpirun_btl("self,vader,tcp") + ["--host", host_list] + MPIRUN_CLUSTER
         try:
             for size, r in mpi_small(procs, TWO_HOST_SIZES, 0.3, prefix=prefix).items():
                 rows.append({"impl": "mpi", "size": size, "all_us": r["all"], "last_us": r["last"],
@@ -411,10 +415,14 @@ def two_host_runs():
     return rows, note
 
 
+def two_host_pair(rows, size):
+    """hmcast's and Open MPI's row at `size` (None where there is none)."""
+    return tuple(next((r for r in rows if r["impl"] == impl and r["size"] == size), None) for impl in ("hmcast", "mpi"))
+
+
 def two_host_summary(summary, rows):
     for size, name in ((2048, "2k"), (64 * MIB, "64m")):
-        h = next((r for r in rows if r["impl"] == "hmcast" and r["size"] == size), None)
-        m = next((r for r in rows if r["impl"] == "mpi" and r["size"] == size), None)
+        h, m = two_host_pair(rows, size)
         summary["two_host_%s_hmcast_us" % name] = h["all_us"] if h else None
         summary["two_host_%s_mpi_us" % name] = m["all_us"] if m else None
         summary["two_host_%s_ratio_vs_mpi" % name] = round(h["all_us"] / m["all_us"], 3) if h and m else None
@@ -433,8 +441,7 @@ def two_host_table(rows, note):
         return "\n".join(md) + "\n"
     md += ["| size | hmcast all-acked | hmcast CPU s per GB | Open MPI Bcast+Barrier | ratio |", "|---|---|---|---|---|"]
     for size in TWO_HOST_SIZES:
-        h = next((r for r in rows if r["impl"] == "hmcast" and r["size"] == size), None)
-        m = next((r for r in rows if r["impl"] == "mpi" and r["size"] == size), None)
+        h, m = two_host_pair(rows, size)
         md.append("| %s | %s | %s | %s | %s |" % (
             fmt_size(size), fmt_us(h["all_us"]) if h else "n/a", "%.1f" % h["cpu_s_per_gb"] if h else "n/a",
             fmt_us(m["all_us"]) if m else "n/a", "%.3f" % (h["all_us"] / m["all_us"]) if h and m else "n/a"))
