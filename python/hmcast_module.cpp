@@ -105,6 +105,8 @@ py::dict stats_dict(const hmcast::GroupStats& s) {
   d["batches_sent"] = s.batches_sent;
   d["datagrams_batched"] = s.datagrams_batched;
   d["link_bytes_sent"] = s.link_bytes_sent;
+  d["shm_locks_recovered"] = s.shm_locks_recovered;
+  d["shm_partial_frames_dropped"] = s.shm_partial_frames_dropped;
   d["multicast_probe"] = s.multicast_probe;
   d["multicast_emulated"] = s.multicast_emulated;
   d["max_small_message"] = s.max_small_message;

@@ -11,17 +11,22 @@
 #include <algorithm>
 #include <map>
 #include <memory>
+#include <optional>
 #include <random>
+#include <string>
 #include <thread>
 #include <vector>
 
 #include <catch2/catch.hpp>
 
 #include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
 #include "core/wire.hpp"
+#include "transport/shm/crash_point.hpp"
 #include "transport/shm/shm_layout.hpp"
 #include "transport/shm/shm_transport.hpp"
 
@@ -270,6 +275,84 @@ TEST_CASE("shm: a closed member's file goes, and links to it break", "[shm]") {
   CHECK(eps[1]->stats().peers_unreachable == 1);
   eps[1]->remove_peer(1);
   eps[1]->remove_peer(77);
+}
+
+TEST_CASE("shm: a writer killed halfway through a frame leaves nothing torn, and its lock is taken over", "[shm]") {
+  // A real process (fork) writes a 2 MiB frame into member 1's 1 MiB inbox: three
+  // 256 KiB fragments go in at once and are published; once member 1 has read them
+  // and made room, the writer dies (SIGKILL, by crash_point.hpp) with half of the
+  // fourth copied and the inbox lock held.
+  const auto group = test_group(41);
+  const auto cfg = config(group, 1 << 20, 1 << 20);
+  shm::Endpoint a(1, cfg);
+  int report[2] = {-1, -1};
+  REQUIRE(::pipe(report) == 0);
+  const pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {  // nothing of Catch2 here: exit codes only
+    ::close(report[0]);
+    shm::Endpoint b(2, cfg);
+    b.add_peer(1);
+    if (::write(report[1], "ready\n", 6) != 6) ::_exit(2);  // its file exists: member 1 may map it
+    shm::arm_crash_mid_write(report[1], 64 * 1024, 3 * 256 * 1024);
+    if (!b.unicast(1, pattern(2 << 20, 2))) ::_exit(3);
+    const auto until = Clock::now() + 10s;
+    while (Clock::now() < until) (void)b.wait(Clock::now() + 20ms);  // flushes the rest as room appears
+    ::_exit(4);  // the crash point was never reached
+  }
+  ::close(report[1]);
+  char ready[6] = {};
+  REQUIRE(::read(report[0], ready, sizeof ready) == 6);  // as in a group: peers' files exist before the view names them
+  a.add_peer(2);
+  int status = 0;
+  pid_t reaped = 0;
+  const auto deadline = Clock::now() + 20s;
+  while (reaped == 0 && Clock::now() < deadline) {
+    const auto in = a.wait(Clock::now() + 5ms);
+    CHECK_FALSE(in.has_value());  // three fragments of four: no frame may come out
+    reaped = ::waitpid(child, &status, WNOHANG);
+  }
+  if (reaped == 0) {
+    ::kill(child, SIGKILL);
+    ::waitpid(child, &status, 0);
+    FAIL("the writer did not die within 20 s");
+  }
+  REQUIRE(WIFSIGNALED(status));
+  CHECK(WTERMSIG(status) == SIGKILL);
+  char line[512] = {};
+  const ssize_t n = ::read(report[0], line, sizeof line - 1);
+  ::close(report[0]);
+  REQUIRE(n > 0);
+  const std::string said(line, static_cast<std::size_t>(n));
+  CHECK(said.find("\"event\":\"crashed_mid_write\"") != std::string::npos);
+  CHECK(said.find("\"frame_offset\":786432") != std::string::npos);
+  CHECK(said.find("\"record_copied\":131072") != std::string::npos);
+
+  // The view drops the dead writer: its unfinished frame is let go, and so is its
+  // file (nobody else would remove it).
+  a.remove_peer(2);
+  CHECK_FALSE(a.wait(Clock::now() + 5ms).has_value());
+  CHECK(a.stats().partial_frames_dropped == 1);
+  CHECK_FALSE(file_exists(group, 2));
+
+  // The next writer finds the lock's holder dead, takes it over, and its frame
+  // arrives whole, written over the half record nobody ever published.
+  shm::Endpoint c(3, cfg);
+  c.add_peer(1);
+  const Bytes want = numbered(7, 300 * 1024);
+  REQUIRE(c.unicast(1, want));
+  std::optional<hmcast::transport::Inbound> in;
+  const auto deadline2 = Clock::now() + 10s;
+  while (!in && Clock::now() < deadline2) {
+    in = a.wait(Clock::now() + 10ms);
+    (void)c.wait(Clock::now());  // flushes what did not fit at once
+  }
+  REQUIRE(in);
+  CHECK(in->from == 3);
+  CHECK(in->bytes == want);
+  CHECK(c.stats().inbox_locks_recovered == 1);
+  CHECK_FALSE(a.wait(Clock::now() + 5ms).has_value());
+  CHECK(a.stats().frames_received == 1);
 }
 
 TEST_CASE("shm: wake() ends a wait at once, from another thread", "[shm]") {

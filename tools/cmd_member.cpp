@@ -5,6 +5,7 @@
 //   {"event":"joined", ...}  {"event":"view", ...}  {"event":"progress", ...}  {"event":"done", ...}
 // then stays (serving repairs to the others) until its stdin closes.
 #include <sched.h>
+#include <signal.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -27,6 +28,7 @@
 #include "mono_clock.hpp"
 #include "process_info.hpp"
 #include "large/schedule.hpp"
+#include "transport/shm/crash_point.hpp"
 #include "workload.hpp"
 
 namespace hmcast::tools {
@@ -64,6 +66,7 @@ struct MemberOptions {
   bool serial = false;      // a sender waits for each completion before the next broadcast
   bool timestamps = false;  // report send and delivery times of member 1's messages
   bool joiner = false;      // joins the group once it runs: expects each sender's messages from some index on
+  bool crash_mid_write = false;  // shm: SIGUSR1 arms transport/shm/crash_point.hpp
   // Policy overrides (0 / empty: the policy's choice from the profile).
   std::string profile;       // Config::profile_file
   std::uint32_t probe_deadline_ms = 0;  // 0: the protocol's multicast probe deadline
@@ -136,9 +139,22 @@ struct Ledger {
   }
 };
 
+/// --crash-mid-write: the soak's SIGUSR1 arms the crash point for the next frame of
+/// a large message's blocks (small messages' frames are ACKs and repairs, far smaller).
+void arm_crash_on_signal(int) { hmcast::shm::arm_crash_mid_write(STDOUT_FILENO, 64 * 1024); }
+
 int run_member(const MemberOptions& o) {
   const SizeMix mix = SizeMix::parse(o.sizes);
   Reporter out;
+  if (o.crash_mid_write) {
+    if (o.transport != "shm") throw std::runtime_error("--crash-mid-write needs --transport shm");
+    struct sigaction sa {};
+    sa.sa_handler = arm_crash_on_signal;
+    ::sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    if (::sigaction(SIGUSR1, &sa, nullptr) != 0)
+      throw std::runtime_error(std::string("cannot handle SIGUSR1: ") + std::strerror(errno));
+  }
   if (o.cpu) {
     // Before any thread starts: the progress thread inherits the mask.
     cpu_set_t set;
@@ -489,6 +505,8 @@ int run_member(const MemberOptions& o) {
             {"large_uncommitted_discarded", st.large_uncommitted_discarded},
             {"ud_multicast_datagrams", st.multicast_datagrams_sent},
             {"rc_bytes", st.link_bytes_sent},
+            {"shm_locks_recovered", st.shm_locks_recovered},
+            {"shm_partial_frames_dropped", st.shm_partial_frames_dropped},
             {"large_bytes_placed", st.large_bytes_placed},
             {"large_regions_held", st.large_regions_held},
             {"views_installed", st.views_installed},
@@ -596,6 +614,9 @@ void add_member_command(CLI::App& app) {
                 "verbs: large blocks are SENT and copied instead of RDMA WRITTEN into the final buffer");
   cmd->add_option("--progress-ms", o->progress_ms, "Progress report interval")->check(CLI::Range(10U, 60000U));
   cmd->add_option("--timeout", o->timeout_s, "Give up after this many seconds")->check(CLI::Range(1U, 86400U));
+  cmd->add_flag("--crash-mid-write", o->crash_mid_write,
+                "shm, for hmcast soak --kill-mid-write: on SIGUSR1, die (SIGKILL) halfway through copying the next "
+                "large frame into a peer's inbox, and say so on stdout");
   cmd->add_flag("--serial", o->serial, "Wait for each completion before the next broadcast (latency runs)");
   cmd->add_option("--verify", o->verify, "full: check every delivered byte; sampled: about 4096 spread out, as the MPI "
                                          "baseline does (benchmarks)")

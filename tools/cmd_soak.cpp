@@ -31,6 +31,9 @@ void add_soak_command(CLI::App& app) {
   cmd->add_option("--link-delay-us", o->link_delay_us, "Received link frames delayed by [0, N] us (links stay FIFO)")
       ->check(CLI::Range(0U, 10'000'000U));
   cmd->add_option("--kill", o->kill, "Non-sender members SIGKILLed mid-run");
+  cmd->add_option("--kill-mid-write", o->kill_mid_write,
+                  "shm: non-sender members that SIGKILL themselves halfway through copying a large message's block "
+                  "into a peer's inbox (holding its lock): nothing torn may be delivered, and no file may be left");
   cmd->add_option("--kill-senders", o->kill_senders,
                   "Senders SIGKILLed mid-run (never member 1): the survivors must deliver the same of their messages");
   cmd->add_flag("--kill-manager", o->kill_manager,

@@ -54,6 +54,8 @@ struct Child {
   std::string pending;
   bool exited = false;  // stdout closed
   bool killed = false;
+  std::int64_t armed_ns = 0;      // --kill-mid-write: when it was told to die at its next large copy
+  bool crashed_mid_write = false;  // ... and said it did
   std::optional<std::uint32_t> member;
   bool sender = false;
   bool joiner = false;  // started once the group ran
@@ -182,7 +184,13 @@ nlohmann::json GroupRunReport::to_json() const {
           {"emulated_datagrams", emulated_datagrams},
           {"policy", policy}};
   j["transport"] = transport;
-  if (transport == "shm") j["shm_files_left"] = shm_files_left;
+  if (transport == "shm") {
+    j["shm_files_left"] = shm_files_left;
+    j["killed_mid_write"] = killed_mid_write;
+    j["mid_write_kills"] = mid_write_kills;
+    j["shm_locks_recovered"] = shm_locks_recovered;
+    j["shm_partial_frames_dropped"] = shm_partial_frames_dropped;
+  }
   if (transport == "verbs") {
     j["ud_multicast_datagrams"] = ud_multicast_datagrams;
     j["rc_bytes"] = rc_bytes;
@@ -196,8 +204,10 @@ nlohmann::json GroupRunReport::to_json() const {
 
 GroupRunReport run_group(const GroupRunOptions& o) {
   if (o.senders == 0 || o.senders > o.procs) throw std::invalid_argument("--senders must be in [1, --procs]");
-  if (o.kill > o.procs - o.senders)
-    throw std::invalid_argument("--kill must leave the senders alive: at most --procs minus --senders");
+  if (o.kill + o.kill_mid_write > o.procs - o.senders)
+    throw std::invalid_argument("--kill and --kill-mid-write must leave the senders alive: at most --procs minus --senders");
+  if (o.kill_mid_write > 0 && o.transport != "shm")
+    throw std::invalid_argument("--kill-mid-write needs --transport shm (it cuts a copy into a peer's shared inbox)");
   if (o.kill_senders >= o.senders)
     throw std::invalid_argument("--kill-senders must leave a sender alive (member 1): at most --senders minus 1");
   if (o.kill_senders > 0 && o.join > 0)
@@ -273,6 +283,7 @@ GroupRunReport run_group(const GroupRunOptions& o) {
     if (!o.key_file.empty()) argv.insert(argv.end(), {"--key-file", o.key_file});
     if (o.probe_deadline_ms != 0) argv.insert(argv.end(), {"--probe-deadline-ms", std::to_string(o.probe_deadline_ms)});
     if (o.serial) argv.emplace_back("--serial");
+    if (o.kill_mid_write > 0) argv.emplace_back("--crash-mid-write");  // only the victims are ever armed
     if (o.timestamps) argv.emplace_back("--timestamps");
     if (o.verify != "full") argv.insert(argv.end(), {"--verify", o.verify});
     if (joiner) argv.emplace_back("--joiner");
@@ -293,7 +304,7 @@ GroupRunReport run_group(const GroupRunOptions& o) {
   std::string forge_failure;
   bool forger_started = false;
   std::vector<std::pair<std::uint32_t, std::int64_t>> kills;  // (member id, t_ns)
-  bool killed_yet = o.kill == 0 && o.kill_senders == 0 && !o.kill_manager && o.kill_coordinator == 0 &&
+  bool killed_yet = o.kill == 0 && o.kill_mid_write == 0 && o.kill_senders == 0 && !o.kill_manager && o.kill_coordinator == 0 &&
                     o.kill_zk_leader == 0 && o.partition == 0;
   std::int64_t cut_ns = 0;
   bool healed = o.partition == 0;
@@ -323,6 +334,17 @@ GroupRunReport run_group(const GroupRunOptions& o) {
     } else if (ev == "final") {
       c.final_tallies = j["per_sender"];
       c.departed_delivered = j.value("departed_delivered", nlohmann::json::object());
+    } else if (ev == "crashed_mid_write" && c.armed_ns != 0 && !c.crashed_mid_write) {
+      // It died as it wrote this: the view change is timed from here, not from the arming.
+      c.crashed_mid_write = true;
+      ++rep.killed_mid_write;
+      j["member"] = c.member.value_or(0);
+      for (auto& k : kills)
+        if (c.member && k.first == *c.member) k.second = j["t_ns"].get<std::int64_t>();
+      std::sort(kills.begin(), kills.end(), [](const auto& a, const auto& b) { return a.second < b.second; });
+      if (o.progress != nullptr)
+        *o.progress << "member " << c.member.value_or(0) << " died halfway through a copy: " << j.dump() << std::endl;
+      rep.mid_write_kills.push_back(std::move(j));
     } else if (ev == "done") {
       c.done = true;
       c.delivered = j["delivered"].get<std::uint64_t>();
@@ -389,6 +411,15 @@ GroupRunReport run_group(const GroupRunOptions& o) {
       };
       kill_some(o.kill_senders, true);
       kill_some(o.kill, false);
+      for (Child* victim : pick_victims(o.kill_mid_write, false)) {
+        ::kill(victim->pid, SIGUSR1);  // arms its crash point (hmcast member --crash-mid-write)
+        victim->killed = true;
+        victim->armed_ns = mono_ns();
+        kills.emplace_back(*victim->member, victim->armed_ns);
+        if (o.progress != nullptr)
+          *o.progress << "armed member " << *victim->member << " (pid " << victim->pid
+                      << ") to die halfway through its next large copy" << std::endl;
+      }
       if (o.partition > 0) {
         // Cut hosts off the network (their processes live on): each must find itself
         // out and stop, while the rest carry on without it.
@@ -487,6 +518,15 @@ GroupRunReport run_group(const GroupRunOptions& o) {
           }
         });
     }
+    // An armed victim that found no large copy to die in within 10 s is killed from
+    // here, and the run says the crash point was never reached.
+    for (auto& c : kids)
+      if (c.armed_ns != 0 && !c.crashed_mid_write && !c.exited && mono_ns() - c.armed_ns > 10'000'000'000LL) {
+        ::kill(c.pid, SIGKILL);
+        c.armed_ns = 0;
+        rep.problems.push_back("member " + std::to_string(c.member.value_or(0)) +
+                               " was armed to die mid-copy but wrote no large frame within 10 s (SIGKILLed instead)");
+      }
     const bool all_done = std::all_of(kids.begin(), kids.end(), [](const Child& c) { return c.killed || c.done || c.exited; });
     // Survivors may be done before the view without a victim reaches them: keep
     // them a little longer (at most 5 s after the last kill) so it can be judged.
@@ -570,6 +610,10 @@ GroupRunReport run_group(const GroupRunOptions& o) {
                              prefix + "*)");
   }
 
+  if (rep.killed_mid_write < o.kill_mid_write)
+    rep.problems.push_back(std::to_string(o.kill_mid_write - rep.killed_mid_write) + " of " +
+                           std::to_string(o.kill_mid_write) + " members armed to die mid-copy never did");
+
   // Judge.
   std::uint64_t expected_digest = 0;
   std::map<std::uint32_t, std::uint64_t> sender_digest;  // all of a sender's messages
@@ -648,6 +692,8 @@ GroupRunReport run_group(const GroupRunOptions& o) {
     rep.large_uncommitted_discarded += d.value("large_uncommitted_discarded", std::uint64_t{0});
     rep.ud_multicast_datagrams += d.value("ud_multicast_datagrams", std::uint64_t{0});
     rep.rc_bytes += d.value("rc_bytes", std::uint64_t{0});
+    rep.shm_locks_recovered += d.value("shm_locks_recovered", std::uint64_t{0});
+    rep.shm_partial_frames_dropped += d.value("shm_partial_frames_dropped", std::uint64_t{0});
     rep.large_bytes_placed += d.value("large_bytes_placed", std::uint64_t{0});
     rep.large_regions_held += d.value("large_regions_held", std::uint64_t{0});
     rep.members_cpu_s += d.value("cpu_s", 0.0);

@@ -27,6 +27,10 @@ struct GroupRunOptions {
   std::uint32_t delay_us = 0;
   std::uint32_t link_delay_us = 0;
   std::uint32_t kill = 0;  // non-sender members SIGKILLed mid-run
+  /// shm: non-sender members that die (SIGKILL, by their own hand) halfway through
+  /// copying a large message's block into a peer's inbox, holding its lock
+  /// (transport/shm/crash_point.hpp): armed mid-run, each dies at its next such copy.
+  std::uint32_t kill_mid_write = 0;
   /// Senders SIGKILLed mid-run (never member 1, whose figures the reports use): the
   /// survivors must agree on which of a dead sender's messages they delivered.
   std::uint32_t kill_senders = 0;
@@ -97,6 +101,13 @@ struct GroupRunOptions {
 struct GroupRunReport {
   std::uint32_t procs = 0;
   std::uint64_t shm_files_left = 0;  // shm: files of the group still in /dev/shm after every member is gone
+  /// --kill-mid-write: the members that said they died mid-copy (their reports), and
+  /// what the survivors saw of it: inbox locks taken over from a dead holder, and
+  /// frames dropped unfinished.
+  std::uint32_t killed_mid_write = 0;
+  nlohmann::json mid_write_kills = nlohmann::json::array();
+  std::uint64_t shm_locks_recovered = 0;
+  std::uint64_t shm_partial_frames_dropped = 0;
   std::uint32_t senders = 0;
   std::uint64_t messages_sent = 0;  // senders x messages
   std::uint64_t completed = 0;      // all-acked at their senders

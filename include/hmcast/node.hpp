@@ -131,6 +131,12 @@ struct GroupStats {
   /// (verbs: through the UD QP, and over RC QPs; other transports report 0).
   std::uint64_t multicast_datagrams_sent = 0;
   std::uint64_t link_bytes_sent = 0;
+  /// shm: a peer that died while writing into this member's inbox. Locks taken
+  /// over from a dead holder (the record it was writing was never published, so
+  /// nothing of it is read), and frames dropped unfinished because their writer
+  /// left the view before their last fragment (never delivered torn).
+  std::uint64_t shm_locks_recovered = 0;
+  std::uint64_t shm_partial_frames_dropped = 0;
   /// Does multicast work here? After each view that brings members in, each member
   /// multicasts a probe that every other member confirms over its reliable link
   /// (socket and verbs transports). `multicast_probe`: "idle" (nothing to probe),

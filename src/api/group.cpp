@@ -107,6 +107,8 @@ GroupStats Group::stats() const {
   out.large_regions_held = link.regions_held();
   out.multicast_datagrams_sent = link.multicast_datagrams_sent();
   out.link_bytes_sent = link.link_bytes_sent();
+  out.shm_locks_recovered = link.locks_recovered();
+  out.shm_partial_frames_dropped = link.partial_frames_dropped();
   out.faults = transport::fault_stats(link);
   const auto seal = transport::seal_stats(link);
   out.auth_failures = seal.auth_failures;

@@ -42,6 +42,8 @@ class ForwardingLink : public Link {
   [[nodiscard]] std::uint64_t regions_held() const override { return inner_->regions_held(); }
   [[nodiscard]] std::uint64_t multicast_datagrams_sent() const override { return inner_->multicast_datagrams_sent(); }
   [[nodiscard]] std::uint64_t link_bytes_sent() const override { return inner_->link_bytes_sent(); }
+  [[nodiscard]] std::uint64_t locks_recovered() const override { return inner_->locks_recovered(); }
+  [[nodiscard]] std::uint64_t partial_frames_dropped() const override { return inner_->partial_frames_dropped(); }
   void close() override { inner_->close(); }
 
   [[nodiscard]] const Link& inner() const { return *inner_; }

@@ -125,6 +125,10 @@ class ShmLink final : public Link {
   [[nodiscard]] std::uint64_t bad_input() const override { return endpoint_->stats().bad_input; }
   [[nodiscard]] std::uint64_t multicast_datagrams_sent() const override { return endpoint_->stats().datagrams_sent; }
   [[nodiscard]] std::uint64_t link_bytes_sent() const override { return endpoint_->stats().link_bytes_sent; }
+  [[nodiscard]] std::uint64_t locks_recovered() const override { return endpoint_->stats().inbox_locks_recovered; }
+  [[nodiscard]] std::uint64_t partial_frames_dropped() const override {
+    return endpoint_->stats().partial_frames_dropped;
+  }
 
  private:
   std::unique_ptr<shm::Endpoint> endpoint_;

@@ -102,6 +102,10 @@ class Link : public Transport {
   /// the UD QP and RC QPs; transports that do not count them say 0).
   [[nodiscard]] virtual std::uint64_t multicast_datagrams_sent() const { return 0; }
   [[nodiscard]] virtual std::uint64_t link_bytes_sent() const { return 0; }
+  /// A peer that died while writing to us (shm): inbox locks taken over from a dead
+  /// owner, and frames dropped unfinished because their writer left the view.
+  [[nodiscard]] virtual std::uint64_t locks_recovered() const { return 0; }
+  [[nodiscard]] virtual std::uint64_t partial_frames_dropped() const { return 0; }
   /// Stop sending and receiving; peers see this member's links break.
   virtual void close() = 0;
 };

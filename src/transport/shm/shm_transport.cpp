@@ -16,6 +16,7 @@
 
 #include "core/assert.hpp"
 #include "core/wire.hpp"
+#include "transport/shm/crash_point.hpp"
 #include "transport/socket/net_util.hpp"
 
 namespace hmcast::shm {
@@ -278,6 +279,15 @@ void Endpoint::flush(Peer& p) {
       rh.source = self_;
       rh.flags = (f.offset == 0 ? kFirst : 0U) | (f.offset + n == size ? kLast : 0U);
       rh.frame_size = static_cast<std::uint32_t>(size);
+      if (crash_due(size, f.offset)) {
+        // Armed by a test (crash_point.hpp): half the record, never published, and the
+        // lock held as the process dies.
+        RecordHeader cut = rh;
+        cut.length = static_cast<std::uint32_t>(n / 2);
+        const auto [ca, cb] = frame_bytes(f.head, f.payload, f.offset, n / 2);
+        p.inbox.write(tail, cut, ca, cb);
+        crash_mid_write(p.id, size, f.offset, n, n / 2);
+      }
       const auto [a, b] = frame_bytes(f.head, f.payload, f.offset, n);
       tail = p.inbox.write(tail, rh, a, b);
       f.offset += n;
@@ -418,9 +428,18 @@ void Endpoint::refresh_snapshot() {
   const std::uint64_t v = peers_version_.load();
   if (v == snapshot_version_) return;
   std::lock_guard lock(peers_mu_);
+  // A frame whose writer left the view before its last fragment will never end:
+  // drop what came of it (and the final buffer it was being placed into).
+  std::uint64_t dropped = 0;
+  for (const auto& old : snapshot_)
+    if (!peers_.contains(old->id)) dropped += partial_.erase(old->id);
   snapshot_.clear();
   for (auto& [id, p] : peers_) snapshot_.push_back(p);
   snapshot_version_ = v;
+  if (dropped > 0) {
+    std::lock_guard s(stats_mu_);
+    stats_.partial_frames_dropped += dropped;
+  }
 }
 
 std::optional<Inbound> Endpoint::read_inbox() {

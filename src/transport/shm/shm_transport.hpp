@@ -70,6 +70,8 @@ struct ShmStats {
   std::uint64_t bytes_placed = 0;
   /// Times a writer found the inbox lock held by a process that had died.
   std::uint64_t inbox_locks_recovered = 0;
+  /// Frames dropped unfinished: their writer left the view before the last fragment.
+  std::uint64_t partial_frames_dropped = 0;
 };
 
 /// The file name of member `member` of group `group` ("/hmcast-<group>-<member>").
