@@ -137,6 +137,13 @@ std::unique_ptr<CommGroup> CommGroup::form(MPI_Comm comm, std::string& why) {
     cfg.socket.interface_address = iface;
     cfg.join_timeout = std::chrono::milliseconds(std::atol(env_or("HMCAST_MPI_JOIN_TIMEOUT_MS", "30000").c_str()));
     g->spin_ = detail::poll_window(cfg.socket.completion, std::max(cfg.socket.busy_poll, cfg.socket.busy_poll_max));
+    // The policy's route for this group, with room for the shim's byte of header: a
+    // broadcast of exactly the route's size (1 MiB at 4 ranks) would otherwise cross
+    // to the large path, which is several times slower there.
+    ProtocolConfig protocol = default_protocol(cfg);
+    const std::uint32_t route = protocol.small_route_max != 0 ? protocol.small_route_max : protocol.max_small_message;
+    if (route < protocol.max_small_message) protocol.small_route_max = route + 1;
+    cfg.protocol = protocol;
     g->node_ = std::make_unique<Node>(cfg);
     g->group_ = g->node_->join("mpi-communicator");  // the manager is this communicator's own
     CommGroup* self = g.get();

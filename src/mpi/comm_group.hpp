@@ -82,10 +82,10 @@ class CommGroup {
   std::optional<BcastError> receive(int root, std::size_t size, Take&& take, bool block = true,
                                     bool* done = nullptr);
 
-  /// Broadcasts above this many bytes take hmcast's large path: the group's own
-  /// threshold (the policy's choice, GroupStats::max_small_message) less the
-  /// shim's byte of header, the same at every rank since every rank builds the
-  /// same Config.
+  /// Broadcasts above this many bytes take hmcast's large path: the policy's
+  /// choice for the group, which form() raises by the shim's byte of header so a
+  /// broadcast of the policy's size stays small (GroupStats::max_small_message less
+  /// that byte), the same at every rank since every rank builds the same Config.
   [[nodiscard]] std::size_t max_small() const { return max_small_; }
 
  private:
