@@ -107,6 +107,9 @@ py::dict stats_dict(const hmcast::GroupStats& s) {
   d["link_bytes_sent"] = s.link_bytes_sent;
   d["shm_locks_recovered"] = s.shm_locks_recovered;
   d["shm_partial_frames_dropped"] = s.shm_partial_frames_dropped;
+  d["hosts"] = s.hosts;
+  d["host_members"] = s.host_members;
+  d["host_leader"] = s.host_leader;
   d["multicast_probe"] = s.multicast_probe;
   d["multicast_emulated"] = s.multicast_emulated;
   d["max_small_message"] = s.max_small_message;

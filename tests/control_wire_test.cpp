@@ -6,6 +6,7 @@
 
 #include "membership/control_wire.hpp"
 #include "membership/coordinator.hpp"
+#include "membership/host_layout.hpp"
 
 using namespace hmcast::membership;
 
@@ -15,7 +16,9 @@ std::vector<ControlMessage> samples() {
   return {Join{"weights", 8},
           Welcome{0x1122334455667788ULL, 7, 0xEFFF0102U, 20001},
           Listening{"10.0.0.2", 4242},
+          Listening{"10.0.0.2", 4242, 0xA1B2C3D4E5F60718ULL},
           ViewPush{3, {{1, "10.0.0.1", 1000}, {4, "host-b", 1001}}, {}, false},
+          ViewPush{3, {{1, "10.0.0.1", 1000, 77}, {4, "host-b", 1001, 0xFFFFFFFFFFFFFFFFULL}}, {}, false},
           ViewPush{9, {}, {}, false},
           ViewPush{5, {{2, "a", 7}, {9, "b", 8}}, {{2, 17, 3}, {5, 1, 1}}, true},
           SuspectReport{4, 2},
@@ -214,4 +217,40 @@ TEST_CASE("coordinator: one failed multicast probe switches the whole group, joi
   REQUIRE(issued.size() == 2);
   CHECK(issued[1].push.members.size() == 4);
   CHECK(issued[1].push.multicast_emulated);
+}
+
+TEST_CASE("coordinator: the host each member names reaches every member in the view", "[control]") {
+  Coordinator c({});
+  for (ConnId k = 10; k < 13; ++k) (void)expect<Welcome>(c.on_message(k, Join{"g", 3}), 0);
+  (void)c.on_message(10, Listening{"h1", 1, 500});
+  (void)c.on_message(11, Listening{"h2", 2, 600});
+  const auto formed = c.on_message(12, Listening{"h3", 3, 500});
+  const auto& v = expect<ViewPush>(formed, 0);
+  REQUIRE(v.members.size() == 3);
+  CHECK(v.members[0].host_id == 500);
+  CHECK(v.members[1].host_id == 600);
+  CHECK(v.members[2].host_id == 500);
+}
+
+TEST_CASE("host layout: hosts, a host's members and its leader follow from the view alone", "[control]") {
+  const ViewPush v{4, {{1, "a", 1, 70}, {2, "b", 2, 80}, {3, "c", 3, 70}, {5, "d", 4, 0}, {6, "e", 5, 80},
+                       {7, "f", 6, 0}}, {}, false};
+  const auto at3 = host_layout(v, 3);
+  CHECK(at3.hosts == 4);  // 70, 80 and two members that named no host (each its own)
+  CHECK(at3.local == std::vector<hmcast::MemberId>{1, 3});
+  CHECK(at3.leader == 1);
+  CHECK(at3.leaders == std::vector<hmcast::MemberId>{1, 2, 5, 7});
+  const auto at6 = host_layout(v, 6);
+  CHECK(at6.local == std::vector<hmcast::MemberId>{2, 6});
+  CHECK(at6.leader == 2);
+  const auto at5 = host_layout(v, 5);
+  CHECK(at5.local == std::vector<hmcast::MemberId>{5});
+  CHECK(at5.leader == 5);
+  // The leader of host 70 leaves: the next member of that host leads, in that view.
+  const ViewPush after{5, {{2, "b", 2, 80}, {3, "c", 3, 70}, {6, "e", 5, 80}}, {}, false};
+  const auto next = host_layout(after, 3);
+  CHECK(next.leader == 3);
+  CHECK(next.local == std::vector<hmcast::MemberId>{3});
+  CHECK(next.hosts == 2);
+  CHECK(next.leaders == std::vector<hmcast::MemberId>{2, 3});
 }

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <map>
 #include <mutex>
+#include <string>
 #include <thread>
 
 #include "eventually.hpp"
@@ -165,6 +166,57 @@ TEST_CASE("socket api: a member that goes away is removed by a new view and the 
   std::lock_guard lock(got[0].mu);
   REQUIRE_FALSE(got[0].views.empty());
   CHECK(got[0].views.back().size() == 2);
+}
+
+TEST_CASE("socket api: members say their host; each host's smallest member leads it, the next once it leaves",
+          "[socket][api]") {
+  hmcast::socket::ManagerServer manager("127.0.0.1", 0, hmcast::socket::fresh_coordinator_config());
+  const std::vector<std::string> host_of = {"rack1-a", "rack1-b", "rack1-a", "rack1-b"};
+  std::vector<std::unique_ptr<hmcast::Node>> nodes;
+  std::vector<hmcast::Group> groups(host_of.size());
+  for (const auto& h : host_of) {
+    auto cfg = socket_config(manager.port(), static_cast<std::uint32_t>(host_of.size()));
+    cfg.host_identity = h;
+    nodes.push_back(std::make_unique<hmcast::Node>(cfg));
+  }
+  std::vector<std::thread> joiners;
+  for (std::size_t i = 0; i < nodes.size(); ++i) joiners.emplace_back([&, i] { groups[i] = nodes[i]->join("hosts"); });
+  for (auto& t : joiners) t.join();
+  // The leader of each host is its member with the smallest id (ids follow join order).
+  const auto leader_of = [&](const std::string& h, std::size_t skip) {
+    hmcast::MemberId best = 0;
+    for (std::size_t i = 0; i < nodes.size(); ++i)
+      if (i != skip && host_of[i] == h && (best == 0 || groups[i].self() < best)) best = groups[i].self();
+    return best;
+  };
+  for (std::size_t i = 0; i < nodes.size(); ++i) {
+    const auto st = groups[i].stats();
+    CHECK(st.hosts == 2);
+    CHECK(st.host_members == 2);
+    CHECK(st.host_leader == (groups[i].self() == leader_of(host_of[i], nodes.size())));
+  }
+  // Host rack1-a's leader goes: the other member of rack1-a leads in the next view.
+  std::size_t gone = 0;
+  for (std::size_t i = 0; i < nodes.size(); ++i)
+    if (host_of[i] == "rack1-a" && groups[i].self() == leader_of("rack1-a", nodes.size())) gone = i;
+  const std::size_t heir = gone == 0 ? 2 : 0;
+  nodes[gone].reset();
+  CHECK(eventually([&] { return groups[heir].view().size() == 3; }));
+  const auto st = groups[heir].stats();
+  CHECK(st.host_leader);
+  CHECK(st.host_members == 1);
+  CHECK(st.hosts == 2);
+  // Without a name, members of one process on one host say the same host.
+  hmcast::socket::ManagerServer manager2("127.0.0.1", 0, hmcast::socket::fresh_coordinator_config());
+  hmcast::Node a(socket_config(manager2.port(), 2));
+  hmcast::Node b(socket_config(manager2.port(), 2));
+  hmcast::Group ga;
+  std::thread ja([&] { ga = a.join("one-host"); });
+  hmcast::Group gb = b.join("one-host");
+  ja.join();
+  CHECK(ga.stats().hosts == 1);
+  CHECK(gb.stats().host_members == 2);
+  CHECK(ga.stats().host_leader != gb.stats().host_leader);
 }
 
 TEST_CASE("socket api: when the manager dies, members fail pending work with manager_lost", "[socket][api]") {

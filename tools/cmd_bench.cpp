@@ -38,6 +38,8 @@ struct Row {
   double latency_cpu_s_per_gb = 0, throughput_cpu_s_per_gb = 0;
   bool ok = false;
   nlohmann::json policy = nlohmann::json::object();  // what the policy chose (socket)
+  std::uint32_t hosts = 0;         // hosts the members' views named (GroupStats::hosts)
+  std::uint32_t host_leaders = 0;  // members that said they lead their host
 };
 
 /// How the socket runs go: latency only, a fixed message count.
@@ -93,6 +95,8 @@ Row process_row(const std::string& transport, std::uint32_t procs, std::uint64_t
   r.deliver_p50_us = lat.last_delivery_p50_us;
   r.deliver_p99_us = lat.last_delivery_p99_us;
   r.policy = lat.policy;
+  r.hosts = lat.hosts;
+  r.host_leaders = lat.host_leaders;
   r.latency_cpu_s_per_gb = cpu_per_gb(lat, procs);
   if (k.latency_only) {
     r.ok = lat.delivered_ok;
@@ -102,7 +106,11 @@ Row process_row(const std::string& transport, std::uint32_t procs, std::uint64_t
   o.messages = r.throughput_messages = throughput_count(size, scale);
   const auto tp = run_group(o);
   r.throughput_cpu_s_per_gb = cpu_per_gb(tp, procs);
-  if (k.throughput_only) r.policy = tp.policy;
+  if (k.throughput_only) {
+    r.policy = tp.policy;
+    r.hosts = tp.hosts;
+    r.host_leaders = tp.host_leaders;
+  }
   r.stream_msgs_per_s = tp.acked_span_s > 0 ? static_cast<double>(tp.messages_sent) / tp.acked_span_s : 0;
   r.throughput_mb_s = tp.send_span_s > 0 ? static_cast<double>(tp.bytes_broadcast) / 1e6 / tp.send_span_s : 0;
   r.ok = lat.delivered_ok && tp.delivered_ok;
@@ -147,7 +155,7 @@ nlohmann::json to_json(const Row& r) {
           {"throughput_messages", r.throughput_messages}, {"throughput_mb_s", r.throughput_mb_s},
           {"stream_msgs_per_s", r.stream_msgs_per_s},
           {"latency_cpu_s_per_gb", r.latency_cpu_s_per_gb}, {"throughput_cpu_s_per_gb", r.throughput_cpu_s_per_gb},
-          {"ok", r.ok}, {"policy", r.policy}};
+          {"ok", r.ok}, {"policy", r.policy}, {"hosts", r.hosts}, {"host_leaders", r.host_leaders}};
 }
 
 }  // namespace

@@ -182,7 +182,9 @@ nlohmann::json GroupRunReport::to_json() const {
           {"probes_failed", probes_failed},
           {"members_emulating", members_emulating},
           {"emulated_datagrams", emulated_datagrams},
-          {"policy", policy}};
+          {"policy", policy},
+          {"hosts", hosts},
+          {"host_leaders", host_leaders}};
   j["transport"] = transport;
   if (transport == "shm") {
     j["shm_files_left"] = shm_files_left;
@@ -693,6 +695,8 @@ GroupRunReport run_group(const GroupRunOptions& o) {
     rep.ud_multicast_datagrams += d.value("ud_multicast_datagrams", std::uint64_t{0});
     rep.rc_bytes += d.value("rc_bytes", std::uint64_t{0});
     rep.shm_locks_recovered += d.value("shm_locks_recovered", std::uint64_t{0});
+    rep.hosts = std::max(rep.hosts, d.value("hosts", std::uint32_t{0}));
+    rep.host_leaders += d.value("host_leader", false) ? 1U : 0U;
     rep.shm_partial_frames_dropped += d.value("shm_partial_frames_dropped", std::uint64_t{0});
     rep.large_bytes_placed += d.value("large_bytes_placed", std::uint64_t{0});
     rep.large_regions_held += d.value("large_regions_held", std::uint64_t{0});

@@ -108,6 +108,10 @@ struct GroupRunReport {
   nlohmann::json mid_write_kills = nlohmann::json::array();
   std::uint64_t shm_locks_recovered = 0;
   std::uint64_t shm_partial_frames_dropped = 0;
+  /// The hosts the members' last views named (GroupStats::hosts, the most any
+  /// member reported) and how many members said they lead their host.
+  std::uint32_t hosts = 0;
+  std::uint32_t host_leaders = 0;
   std::uint32_t senders = 0;
   std::uint64_t messages_sent = 0;  // senders x messages
   std::uint64_t completed = 0;      // all-acked at their senders

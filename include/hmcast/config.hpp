@@ -331,6 +331,12 @@ struct Config {
   VerbsOptions verbs;
   /// shm: ring sizes (the rest is in `socket`).
   ShmOptions shm;
+  /// Which host this member runs on, as it tells the group when it joins (members
+  /// that say the same can share memory; GroupStats::hosts, host_members,
+  /// host_leader). Empty: derived from the kernel's boot id, the /dev/shm it sees
+  /// and its network namespace, so processes in different network namespaces
+  /// (the emulated cluster's hosts) count as different hosts.
+  std::string host_identity;
   /// Protocol tuning; empty means the transport's profile tuned by the policy for
   /// group_size (hmcast::default_protocol).
   std::optional<ProtocolConfig> protocol;

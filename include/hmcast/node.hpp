@@ -137,6 +137,14 @@ struct GroupStats {
   /// left the view before their last fragment (never delivered torn).
   std::uint64_t shm_locks_recovered = 0;
   std::uint64_t shm_partial_frames_dropped = 0;
+  /// Hosts in the current view (members say theirs when they join:
+  /// Config::host_identity), the members on this member's host (itself included),
+  /// and whether it leads its host (its smallest member id, so every member agrees
+  /// and the next one takes over in the view that removes a leader). The ground of
+  /// the two-level group (issue 18): nothing is routed by them yet.
+  std::uint32_t hosts = 0;
+  std::uint32_t host_members = 0;
+  bool host_leader = false;
   /// Does multicast work here? After each view that brings members in, each member
   /// multicasts a probe that every other member confirms over its reliable link
   /// (socket and verbs transports). `multicast_probe`: "idle" (nothing to probe),

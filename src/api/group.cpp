@@ -101,6 +101,9 @@ GroupStats Group::stats() const {
     out.max_small_message = policy::small_route_for(cfg);
     out.large_algorithm = std::string(large::to_string(cfg.large_algorithm));
     out.last_block_size = rt.stats().last_block_size;
+    out.hosts = rt.hosts().hosts;
+    out.host_members = static_cast<std::uint32_t>(rt.hosts().local.size());
+    out.host_leader = rt.hosts().leader == e.self();
   }
   out.bad_packets_dropped += link.bad_input();
   out.large_bytes_placed = link.bytes_placed();

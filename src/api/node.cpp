@@ -9,6 +9,7 @@
 #include "core/overloaded.hpp"
 #include "policy/defaults.hpp"
 #include "transport/faulty/fault_config.hpp"
+#include "transport/host_identity.hpp"
 #include "transport/faulty/faulty_link.hpp"
 #include "transport/inproc/inproc_control.hpp"
 #include "transport/links.hpp"
@@ -345,7 +346,7 @@ Group Node::join(const std::string& name) {
     return node->place_block(from, head, size);
   });
   s.control->listening(transport::listening_address(*s.link, s.cfg.socket.interface_address),
-                       transport::listening_port(*s.link));
+                       transport::listening_port(*s.link), transport::host_identity(s.cfg.host_identity));
   const auto first = s.control->wait_view(deadline);
   auto g = std::make_shared<detail::GroupState>();
   g->node = &s;

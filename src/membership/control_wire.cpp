@@ -42,6 +42,7 @@ void encode_view(const ViewPush& msg, std::vector<std::byte>& out) {
     w.u32(a.id);
     put_string(w, a.host);
     w.u16(a.port);
+    w.u64(a.host_id);
   }
   w.u8(static_cast<std::uint8_t>((msg.ends_flush ? kEndsFlush : 0) | (msg.multicast_emulated ? kEmulated : 0)));
   w.u32(static_cast<std::uint32_t>(msg.starts.size()));
@@ -56,15 +57,16 @@ std::optional<ViewPush> decode_view(wire::Reader& r) {
   ViewPush v;
   v.view = r.u64();
   const auto n = r.u32();
-  // Each member takes at least 7 bytes: refuse counts the input cannot hold
+  // Each member takes at least 15 bytes: refuse counts the input cannot hold
   // before reserving anything.
-  if (n > kMaxViewMembers || n > r.remaining() / 7) return std::nullopt;
+  if (n > kMaxViewMembers || n > r.remaining() / 15) return std::nullopt;
   v.members.reserve(n);
   for (std::uint32_t i = 0; i < n && r.ok(); ++i) {
     MemberAddress a;
     a.id = r.u32();
     a.host = get_string(r);
     a.port = r.u16();
+    a.host_id = r.u64();
     if (!v.members.empty() && a.id <= v.members.back().id) return std::nullopt;  // sorted, distinct
     v.members.push_back(std::move(a));
   }
@@ -106,6 +108,7 @@ std::vector<std::byte> encode(const ControlMessage& m) {
         } else if constexpr (std::is_same_v<T, Listening>) {
           put_string(w, msg.host);
           w.u16(msg.port);
+          w.u64(msg.host_id);
         } else if constexpr (std::is_same_v<T, ViewPush>) {
           encode_view(msg, out);
         } else if constexpr (std::is_same_v<T, SuspectReport>) {
@@ -165,6 +168,7 @@ std::optional<ControlMessage> decode_control(std::span<const std::byte> bytes) {
       Listening l;
       l.host = get_string(r);
       l.port = r.u16();
+      l.host_id = r.u64();
       m = l;
       break;
     }

@@ -5,7 +5,7 @@
 //
 //   member -> manager   Join{group, expected_size}     ask for an id in `group`
 //   manager -> member   Welcome{group_id, member, multicast address and port}
-//   member -> manager   Listening{host, port}           where peers reach our links
+//   member -> manager   Listening{host, port, host id}  where peers reach our links, which host we are on
 //   manager -> member   ViewPush{view id, members with addresses, stream starts}
 //   member -> manager   Suspect{view, member}           a link broke / budget spent
 //   member -> manager   Leave{}                         graceful goodbye
@@ -49,7 +49,7 @@
 
 namespace hmcast::membership {
 
-inline constexpr std::uint8_t kControlVersion = 4;
+inline constexpr std::uint8_t kControlVersion = 5;  // v5: host identities (host_layout.hpp)
 /// Longest string field (group names, host names, reasons).
 inline constexpr std::size_t kMaxControlString = 255;
 /// Most members a ViewPush may name.
@@ -59,6 +59,9 @@ struct MemberAddress {
   MemberId id = 0;
   std::string host;
   std::uint16_t port = 0;
+  /// The host the member runs on (transport/host_identity.hpp; 0: not said, a host
+  /// of its own). Members with the same one can share memory.
+  std::uint64_t host_id = 0;
   friend bool operator==(const MemberAddress&, const MemberAddress&) = default;
 };
 
@@ -77,6 +80,7 @@ struct Welcome {
 struct Listening {
   std::string host;
   std::uint16_t port = 0;
+  std::uint64_t host_id = 0;  // as in MemberAddress
   friend bool operator==(const Listening&, const Listening&) = default;
 };
 /// Where a sender's streams stand at a flush: its next small and large seqs.

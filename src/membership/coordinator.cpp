@@ -75,7 +75,7 @@ std::vector<ControlOut> Coordinator::on_message(ConnId conn, const ControlMessag
       refuse(conn, "Listening is said once, after Welcome", out);
       return out;
     }
-    mit->second.address = MemberAddress{self, l->host, l->port};
+    mit->second.address = MemberAddress{self, l->host, l->port, l->host_id};
     if (g.view) {
       if (!g.flushing) start_flush(g, out);  // a joiner: it comes in with the flush's view
       return out;

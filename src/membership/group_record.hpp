@@ -16,7 +16,7 @@
 
 namespace hmcast::membership {
 
-inline constexpr std::uint8_t kGroupRecordVersion = 1;
+inline constexpr std::uint8_t kGroupRecordVersion = 2;  // v2: views carry host identities
 
 struct GroupRecord {
   std::string name;

@@ -21,7 +21,10 @@ group::ViewChange view_change_of(const membership::ViewPush& push) {
 
 Runtime::Runtime(transport::Transport& transport, membership::ControlSink& control, GroupId group, MemberId self,
                  const membership::ViewPush& first, const ProtocolConfig& config, TimeNs now)
-    : transport_(transport), control_(control), engine_(group, self, view_change_of(first), config, now) {
+    : transport_(transport),
+      control_(control),
+      engine_(group, self, view_change_of(first), config, now),
+      hosts_(membership::host_layout(first, self)) {
   for (const auto& m : first.members)
     if (m.id != self) transport_.add_peer(m.id, m.host, m.port);
 }
@@ -82,6 +85,8 @@ void Runtime::on_control(const membership::ControlMessage& m, TimeNs now, AppEve
                    // transport can let go of what it holds for them.
                    for (MemberId id : before.members)
                      if (id != engine_.self() && !engine_.view().contains(id)) transport_.remove_peer(id);
+                   if (engine_.view().id == v.view && engine_.view().contains(engine_.self()))
+                     hosts_ = membership::host_layout(v, engine_.self());
                  },
                  [&](const membership::FlushRequest& f) { engine_.on_flush_request(f.view, out); },
                  [&](const membership::MulticastFallback&) { engine_.on_multicast_fallback(); },

@@ -20,6 +20,7 @@
 #include "hmcast/config.hpp"
 #include "membership/control_sink.hpp"
 #include "membership/control_wire.hpp"
+#include "membership/host_layout.hpp"
 #include "transport/transport.hpp"
 
 namespace hmcast::runtime {
@@ -69,6 +70,8 @@ class Runtime {
   [[nodiscard]] const RuntimeStats& stats() const { return stats_; }
   /// Large-message buffers held (own ones being sent, and ones being received or forwarded).
   [[nodiscard]] std::size_t large_buffers() const { return large_.size(); }
+  /// Which members of the current view share our host (membership/host_layout.hpp).
+  [[nodiscard]] const membership::HostLayout& hosts() const { return hosts_; }
   /// The members our multicast probe reported silent, if it failed.
   [[nodiscard]] const std::vector<MemberId>& probe_silent() const { return probe_silent_; }
 
@@ -84,6 +87,7 @@ class Runtime {
   std::map<std::pair<MemberId, Seq>, transport::LargeBuffer> large_;
   std::span<const std::byte> inbound_payload_;  // of the Block frame being handed to the engine
   std::vector<MemberId> probe_silent_;
+  membership::HostLayout hosts_;
   RuntimeStats stats_;
 };
 

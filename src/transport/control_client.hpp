@@ -26,8 +26,9 @@ class ControlClient : public membership::ControlSink {
   /// Asks to join `group` of `expected_size` members. Throws hmcast::Error:
   /// invalid_config with the coordinator's reason if refused, join_timeout past `deadline`.
   virtual membership::Welcome join(const std::string& group, std::uint32_t expected_size, TimePoint deadline) = 0;
-  /// Says where this member's reliable links listen.
-  virtual void listening(const std::string& host, std::uint16_t port) = 0;
+  /// Says where this member's reliable links listen, and which host it runs on
+  /// (transport/host_identity.hpp).
+  virtual void listening(const std::string& host, std::uint16_t port, std::uint64_t host_id) = 0;
   /// Waits for the first view. Throws like join().
   virtual membership::ViewPush wait_view(TimePoint deadline) = 0;
   /// From now on, messages go to `on_message` and the loss of the coordinator to

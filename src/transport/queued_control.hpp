@@ -21,7 +21,9 @@ class QueuedControlClient : public ControlClient {
   membership::Welcome join(const std::string& group, std::uint32_t expected_size, TimePoint deadline) override;
   membership::ViewPush wait_view(TimePoint deadline) override;
   void start(MessageFn on_message, LostFn on_lost) override;
-  void listening(const std::string& host, std::uint16_t port) override { send(membership::Listening{host, port}); }
+  void listening(const std::string& host, std::uint16_t port, std::uint64_t host_id) override {
+    send(membership::Listening{host, port, host_id});
+  }
 
  protected:
   /// On the client's thread: a message arrived.

@@ -67,9 +67,9 @@ membership::Welcome FailoverControlClient::join(const std::string& group, std::u
   return w;
 }
 
-void FailoverControlClient::listening(const std::string& host, std::uint16_t port) {
+void FailoverControlClient::listening(const std::string& host, std::uint16_t port, std::uint64_t host_id) {
   std::lock_guard lock(mu_);
-  current_->listening(host, port);
+  current_->listening(host, port, host_id);
 }
 
 membership::ViewPush FailoverControlClient::wait_view(TimePoint deadline) {

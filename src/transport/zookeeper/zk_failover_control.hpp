@@ -48,7 +48,7 @@ class FailoverControlClient final : public transport::ControlClient {
   FailoverControlClient& operator=(const FailoverControlClient&) = delete;
 
   membership::Welcome join(const std::string& group, std::uint32_t expected_size, TimePoint deadline) override;
-  void listening(const std::string& host, std::uint16_t port) override;
+  void listening(const std::string& host, std::uint16_t port, std::uint64_t host_id) override;
   membership::ViewPush wait_view(TimePoint deadline) override;
   void start(MessageFn on_message, LostFn on_lost) override;
   void send(const membership::ControlMessage& m) override;
