@@ -151,6 +151,11 @@ run "$SOAK_OK"' and d["corrupt"] == 0 and d["large_restarted"] >= 1 and d["shm_f
 # lock over, nothing torn is delivered, the view changes, no file is left.
 run "$SOAK_OK"' and d["killed_mid_write"] == 1 and d["mid_write_kills"][0]["record_copied"] < d["mid_write_kills"][0]["record_bytes"] and d["shm_locks_recovered"] >= 1 and d["corrupt"] == 0 and d["shm_files_left"] == 0' \
   soak --transport shm --procs 8 --senders 2 --messages 200 --sizes 64:40,64KiB:10,8MiB:3 --loss 0.02 --kill-mid-write 1 --kill 1 --json
+# The same for a sender: it dies halfway through writing a long datagram into its own
+# multicast log (whose head never moves) or a repair into a peer's inbox; the survivors
+# deliver the same of its messages, and every live sender's messages complete.
+run "$SOAK_OK"' and d["killed_mid_write"] == 1 and d["senders_killed"] == 1 and d["disagreements"] == 0 and d["completed"] == 3000 and d["corrupt"] == 0 and d["shm_files_left"] == 0' \
+  soak --transport shm --procs 8 --senders 4 --messages 1000 --sizes 64:40,2KiB:30,64KiB:10,3MiB:2 --loss 0.02 --kill-senders-mid-write 1 --kill 1 --json
 # Issue 19: a sender and a receiver SIGKILLed mid-run, small and 3 MiB messages: the
 # survivors deliver the same of the dead sender's messages (large ones on its commit),
 # and every live sender's messages complete.

@@ -139,9 +139,10 @@ struct Ledger {
   }
 };
 
-/// --crash-mid-write: the soak's SIGUSR1 arms the crash point for the next frame of
-/// a large message's blocks (small messages' frames are ACKs and repairs, far smaller).
-void arm_crash_on_signal(int) { hmcast::shm::arm_crash_mid_write(STDOUT_FILENO, 64 * 1024); }
+/// --crash-mid-write: the soak's SIGUSR1 arms the crash point for the next write of
+/// 32 KiB or more: a large message's block into a peer's inbox, a repair of a long
+/// datagram, or (a sender) a long datagram into its own log; ACKs are far smaller.
+void arm_crash_on_signal(int) { hmcast::shm::arm_crash_mid_write(STDOUT_FILENO, 32 * 1024); }
 
 int run_member(const MemberOptions& o) {
   const SizeMix mix = SizeMix::parse(o.sizes);

@@ -34,6 +34,10 @@ void add_soak_command(CLI::App& app) {
   cmd->add_option("--kill-mid-write", o->kill_mid_write,
                   "shm: non-sender members that SIGKILL themselves halfway through copying a large message's block "
                   "into a peer's inbox (holding its lock): nothing torn may be delivered, and no file may be left");
+  cmd->add_option("--kill-senders-mid-write", o->kill_senders_mid_write,
+                  "shm: senders (never member 1) that SIGKILL themselves halfway through writing a long datagram "
+                  "into their own multicast log (or a block into a peer's inbox): the survivors must agree on their "
+                  "messages, as with --kill-senders");
   cmd->add_option("--kill-senders", o->kill_senders,
                   "Senders SIGKILLed mid-run (never member 1): the survivors must deliver the same of their messages");
   cmd->add_flag("--kill-manager", o->kill_manager,

@@ -210,9 +210,12 @@ GroupRunReport run_group(const GroupRunOptions& o) {
     throw std::invalid_argument("--kill and --kill-mid-write must leave the senders alive: at most --procs minus --senders");
   if (o.kill_mid_write > 0 && o.transport != "shm")
     throw std::invalid_argument("--kill-mid-write needs --transport shm (it cuts a copy into a peer's shared inbox)");
-  if (o.kill_senders >= o.senders)
-    throw std::invalid_argument("--kill-senders must leave a sender alive (member 1): at most --senders minus 1");
-  if (o.kill_senders > 0 && o.join > 0)
+  if (o.kill_senders + o.kill_senders_mid_write >= o.senders)
+    throw std::invalid_argument("--kill-senders and --kill-senders-mid-write must leave a sender alive (member 1): "
+                                "together at most --senders minus 1");
+  if (o.kill_senders_mid_write > 0 && o.transport != "shm")
+    throw std::invalid_argument("--kill-senders-mid-write needs --transport shm (it cuts a write into shared memory)");
+  if ((o.kill_senders > 0 || o.kill_senders_mid_write > 0) && o.join > 0)
     throw std::invalid_argument("--kill-senders and --join together are not supported: choose one");
   const SizeMix mix = SizeMix::parse(o.sizes);
   GroupRunReport rep;
@@ -285,7 +288,8 @@ GroupRunReport run_group(const GroupRunOptions& o) {
     if (!o.key_file.empty()) argv.insert(argv.end(), {"--key-file", o.key_file});
     if (o.probe_deadline_ms != 0) argv.insert(argv.end(), {"--probe-deadline-ms", std::to_string(o.probe_deadline_ms)});
     if (o.serial) argv.emplace_back("--serial");
-    if (o.kill_mid_write > 0) argv.emplace_back("--crash-mid-write");  // only the victims are ever armed
+    if (o.kill_mid_write + o.kill_senders_mid_write > 0)
+      argv.emplace_back("--crash-mid-write");  // only the victims are ever armed
     if (o.timestamps) argv.emplace_back("--timestamps");
     if (o.verify != "full") argv.insert(argv.end(), {"--verify", o.verify});
     if (joiner) argv.emplace_back("--joiner");
@@ -306,7 +310,7 @@ GroupRunReport run_group(const GroupRunOptions& o) {
   std::string forge_failure;
   bool forger_started = false;
   std::vector<std::pair<std::uint32_t, std::int64_t>> kills;  // (member id, t_ns)
-  bool killed_yet = o.kill == 0 && o.kill_mid_write == 0 && o.kill_senders == 0 && !o.kill_manager && o.kill_coordinator == 0 &&
+  bool killed_yet = o.kill == 0 && o.kill_mid_write == 0 && o.kill_senders_mid_write == 0 && o.kill_senders == 0 && !o.kill_manager && o.kill_coordinator == 0 &&
                     o.kill_zk_leader == 0 && o.partition == 0;
   std::int64_t cut_ns = 0;
   bool healed = o.partition == 0;
@@ -413,15 +417,20 @@ GroupRunReport run_group(const GroupRunOptions& o) {
       };
       kill_some(o.kill_senders, true);
       kill_some(o.kill, false);
-      for (Child* victim : pick_victims(o.kill_mid_write, false)) {
-        ::kill(victim->pid, SIGUSR1);  // arms its crash point (hmcast member --crash-mid-write)
-        victim->killed = true;
-        victim->armed_ns = mono_ns();
-        kills.emplace_back(*victim->member, victim->armed_ns);
-        if (o.progress != nullptr)
-          *o.progress << "armed member " << *victim->member << " (pid " << victim->pid
-                      << ") to die halfway through its next large copy" << std::endl;
-      }
+      const auto arm_some = [&](std::uint32_t count, bool senders) {
+        for (Child* victim : pick_victims(count, senders)) {
+          ::kill(victim->pid, SIGUSR1);  // arms its crash point (hmcast member --crash-mid-write)
+          victim->killed = true;
+          victim->armed_ns = mono_ns();
+          kills.emplace_back(*victim->member, victim->armed_ns);
+          if (senders) dead_senders.push_back(*victim->member);
+          if (o.progress != nullptr)
+            *o.progress << "armed " << (senders ? "sender " : "member ") << *victim->member << " (pid "
+                        << victim->pid << ") to die halfway through its next large write" << std::endl;
+        }
+      };
+      arm_some(o.kill_mid_write, false);
+      arm_some(o.kill_senders_mid_write, true);
       if (o.partition > 0) {
         // Cut hosts off the network (their processes live on): each must find itself
         // out and stop, while the rest carry on without it.
@@ -612,9 +621,9 @@ GroupRunReport run_group(const GroupRunOptions& o) {
                              prefix + "*)");
   }
 
-  if (rep.killed_mid_write < o.kill_mid_write)
-    rep.problems.push_back(std::to_string(o.kill_mid_write - rep.killed_mid_write) + " of " +
-                           std::to_string(o.kill_mid_write) + " members armed to die mid-copy never did");
+  if (const std::uint32_t armed = o.kill_mid_write + o.kill_senders_mid_write; rep.killed_mid_write < armed)
+    rep.problems.push_back(std::to_string(armed - rep.killed_mid_write) + " of " + std::to_string(armed) +
+                           " members armed to die mid-copy never did");
 
   // Judge.
   std::uint64_t expected_digest = 0;

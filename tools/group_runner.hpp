@@ -31,6 +31,10 @@ struct GroupRunOptions {
   /// copying a large message's block into a peer's inbox, holding its lock
   /// (transport/shm/crash_point.hpp): armed mid-run, each dies at its next such copy.
   std::uint32_t kill_mid_write = 0;
+  /// The same for senders (never member 1): each dies halfway through writing a
+  /// long datagram into its own multicast log (or a block into a peer's inbox);
+  /// the survivors must agree on its messages, as with kill_senders.
+  std::uint32_t kill_senders_mid_write = 0;
   /// Senders SIGKILLed mid-run (never member 1, whose figures the reports use): the
   /// survivors must agree on which of a dead sender's messages they delivered.
   std::uint32_t kill_senders = 0;

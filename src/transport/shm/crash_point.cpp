@@ -39,9 +39,9 @@ void crash_mid_write(std::uint32_t to, std::size_t frame_size, std::size_t offse
   char line[256];
   const int n = std::snprintf(line, sizeof line,
                               "{\"event\":\"crashed_mid_write\",\"t_ns\":%" PRId64
-                              ",\"to\":%u,\"frame_bytes\":%zu,\"frame_offset\":%zu,\"record_bytes\":%zu,"
+                              ",\"ring\":\"%s\",\"to\":%u,\"frame_bytes\":%zu,\"frame_offset\":%zu,\"record_bytes\":%zu,"
                               "\"record_copied\":%zu}\n",
-                              t_ns, to, frame_size, offset, length, copied);
+                              t_ns, to == 0 ? "multicast log" : "inbox", to, frame_size, offset, length, copied);
   const int fd = g_report_fd.load(std::memory_order_relaxed);
   if (fd >= 0 && n > 0) {
     [[maybe_unused]] const ssize_t w = ::write(fd, line, static_cast<std::size_t>(n));

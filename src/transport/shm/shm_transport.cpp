@@ -148,6 +148,13 @@ void Endpoint::multicast(std::span<const std::byte> bytes) {
     RecordHeader h;
     h.length = static_cast<std::uint32_t>(bytes.size());
     h.source = self_;
+    if (crash_due(bytes.size(), 0)) {
+      // Armed by a test (crash_point.hpp): half the datagram, the head never moved.
+      RecordHeader cut = h;
+      cut.length = static_cast<std::uint32_t>(bytes.size() / 2);
+      multicast_.write(head, cut, bytes.first(bytes.size() / 2));
+      crash_mid_write(0, bytes.size(), 0, bytes.size(), bytes.size() / 2);
+    }
     const std::uint64_t tail = multicast_.write(head, h, bytes);
     header_->multicast_head.store(tail, std::memory_order_release);
   }
