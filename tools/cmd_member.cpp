@@ -619,8 +619,9 @@ void add_member_command(CLI::App& app) {
   cmd->add_option("--progress-ms", o->progress_ms, "Progress report interval")->check(CLI::Range(10U, 60000U));
   cmd->add_option("--timeout", o->timeout_s, "Give up after this many seconds")->check(CLI::Range(1U, 86400U));
   cmd->add_flag("--crash-mid-write", o->crash_mid_write,
-                "shm, for hmcast soak --kill-mid-write: on SIGUSR1, die (SIGKILL) halfway through copying the next "
-                "large frame into a peer's inbox, and say so on stdout");
+                "shm, for hmcast soak --kill-mid-write and --kill-senders-mid-write: on SIGUSR1, die (SIGKILL) "
+                "halfway through the next large write (a frame into a peer's inbox, a datagram into our own log), "
+                "and say so on stdout");
   cmd->add_flag("--serial", o->serial, "Wait for each completion before the next broadcast (latency runs)");
   cmd->add_option("--verify", o->verify, "full: check every delivered byte; sampled: about 4096 spread out, as the MPI "
                                          "baseline does (benchmarks)")

@@ -310,7 +310,8 @@ GroupRunReport run_group(const GroupRunOptions& o) {
   std::string forge_failure;
   bool forger_started = false;
   std::vector<std::pair<std::uint32_t, std::int64_t>> kills;  // (member id, t_ns)
-  bool killed_yet = o.kill == 0 && o.kill_mid_write == 0 && o.kill_senders_mid_write == 0 && o.kill_senders == 0 && !o.kill_manager && o.kill_coordinator == 0 &&
+  bool killed_yet = o.kill == 0 && o.kill_mid_write == 0 && o.kill_senders_mid_write == 0 && o.kill_senders == 0 &&
+                    !o.kill_manager && o.kill_coordinator == 0 &&
                     o.kill_zk_leader == 0 && o.partition == 0;
   std::int64_t cut_ns = 0;
   bool healed = o.partition == 0;
@@ -404,33 +405,26 @@ GroupRunReport run_group(const GroupRunOptions& o) {
         }
         return picked;
       };
-      const auto kill_some = [&](std::uint32_t count, bool senders) {
+      // SIGKILL, or (mid_write) SIGUSR1, which arms the member's crash point (hmcast
+      // member --crash-mid-write): it dies at its next large write, and says when.
+      const auto kill_some = [&](std::uint32_t count, bool senders, bool mid_write) {
         for (Child* victim : pick_victims(count, senders)) {
-          ::kill(victim->pid, SIGKILL);
+          ::kill(victim->pid, mid_write ? SIGUSR1 : SIGKILL);
           victim->killed = true;
-          kills.emplace_back(*victim->member, mono_ns());
+          const std::int64_t now_ns = mono_ns();
+          if (mid_write) victim->armed_ns = now_ns;
+          kills.emplace_back(*victim->member, now_ns);
           if (senders) dead_senders.push_back(*victim->member);
           if (o.progress != nullptr)
-            *o.progress << "killed " << (senders ? "sender " : "member ") << *victim->member << " (pid "
-                        << victim->pid << ") with SIGKILL" << std::endl;
+            *o.progress << (mid_write ? "armed " : "killed ") << (senders ? "sender " : "member ") << *victim->member
+                        << " (pid " << victim->pid << ")"
+                        << (mid_write ? " to die halfway through its next large write" : " with SIGKILL") << std::endl;
         }
       };
-      kill_some(o.kill_senders, true);
-      kill_some(o.kill, false);
-      const auto arm_some = [&](std::uint32_t count, bool senders) {
-        for (Child* victim : pick_victims(count, senders)) {
-          ::kill(victim->pid, SIGUSR1);  // arms its crash point (hmcast member --crash-mid-write)
-          victim->killed = true;
-          victim->armed_ns = mono_ns();
-          kills.emplace_back(*victim->member, victim->armed_ns);
-          if (senders) dead_senders.push_back(*victim->member);
-          if (o.progress != nullptr)
-            *o.progress << "armed " << (senders ? "sender " : "member ") << *victim->member << " (pid "
-                        << victim->pid << ") to die halfway through its next large write" << std::endl;
-        }
-      };
-      arm_some(o.kill_mid_write, false);
-      arm_some(o.kill_senders_mid_write, true);
+      kill_some(o.kill_senders, true, false);
+      kill_some(o.kill, false, false);
+      kill_some(o.kill_mid_write, false, true);
+      kill_some(o.kill_senders_mid_write, true, true);
       if (o.partition > 0) {
         // Cut hosts off the network (their processes live on): each must find itself
         // out and stop, while the rest carry on without it.
