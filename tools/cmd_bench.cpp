@@ -83,6 +83,13 @@ Row process_row(const std::string& transport, std::uint32_t procs, std::uint64_t
   o.group = "bench";
   o.serial = true;
   o.messages = r.latency_messages = k.messages != 0 ? k.messages : latency_count(size, scale);
+  // What the group looked like (member 1's report): the run the row's latency or,
+  // with --throughput-only, its throughput comes from.
+  const auto describe = [&r](const GroupRunReport& rep) {
+    r.policy = rep.policy;
+    r.hosts = rep.hosts;
+    r.host_leaders = rep.host_leaders;
+  };
   GroupRunReport lat;
   if (k.throughput_only) {
     lat.delivered_ok = true;
@@ -94,9 +101,7 @@ Row process_row(const std::string& transport, std::uint32_t procs, std::uint64_t
   r.complete_p99_us = lat.latency_p99_us;
   r.deliver_p50_us = lat.last_delivery_p50_us;
   r.deliver_p99_us = lat.last_delivery_p99_us;
-  r.policy = lat.policy;
-  r.hosts = lat.hosts;
-  r.host_leaders = lat.host_leaders;
+  describe(lat);
   r.latency_cpu_s_per_gb = cpu_per_gb(lat, procs);
   if (k.latency_only) {
     r.ok = lat.delivered_ok;
@@ -106,11 +111,7 @@ Row process_row(const std::string& transport, std::uint32_t procs, std::uint64_t
   o.messages = r.throughput_messages = throughput_count(size, scale);
   const auto tp = run_group(o);
   r.throughput_cpu_s_per_gb = cpu_per_gb(tp, procs);
-  if (k.throughput_only) {
-    r.policy = tp.policy;
-    r.hosts = tp.hosts;
-    r.host_leaders = tp.host_leaders;
-  }
+  if (k.throughput_only) describe(tp);
   r.stream_msgs_per_s = tp.acked_span_s > 0 ? static_cast<double>(tp.messages_sent) / tp.acked_span_s : 0;
   r.throughput_mb_s = tp.send_span_s > 0 ? static_cast<double>(tp.bytes_broadcast) / 1e6 / tp.send_span_s : 0;
   r.ok = lat.delivered_ok && tp.delivered_ok;

@@ -1,7 +1,6 @@
 #include "membership/host_layout.hpp"
 
-#include <algorithm>
-#include <map>
+#include <set>
 
 #include "core/assert.hpp"
 
@@ -17,19 +16,18 @@ HostLayout host_layout(const ViewPush& v, MemberId self) {
       found = true;
     }
   HMCAST_ASSERT(found);
-  // host id -> smallest member id (members are sorted by id, so the first seen).
-  std::map<std::uint64_t, MemberId> first;
-  for (const auto& a : v.members) {
-    if (a.host_id == 0) {
-      out.leaders.push_back(a.id);  // a host of its own
-      ++out.hosts;
-    } else if (first.emplace(a.host_id, a.id).second) {
+  // Members come sorted by id (decode_view refuses others), so a host's first member
+  // seen is its smallest, and leaders and local members come out sorted.
+  std::set<std::uint64_t> seen;
+  for (std::size_t i = 0; i < v.members.size(); ++i) {
+    const auto& a = v.members[i];
+    HMCAST_ASSERT(i == 0 || a.id > v.members[i - 1].id);
+    if (a.host_id == 0 || seen.insert(a.host_id).second) {  // 0: a host of its own
       out.leaders.push_back(a.id);
       ++out.hosts;
     }
     if (a.id == self || (mine != 0 && a.host_id == mine)) out.local.push_back(a.id);
   }
-  std::sort(out.leaders.begin(), out.leaders.end());
   HMCAST_ASSERT(!out.local.empty());
   out.leader = out.local.front();
   return out;

@@ -18,9 +18,10 @@ namespace hmcast::shm {
 /// The next fragment of a frame of at least `min_frame` bytes, starting at least
 /// `min_offset` bytes into it, that this process writes into a peer's inbox, or the
 /// next datagram of at least `min_frame` bytes it writes into its own multicast log
-/// (when `min_offset` is 0), is cut: half of its payload is copied, one line of JSON is written to
-/// `report_fd` ({"event":"crashed_mid_write",...}), and the process SIGKILLs
-/// itself with the inbox lock held. Async-signal-safe (a signal handler may call it).
+/// (when `min_offset` is 0), is cut: half of its payload is copied, one line of JSON
+/// is written to `report_fd` ({"event":"crashed_mid_write",...}), and the process
+/// SIGKILLs itself with the lock it writes under held. Async-signal-safe (a signal
+/// handler may call it).
 void arm_crash_mid_write(int report_fd, std::size_t min_frame, std::size_t min_offset = 0) noexcept;
 
 /// Whether the fragment at `offset` of a frame of `frame_size` bytes is where an

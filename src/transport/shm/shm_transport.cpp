@@ -83,6 +83,19 @@ std::pair<std::span<const std::byte>, std::span<const std::byte>> frame_bytes(
   return {a, payload.subspan(offset - head.size(), n)};
 }
 
+/// Armed by a test (crash_point.hpp): writes the first half of the record that
+/// `header` with payload `a` + `b` would be at `at` of `ring`, never published, and
+/// dies with the caller's lock held. `to`, `frame` and `offset` as crash_mid_write's.
+[[noreturn]] void die_mid_record(const Ring& ring, std::uint64_t at, RecordHeader header,
+                                 std::span<const std::byte> a, std::span<const std::byte> b, std::uint32_t to,
+                                 std::size_t frame, std::size_t offset) {
+  const std::size_t length = header.length;
+  const auto [half_a, half_b] = frame_bytes(a, b, 0, length / 2);
+  header.length = static_cast<std::uint32_t>(length / 2);
+  ring.write(at, header, half_a, half_b);
+  crash_mid_write(to, frame, offset, length, length / 2);
+}
+
 }  // namespace
 
 std::string file_prefix(GroupId group) {
@@ -148,13 +161,7 @@ void Endpoint::multicast(std::span<const std::byte> bytes) {
     RecordHeader h;
     h.length = static_cast<std::uint32_t>(bytes.size());
     h.source = self_;
-    if (crash_due(bytes.size(), 0)) {
-      // Armed by a test (crash_point.hpp): half the datagram, the head never moved.
-      RecordHeader cut = h;
-      cut.length = static_cast<std::uint32_t>(bytes.size() / 2);
-      multicast_.write(head, cut, bytes.first(bytes.size() / 2));
-      crash_mid_write(0, bytes.size(), 0, bytes.size(), bytes.size() / 2);
-    }
+    if (crash_due(bytes.size(), 0)) die_mid_record(multicast_, head, h, bytes, {}, 0, bytes.size(), 0);
     const std::uint64_t tail = multicast_.write(head, h, bytes);
     header_->multicast_head.store(tail, std::memory_order_release);
   }
@@ -286,16 +293,8 @@ void Endpoint::flush(Peer& p) {
       rh.source = self_;
       rh.flags = (f.offset == 0 ? kFirst : 0U) | (f.offset + n == size ? kLast : 0U);
       rh.frame_size = static_cast<std::uint32_t>(size);
-      if (crash_due(size, f.offset)) {
-        // Armed by a test (crash_point.hpp): half the record, never published, and the
-        // lock held as the process dies.
-        RecordHeader cut = rh;
-        cut.length = static_cast<std::uint32_t>(n / 2);
-        const auto [ca, cb] = frame_bytes(f.head, f.payload, f.offset, n / 2);
-        p.inbox.write(tail, cut, ca, cb);
-        crash_mid_write(p.id, size, f.offset, n, n / 2);
-      }
       const auto [a, b] = frame_bytes(f.head, f.payload, f.offset, n);
+      if (crash_due(size, f.offset)) die_mid_record(p.inbox, tail, rh, a, b, p.id, size, f.offset);
       tail = p.inbox.write(tail, rh, a, b);
       f.offset += n;
       wrote = true;
