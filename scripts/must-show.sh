@@ -208,6 +208,11 @@ run 'd["delivered_ok"] and d["duplicates_delivered"] == 0 and d["missing"] == 0 
   soak --procs 4 --senders 2 --messages 2000 --block-multicast --probe-deadline-ms 500 --json
 if [ "$(id -u)" -eq 0 ] && command -v ip >/dev/null; then
   run_cmd "$SOAK_OK" tests/cluster/soak.sh --procs 8 --senders 4 --messages 10000 --loss 0.02 --kill 1 --json
+  # Issue 18: the two-level group on two emulated hosts of 4 processes (shared memory
+  # inside a host, the socket between them); one host's leader is SIGKILLed: the next
+  # member of its host leads it (every survivor's view says so) and nothing is lost.
+  run_cmd "$SOAK_OK"' and d["transport"] == "socket+shm" and d["hosts"] == 2 and d["leaders_killed"] == 1 and d["host_leaders"] == 2 and d["shm_files_left"] == 0' \
+    tests/cluster/soak.sh --transport socket+shm --procs 8 --per-host 4 --senders 4 --messages 10000 --loss 0.02 --kill-leaders 1 --json
   # Issue 19: a partition. One host's bridge port goes down mid-run: that member stops
   # by itself (it cannot reach the manager), delivers nothing after the others removed
   # it, the others deliver everything; after the heal a new member joins from that host.

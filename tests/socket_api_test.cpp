@@ -65,8 +65,11 @@ using hmcast::testing::eventually;
 
 }  // namespace
 
-TEST_CASE("socket api: members find each other through the manager and deliver everything intact",
-          "[socket][api]") {
+namespace {
+
+/// Four members under 3% datagram loss, two of them sending small and large
+/// messages; `two_level`: two hosts of two members that share memory.
+void deliver_everything(bool two_level) {
   hmcast::socket::ManagerServer manager("127.0.0.1", 0, hmcast::socket::fresh_coordinator_config());
   constexpr std::uint32_t kNodes = 4;
   constexpr std::uint32_t kMessages = 50;  // per sender; 2 of them large
@@ -78,12 +81,17 @@ TEST_CASE("socket api: members find each other through the manager and deliver e
     auto cfg = socket_config(manager.port(), kNodes);
     cfg.faults.datagram_loss = 0.03;
     cfg.faults.seed = 7 + i;
+    if (two_level) {
+      cfg.socket.share_memory = true;
+      cfg.host_identity = i % 2 == 0 ? "host-a" : "host-b";
+    }
     nodes.push_back(std::make_unique<hmcast::Node>(cfg));
   }
   for (std::uint32_t i = 0; i < kNodes; ++i) joiners.emplace_back([&, i] { groups[i] = nodes[i]->join("sock"); });
   for (auto& t : joiners) t.join();
   for (std::uint32_t i = 0; i < kNodes; ++i) {
     REQUIRE(groups[i].view().size() == kNodes);
+    CHECK(groups[i].stats().hosts == (two_level ? 2U : 1U));
     CHECK(groups[i].self() == nodes[i]->id());
     watch(groups[i], got[i]);
   }
@@ -142,6 +150,18 @@ TEST_CASE("socket api: members find each other through the manager and deliver e
   // Large blocks are read straight into their final buffers (bytes checked above).
   // 4 large messages of 3 MiB reach 3 members each: most of those bytes are placed.
   CHECK(placed > 4 * 3 * (3U << 20) / 2);
+}
+
+}  // namespace
+
+TEST_CASE("socket api: members find each other through the manager and deliver everything intact",
+          "[socket][api]") {
+  deliver_everything(false);
+}
+
+TEST_CASE("socket api: the two-level group (shared memory inside a host) delivers everything intact",
+          "[socket][api][host_link]") {
+  deliver_everything(true);
 }
 
 TEST_CASE("socket api: a member that goes away is removed by a new view and the rest carry on", "[socket][api]") {

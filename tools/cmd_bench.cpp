@@ -178,7 +178,7 @@ void add_bench_command(CLI::App& app) {
   auto extra = std::make_shared<std::vector<std::string>>();
   auto calibrate = std::make_shared<bool>(false);
   auto profile_out = std::make_shared<std::string>("hmcast-profile.txt");
-  cmd->add_option("--transport", *transport, "socket, sim, both (socket and sim) or shm (shared memory)")
+  cmd->add_option("--transport", *transport, "socket, sim, both (socket and sim), shm (shared memory) or socket+shm (shared memory inside a host, the socket between hosts)")
       ->capture_default_str();
   cmd->add_option("--procs", *procs, "Group sizes, comma-separated")->capture_default_str();
   cmd->add_option("--sizes", *sizes, "Message sizes, comma-separated")->capture_default_str();
@@ -192,7 +192,7 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("--manager-host", base->manager_host, "Address the manager listens on");
   cmd->add_option("--per-host", base->per_host,
                   "socket: members per host: the {i} of --prefix and --interface-template is member i's host, "
-                  "(i - 1) / N + 1")
+                  "(i - 1) / N + 1; without --prefix, socket+shm members on this machine name host{i} as their host")
       ->check(CLI::Range(1U, 1024U));
   cmd->add_flag("--latency-only", knobs->latency_only, "socket: skip the throughput runs");
   cmd->add_flag("--throughput-only", knobs->throughput_only, "socket: skip the latency runs")->excludes("--latency-only");
@@ -224,8 +224,9 @@ void add_bench_command(CLI::App& app) {
       run_calibration(n, *base, *profile_out, *json);
       return;
     }
-    if (*transport != "socket" && *transport != "sim" && *transport != "both" && *transport != "shm")
-      throw CLI::ValidationError("--transport", "choose socket, sim, both or shm");
+    if (*transport != "socket" && *transport != "sim" && *transport != "both" && *transport != "shm" &&
+        *transport != "socket+shm")
+      throw CLI::ValidationError("--transport", "choose socket, sim, both, shm or socket+shm");
     std::vector<Row> rows;
     std::cout << std::left << std::setw(8) << "path" << std::setw(7) << "procs" << std::setw(8) << "size"
               << std::right << std::setw(14) << "complete p50" << std::setw(13) << "p99" << std::setw(15)
@@ -234,8 +235,9 @@ void add_bench_command(CLI::App& app) {
       const auto n = static_cast<std::uint32_t>(std::stoul(p));
       for (const auto& s : split_list(*sizes)) {
         const auto size = parse_size(s);
-        for (const char* t : {"sim", "socket", "shm"}) {
-          if (*transport != t && !(*transport == "both" && std::string(t) != "shm")) continue;
+        for (const char* t : {"sim", "socket", "shm", "socket+shm"}) {
+          if (*transport != t && !(*transport == "both" && (std::string(t) == "sim" || std::string(t) == "socket")))
+            continue;
           Row r = std::string(t) == "sim" ? sim_row(n, size, *scale) : process_row(t, n, size, *scale, *base, *knobs);
           std::cout << std::left << std::setw(8) << r.transport << std::setw(7) << r.procs << std::setw(8)
                     << format_size(r.size) << std::right << std::fixed << std::setprecision(1) << std::setw(11)

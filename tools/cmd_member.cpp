@@ -54,8 +54,9 @@ struct MemberOptions {
   std::uint32_t delay_us = 0;       // datagram delay drawn from [0, this]
   std::uint32_t link_delay_us = 0;  // link frame delay drawn from [0, this]
   std::string interface_address = "127.0.0.1";
+  std::string host_identity;  // empty: the real host's (transport/host_identity.hpp)
   std::uint32_t mtu = 0;  // 0: the transport's default
-  std::string transport = "socket";   // or "verbs", "shm"
+  std::string transport = "socket";   // or "verbs", "shm", "socket+shm" (two-level)
   std::string device;                 // verbs: RDMA device (empty: the first active)
   std::string completion = "hybrid";  // how the progress thread waits: hybrid, poll or interrupt
   bool no_zero_copy = false;           // verbs: large blocks by SEND and copy, not RDMA WRITE
@@ -169,6 +170,7 @@ int run_member(const MemberOptions& o) {
   cfg.transport = o.transport == "verbs" ? TransportKind::verbs
                   : o.transport == "shm" ? TransportKind::shm
                                          : TransportKind::socket;
+  cfg.socket.share_memory = o.transport == "socket+shm";
   cfg.verbs.device = o.device;
   cfg.verbs.interface_address = o.interface_address;  // rdma_cm binds to it
   if (o.mtu != 0) cfg.verbs.mtu = std::min<std::uint32_t>(o.mtu, 4096);
@@ -185,6 +187,7 @@ int run_member(const MemberOptions& o) {
   cfg.socket.zookeeper = o.zookeeper;
   cfg.socket.zookeeper_root = o.zk_root;
   cfg.socket.interface_address = o.interface_address;
+  cfg.host_identity = o.host_identity;
   if (o.mtu != 0) cfg.socket.mtu = cfg.shm.mtu = o.mtu;
   cfg.join_timeout = std::chrono::seconds(60);
   cfg.key_file = o.key_file;  // empty: $HMCAST_KEY_FILE, if set
@@ -593,10 +596,13 @@ void add_member_command(CLI::App& app) {
   cmd->add_option("--link-delay-us", o->link_delay_us, "Received link frames delayed by [0, N] us (links stay FIFO)")
       ->check(CLI::Range(0U, 10'000'000U));
   cmd->add_option("--interface", o->interface_address, "Local IPv4 address")->capture_default_str();
+  cmd->add_option("--host-identity", o->host_identity,
+                  "The host this member says it runs on (members naming the same share memory with socket+shm; "
+                  "default: the real host's)");
   cmd->add_option("--mtu", o->mtu, "Largest datagram (default: the transport's; verbs: at most 4096, the UD MTU)")
       ->check(CLI::Range(256U, 65507U));
-  cmd->add_option("--transport", o->transport, "socket, verbs or shm (members on one host)")
-      ->check(CLI::IsMember({"socket", "verbs", "shm"}))
+  cmd->add_option("--transport", o->transport, "socket, verbs, shm (members on one host) or socket+shm (shared memory inside a host, the socket between hosts)")
+      ->check(CLI::IsMember({"socket", "verbs", "shm", "socket+shm"}))
       ->capture_default_str();
   cmd->add_option("--device", o->device, "verbs: RDMA device (default: the first with an active port)");
   cmd->add_option("--completion", o->completion, "How the progress thread waits: hybrid, poll or interrupt")

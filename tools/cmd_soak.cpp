@@ -40,6 +40,9 @@ void add_soak_command(CLI::App& app) {
                   "messages, as with --kill-senders");
   cmd->add_option("--kill-senders", o->kill_senders,
                   "Senders SIGKILLed mid-run (never member 1): the survivors must deliver the same of their messages");
+  cmd->add_option("--kill-leaders", o->kill_leaders,
+                  "Host leaders (each host's smallest member id; never member 1) SIGKILLed mid-run, senders or not: "
+                  "the next member of the host leads it");
   cmd->add_flag("--kill-manager", o->kill_manager,
                 "Stop the membership manager mid-run (as if its process died): every member must stop with "
                 "manager_lost and none hang (the verdict is manager_loss_ok)");
@@ -77,6 +80,10 @@ void add_soak_command(CLI::App& app) {
   cmd->add_option("--interface-template", o->interface_template, "Each member's address ({i}: its index)")
       ->capture_default_str();
   cmd->add_option("--manager-host", o->manager_host, "Address the manager listens on")->capture_default_str();
+  cmd->add_option("--per-host", o->per_host,
+                  "Members per host: the {i} of --prefix and --interface-template is member i's host, (i - 1) / N + "
+                  "1; without --prefix, socket+shm members on this machine name host{i} as their host")
+      ->check(CLI::Range(1U, 1024U));
   cmd->add_option("--mtu", o->mtu, "Largest datagram (default: the transport's)")->check(CLI::Range(256U, 65507U));
   cmd->add_option("--timeout", o->timeout_s, "Seconds before the run is called failed")->capture_default_str();
   cmd->add_flag("--json", *json, "Print the result as one JSON line (last line of output)");
@@ -101,7 +108,7 @@ void add_soak_command(CLI::App& app) {
   cmd->callback([cmd, o, json, transport, no_zero_copy, no_bind] {
     o->bind = !*no_bind;
     if (*no_zero_copy) o->member_args.emplace_back("--no-zero-copy");
-    if (*transport != "socket" && *transport != "verbs" && *transport != "shm")
+    if (*transport != "socket" && *transport != "verbs" && *transport != "shm" && *transport != "socket+shm")
       throw CLI::ValidationError("--transport",
                                  "'socket', 'verbs' or 'shm' run processes; for the simulator use `hmcast sim small`");
     o->transport = *transport;

@@ -115,6 +115,7 @@ nlohmann::json GroupRunReport::to_json() const {
           {"members_verified", members_verified},
           {"survivors", survivors},
           {"senders_killed", senders_killed},
+          {"leaders_killed", leaders_killed},
           {"manager_killed", manager_killed},
           {"members_stopped_manager_lost", members_stopped_manager_lost},
           {"manager_loss_to_stop_ms", manager_loss_to_stop_ms},
@@ -186,7 +187,7 @@ nlohmann::json GroupRunReport::to_json() const {
           {"hosts", hosts},
           {"host_leaders", host_leaders}};
   j["transport"] = transport;
-  if (transport == "shm") {
+  if (transport == "shm" || transport == "socket+shm") {
     j["shm_files_left"] = shm_files_left;
     j["killed_mid_write"] = killed_mid_write;
     j["mid_write_kills"] = mid_write_kills;
@@ -215,6 +216,10 @@ GroupRunReport run_group(const GroupRunOptions& o) {
                                 "together at most --senders minus 1");
   if (o.kill_senders_mid_write > 0 && o.transport != "shm")
     throw std::invalid_argument("--kill-senders-mid-write needs --transport shm (it cuts a write into shared memory)");
+  if (o.kill_leaders > 0 && o.kill + o.kill_senders + o.kill_mid_write + o.kill_senders_mid_write > 0)
+    throw std::invalid_argument("--kill-leaders strikes leaders whether they send or not: use it without the other kills");
+  if (o.kill_leaders > 0 && o.join > 0)
+    throw std::invalid_argument("--kill-leaders and --join together are not supported: choose one");
   if ((o.kill_senders > 0 || o.kill_senders_mid_write > 0) && o.join > 0)
     throw std::invalid_argument("--kill-senders and --join together are not supported: choose one");
   const SizeMix mix = SizeMix::parse(o.sizes);
@@ -285,6 +290,10 @@ GroupRunReport run_group(const GroupRunOptions& o) {
     if (o.transport != "socket")
       argv.insert(argv.end(), {"--transport", o.transport, "--device", o.device, "--completion", o.completion});
     if (o.mtu != 0) argv.insert(argv.end(), {"--mtu", std::to_string(o.mtu)});
+    // Hosts on one machine: without namespaces to separate them, members say which
+    // host they stand for, so the two-level group has several.
+    if (o.prefix.empty() && o.per_host > 1 && o.transport == "socket+shm")
+      argv.insert(argv.end(), {"--host-identity", "host" + std::to_string(c.host)});
     if (!o.key_file.empty()) argv.insert(argv.end(), {"--key-file", o.key_file});
     if (o.probe_deadline_ms != 0) argv.insert(argv.end(), {"--probe-deadline-ms", std::to_string(o.probe_deadline_ms)});
     if (o.serial) argv.emplace_back("--serial");
@@ -311,6 +320,7 @@ GroupRunReport run_group(const GroupRunOptions& o) {
   bool forger_started = false;
   std::vector<std::pair<std::uint32_t, std::int64_t>> kills;  // (member id, t_ns)
   bool killed_yet = o.kill == 0 && o.kill_mid_write == 0 && o.kill_senders_mid_write == 0 && o.kill_senders == 0 &&
+                    o.kill_leaders == 0 &&
                     !o.kill_manager && o.kill_coordinator == 0 &&
                     o.kill_zk_leader == 0 && o.partition == 0;
   std::int64_t cut_ns = 0;
@@ -407,6 +417,38 @@ GroupRunReport run_group(const GroupRunOptions& o) {
       };
       // SIGKILL, or (mid_write) SIGUSR1, which arms the member's crash point (hmcast
       // member --crash-mid-write): it dies at its next large write, and says when.
+      // Host leaders as the members compute them (membership/host_layout.hpp): the
+      // smallest live member id of each host.
+      const auto is_leader = [&](const Child& c) {
+        return std::none_of(kids.begin(), kids.end(), [&](const Child& other) {
+          return other.host == c.host && !other.killed && other.member && *other.member < *c.member;
+        });
+      };
+      const auto pick_leaders = [&](std::uint32_t count) {
+        std::vector<Child*> candidates;
+        for (auto& c : kids)
+          if (!c.killed && c.member && c.member != 1u && is_leader(c)) candidates.push_back(&c);
+        std::vector<Child*> picked;
+        for (std::uint32_t k = 0; k < count && !candidates.empty(); ++k) {
+          const auto pick = rng.below(candidates.size());
+          picked.push_back(candidates[pick]);
+          candidates.erase(candidates.begin() + static_cast<std::ptrdiff_t>(pick));
+        }
+        return picked;
+      };
+      for (Child* victim : pick_leaders(o.kill_leaders)) {
+        ::kill(victim->pid, SIGKILL);
+        victim->killed = true;
+        kills.emplace_back(*victim->member, mono_ns());
+        if (victim->sender) dead_senders.push_back(*victim->member);
+        ++rep.leaders_killed;
+        if (o.progress != nullptr)
+          *o.progress << "killed host " << victim->host << "'s leader, " << (victim->sender ? "sender " : "member ")
+                      << *victim->member << " (pid " << victim->pid << ") with SIGKILL" << std::endl;
+      }
+      if (rep.leaders_killed < o.kill_leaders)
+        rep.problems.push_back("--kill-leaders: only " + std::to_string(rep.leaders_killed) + " of " +
+                               std::to_string(o.kill_leaders) + " host leaders could be struck (member 1 never is)");
       const auto kill_some = [&](std::uint32_t count, bool senders, bool mid_write) {
         for (Child* victim : pick_victims(count, senders)) {
           ::kill(victim->pid, mid_write ? SIGUSR1 : SIGKILL);
@@ -603,7 +645,7 @@ GroupRunReport run_group(const GroupRunOptions& o) {
     std::lock_guard lock(views_mu);  // the manager's thread writes first_view
     if (first_view) group_id = first_view->group_id;
   }
-  if (o.transport == "shm" && group_id) {
+  if ((o.transport == "shm" || o.transport == "socket+shm") && group_id) {
     // Every member is gone: the live ones removed their own files, the survivors
     // those of the killed ones. Whatever is left leaked.
     const std::string prefix = shm::file_prefix(*group_id);

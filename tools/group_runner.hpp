@@ -38,6 +38,9 @@ struct GroupRunOptions {
   /// Senders SIGKILLed mid-run (never member 1, whose figures the reports use): the
   /// survivors must agree on which of a dead sender's messages they delivered.
   std::uint32_t kill_senders = 0;
+  /// Host leaders (each host's member with the smallest id; never member 1) SIGKILLed
+  /// mid-run, sender or not: the two-level group must carry on under the next leader.
+  std::uint32_t kill_leaders = 0;
   /// The membership manager (in this process) is stopped mid-run, as if its process
   /// died: every member must stop with manager_lost, soon, and none hang.
   bool kill_manager = false;
@@ -128,6 +131,7 @@ struct GroupRunReport {
   std::uint32_t members_verified = 0;  // survivors whose every check passed
   std::uint32_t survivors = 0;
   std::uint32_t senders_killed = 0;
+  std::uint32_t leaders_killed = 0;  // of them and the other victims: host leaders when struck
   bool manager_killed = false;
   std::uint32_t members_stopped_manager_lost = 0;  // members that stopped saying the manager is gone
   double manager_loss_to_stop_ms = 0;              // the manager's death -> the last of them stopped

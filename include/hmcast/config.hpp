@@ -244,6 +244,11 @@ struct SocketOptions {
   /// (a fresh buffer costs a page fault per page and zeroing). Also used by the
   /// in-process transport. 0: every buffer is freed when its message is over.
   std::size_t large_pool_bytes = std::size_t{256} << 20;
+  /// The two-level group: members that name the same host (Config::host_identity)
+  /// reach each other through shared memory (the shm transport, sized by
+  /// Config::shm), and the network carries only what crosses hosts; the ACK trees
+  /// follow hosts either way. Every member of a group must set the same.
+  bool share_memory = false;
 };
 
 /// The shared-memory transport (TransportKind::shm). Each member's file holds

@@ -234,6 +234,9 @@ std::unique_ptr<transport::Link> make_link(const Config& cfg, const membership::
       return transport::make_inproc_link(cfg.fabric, welcome.group_id, welcome.member, cfg.socket.large_pool_bytes,
                                          cfg.faults, k);
     case TransportKind::socket:
+      if (cfg.socket.share_memory)
+        return transport::make_host_link(welcome.member, welcome.group_id, welcome.multicast_address,
+                                         welcome.multicast_port, cfg.socket, cfg.shm, cfg.faults, k);
       return transport::make_socket_link(welcome.member, welcome.multicast_address, welcome.multicast_port, cfg.socket,
                                          cfg.faults, k, welcome.group_id);
     case TransportKind::verbs:

@@ -26,6 +26,8 @@ GroupEngine::GroupEngine(GroupId group, MemberId self, const ViewChange& first, 
       probe_(ProbeConfig{cfg_.multicast_probe_resend_ns, cfg_.multicast_probe_deadline_ns}) {
   HMCAST_ASSERT(!policy::check(cfg_));
   HMCAST_ASSERT(view_.contains(self_));
+  small_.set_hosts(first.hosts);
+  pipeline_.set_hosts(first.hosts);
   small_.set_stream_floors(first.small_floors);  // joining a running group: start where the flush left it
   if (first.multicast_emulated) emit_.emulate_multicast();
 }
@@ -321,6 +323,8 @@ void GroupEngine::on_view(const ViewChange& next, TimeNs now, Outbox& out) {
     out.emplace_back(action::Removed{view_.id});
     return;
   }
+  small_.set_hosts(next.hosts);
+  pipeline_.set_hosts(next.hosts);
   pipeline_.on_view(view_, out);
   if (next.ends_flush) {
     paused_ = false;

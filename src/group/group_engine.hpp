@@ -45,6 +45,9 @@ struct ViewChange {
   bool ends_flush = false;
   /// The group emulates multicast over reliable links (a probe failed somewhere).
   bool multicast_emulated = false;
+  /// Per member of `view` (same order): the host it runs on, which shapes the ACK
+  /// trees (ack_tree/host_tree.hpp). Empty: not known, the flat tree.
+  std::vector<std::uint64_t> hosts;
 };
 
 /// Input the engine refused before any path saw it, and views installed.

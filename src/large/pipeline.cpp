@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <string>
 
-#include "ack_tree/tree.hpp"
+#include "ack_tree/host_tree.hpp"
 #include "core/assert.hpp"
 
 namespace hmcast::large {
@@ -89,7 +89,9 @@ Pipeline::Message& Pipeline::create(MemberId sender, Seq seq, std::uint64_t size
       t.receive_order.push_back(view_.members[tr.from]);
     }
   }
-  const ack_tree::Tree tree(n, root, cfg_.radix);
+  const std::span<const std::uint64_t> hosts =
+      hosts_.size() == n ? std::span<const std::uint64_t>(hosts_) : std::span<const std::uint64_t>();
+  const ack_tree::HostTree tree(n, root, cfg_.radix, hosts);
   if (auto p = tree.parent(me)) t.ack_parent = view_.members[*p];
   for (auto c : tree.children(me)) t.ack_children.insert(view_.members[c]);
   auto early = early_.find({sender, seq});

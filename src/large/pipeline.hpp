@@ -152,6 +152,9 @@ class Pipeline {
   [[nodiscard]] std::size_t awaiting_commit() const { return awaiting_.size(); }
   /// The view changed: abandon what is in flight, start the next queued message.
   void on_view(const View& view, Outbox& out);
+  /// Each member's host, in the order of the view about to be installed (empty: not
+  /// known): the ACK trees of messages created from then on follow hosts.
+  void set_hosts(std::vector<std::uint64_t> hosts) { hosts_ = std::move(hosts); }
 
   [[nodiscard]] const PipelineStats& stats() const { return stats_; }
   /// Whether a message of `size` bytes in blocks of `block_size` is within what a
@@ -220,6 +223,7 @@ class Pipeline {
 
   MemberId self_;
   View view_;
+  std::vector<std::uint64_t> hosts_;
   ProtocolConfig cfg_;
   Emitter& emit_;
   std::map<Key, Message> transfers_;

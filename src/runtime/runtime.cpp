@@ -12,6 +12,8 @@ namespace hmcast::runtime {
 group::ViewChange view_change_of(const membership::ViewPush& push) {
   group::ViewChange c;
   c.view = membership::view_of(push);
+  // Every member names its host (0: an old member that did not, a host of its own).
+  for (const auto& m : push.members) c.hosts.push_back(m.host_id != 0 ? m.host_id : ~std::uint64_t{0} - m.id);
   c.ends_flush = push.ends_flush;
   c.multicast_emulated = push.multicast_emulated;
   if (push.ends_flush)
@@ -25,6 +27,7 @@ Runtime::Runtime(transport::Transport& transport, membership::ControlSink& contr
       control_(control),
       engine_(group, self, view_change_of(first), config, now),
       hosts_(membership::host_layout(first, self)) {
+  transport_.set_local_peers(hosts_.local);
   for (const auto& m : first.members)
     if (m.id != self) transport_.add_peer(m.id, m.host, m.port);
 }
@@ -77,6 +80,9 @@ void Runtime::on_control(const membership::ControlMessage& m, TimeNs now, AppEve
   Outbox out;
   std::visit(Overloaded{
                  [&](const membership::ViewPush& v) {
+                   const bool in_it = std::any_of(v.members.begin(), v.members.end(),
+                                                  [&](const auto& a) { return a.id == engine_.self(); });
+                   if (in_it) transport_.set_local_peers(membership::host_layout(v, engine_.self()).local);
                    for (const auto& a : v.members)
                      if (a.id != engine_.self()) transport_.add_peer(a.id, a.host, a.port);
                    const View before = engine_.view();

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <bit>
 
-#include "ack_tree/tree.hpp"
+#include "ack_tree/host_tree.hpp"
 #include "core/assert.hpp"
 #include "small/fragment_bits.hpp"
 #include "small/fragmenter.hpp"
@@ -197,7 +197,7 @@ void SmallPath::place_in_tree(Stream& s, TimeNs now) {
   const MemberId root = root_of(s.sender);
   const auto root_rank = *view_.rank_of(root);
   const auto my_rank = *view_.rank_of(self_);
-  const ack_tree::Tree tree(view_.size(), root_rank, cfg_.radix);
+  const ack_tree::HostTree tree(view_.size(), root_rank, cfg_.radix, tree_hosts());
   s.is_root = (root == self_);
   const auto parent_rank = tree.parent(my_rank);
   s.parent = parent_rank ? std::optional<MemberId>(view_.members[*parent_rank]) : std::nullopt;

@@ -25,6 +25,7 @@
 #include <map>
 #include <optional>
 #include <set>
+#include <span>
 #include <vector>
 
 #include "ack_tree/ack_timeout.hpp"
@@ -95,6 +96,9 @@ class SmallPath {
   /// A new view (this member is in it): every stream's tree is laid out again,
   /// and messages in flight complete against the survivors.
   void on_view(const View& view, TimeNs now, Outbox& out);
+  /// Each member's host, in the order of the view about to be installed (empty: not
+  /// known): the ACK trees placed from then on follow hosts (ack_tree/host_tree.hpp).
+  void set_hosts(std::vector<std::uint64_t> hosts) { hosts_ = std::move(hosts); }
   /// Joining a running group (the flush, membership/control_wire.hpp): every member
   /// of the next view holds, or as a joiner is excused from, each sender's
   /// messages up to floors[sender]. Call before on_view() of that view, or, for the
@@ -174,6 +178,10 @@ class SmallPath {
   [[nodiscard]] MemberId root_of(MemberId sender) const;
   [[nodiscard]] Seq floor_of(MemberId sender) const;
   [[nodiscard]] static Seq subtree_stable(const Stream& s);
+  /// hosts_ when they describe view_ (else none: the flat tree).
+  [[nodiscard]] std::span<const std::uint64_t> tree_hosts() const {
+    return hosts_.size() == view_.size() ? std::span<const std::uint64_t>(hosts_) : std::span<const std::uint64_t>();
+  }
   /// Whether all of message `seq` should have reached us (a later one did, or the root said so).
   [[nodiscard]] static bool known_sent(const Stream& s, Seq seq);
   void accept_message(Stream& s, Seq seq, MessageBuffer msg, TimeNs now, Outbox& out);
@@ -200,6 +208,7 @@ class SmallPath {
 
   MemberId self_;
   View view_;
+  std::vector<std::uint64_t> hosts_;
   const ProtocolConfig& cfg_;
   Emitter& emit_;
   TimerQueue& timers_;

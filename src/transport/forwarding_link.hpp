@@ -30,6 +30,8 @@ class ForwardingLink : public Link {
   }
   void wake() override { inner_->wake(); }
   void remove_peer(MemberId id) override { inner_->remove_peer(id); }
+  void set_local_peers(std::vector<MemberId> local) override { inner_->set_local_peers(std::move(local)); }
+  [[nodiscard]] int readiness_fd() const override { return inner_->readiness_fd(); }
   void add_peer(MemberId id, const std::string& host, std::uint16_t port) override { inner_->add_peer(id, host, port); }
   [[nodiscard]] std::uint64_t bad_input() const override { return inner_->bad_input(); }
   void set_block_placer(BlockPlacer placer) override { inner_->set_block_placer(std::move(placer)); }

@@ -6,6 +6,8 @@
 #include "transport/faulty/faulty_link.hpp"
 #include "transport/inproc/inproc_fabric.hpp"
 #include "transport/sealed/sealed_link.hpp"
+#include "transport/host_link.hpp"
+#include "transport/poll_pacer.hpp"
 #include "transport/links.hpp"
 #include "hmcast/error.hpp"
 #include "transport/shm/shm_transport.hpp"
@@ -94,6 +96,7 @@ class SocketLink final : public EndpointLink<socket::Endpoint, socket::Transport
     const auto st = endpoint_->stats();
     return st.datagrams_oversized + st.connections_malformed;
   }
+  [[nodiscard]] int readiness_fd() const override { return endpoint_->epoll_fd(); }
 
  private:
   std::shared_ptr<BufferPool> pool_;
@@ -177,9 +180,11 @@ std::unique_ptr<Link> make_inproc_link(const std::string& fabric, std::uint64_t 
   return with_faults(std::move(link), faults);
 }
 
-std::unique_ptr<Link> make_socket_link(MemberId self, std::uint32_t multicast_address, std::uint16_t multicast_port,
-                                       const SocketOptions& options, const FaultConfig& faults,
-                                       const auth::GroupKey* key, GroupId group) {
+namespace {
+
+/// A socket link, sealed under `key` if there is one, without faults.
+std::unique_ptr<Link> bare_socket_link(MemberId self, std::uint32_t multicast_address, std::uint16_t multicast_port,
+                                       const SocketOptions& options, const auth::GroupKey* key, GroupId group) {
   socket::SocketConfig cfg;
   cfg.group_address = ipv4_text(multicast_address);
   cfg.group_port = multicast_port;
@@ -194,26 +199,53 @@ std::unique_ptr<Link> make_socket_link(MemberId self, std::uint32_t multicast_ad
   try {
     std::unique_ptr<Link> link = std::make_unique<SocketLink>(self, cfg, options.large_pool_bytes);
     if (key != nullptr) link = with_seal(std::move(link), *key, group);
-    return with_faults(std::move(link), faults);
+    return link;
   } catch (const socket::TransportError& e) {
     throw Error(ErrorCode::transport_failed, e.what());
   }
 }
 
-std::unique_ptr<Link> make_shm_link(MemberId self, GroupId group, const SocketOptions& socket,
-                                    const ShmOptions& options, const FaultConfig& faults) {
+/// A shared-memory link without faults; its datagrams may be up to `mtu`.
+std::unique_ptr<Link> bare_shm_link(MemberId self, GroupId group, const SocketOptions& socket,
+                                    const ShmOptions& options, std::size_t mtu) {
   shm::ShmConfig cfg;
   cfg.group_id = group;
   cfg.options = options;
-  cfg.mtu = options.mtu;
+  cfg.mtu = mtu;
   cfg.completion = socket.completion;
   cfg.busy_poll = socket.busy_poll;
   cfg.busy_poll_max = socket.busy_poll_max;
   try {
-    return with_faults(std::make_unique<ShmLink>(self, cfg, socket.large_pool_bytes), faults);
+    return std::make_unique<ShmLink>(self, cfg, socket.large_pool_bytes);
   } catch (const socket::TransportError& e) {
     throw Error(ErrorCode::transport_failed, e.what());
   }
+}
+
+}  // namespace
+
+std::unique_ptr<Link> make_socket_link(MemberId self, std::uint32_t multicast_address, std::uint16_t multicast_port,
+                                       const SocketOptions& options, const FaultConfig& faults,
+                                       const auth::GroupKey* key, GroupId group) {
+  return with_faults(bare_socket_link(self, multicast_address, multicast_port, options, key, group), faults);
+}
+
+std::unique_ptr<Link> make_shm_link(MemberId self, GroupId group, const SocketOptions& socket,
+                                    const ShmOptions& options, const FaultConfig& faults) {
+  return with_faults(bare_shm_link(self, group, socket, options, options.mtu), faults);
+}
+
+std::unique_ptr<Link> make_host_link(MemberId self, GroupId group, std::uint32_t multicast_address,
+                                     std::uint16_t multicast_port, const SocketOptions& socket,
+                                     const ShmOptions& shm, const FaultConfig& faults, const auth::GroupKey* key) {
+  // The protocol's datagrams are sized for the network; shared memory takes them as they are.
+  auto network = bare_socket_link(self, multicast_address, multicast_port, socket, key, group);
+  // The host link polls both sides itself; the shared memory's wait() only sleeps.
+  SocketOptions sleeper = socket;
+  sleeper.completion = CompletionMode::interrupt;
+  auto local = bare_shm_link(self, group, sleeper, shm, std::max<std::size_t>(shm.mtu, socket.datagram_size()));
+  const PollPacer pacer(socket.completion, socket.busy_poll, socket.busy_poll_max);
+  return with_faults(std::make_unique<HostLink>(std::move(local), std::move(network), pacer), faults);
 }
 
 std::unique_ptr<Link> make_verbs_link(MemberId self, std::uint32_t multicast_address, const VerbsOptions& options,
@@ -246,6 +278,7 @@ void check_verbs_device(const VerbsOptions& options) {
 }
 
 std::uint16_t listening_port(const Link& link) {
+  if (const auto* h = dynamic_cast<const HostLink*>(&bare_link(link))) return listening_port(h->network());
   if (const auto* s = dynamic_cast<const SocketLink*>(&bare_link(link))) return s->endpoint_->tcp_port();
 #ifdef HMCAST_HAVE_VERBS
   if (const auto* v = dynamic_cast<const VerbsLink*>(&bare_link(link))) return v->endpoint_->port();
@@ -254,6 +287,7 @@ std::uint16_t listening_port(const Link& link) {
 }
 
 std::string listening_address(const Link& link, const std::string& configured) {
+  if (const auto* h = dynamic_cast<const HostLink*>(&bare_link(link))) return listening_address(h->network(), configured);
 #ifdef HMCAST_HAVE_VERBS
   if (const auto* v = dynamic_cast<const VerbsLink*>(&bare_link(link))) return v->endpoint_->interface_address();
 #endif

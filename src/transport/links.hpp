@@ -33,6 +33,14 @@ std::unique_ptr<Link> make_socket_link(MemberId self, std::uint32_t multicast_ad
 std::unique_ptr<Link> make_shm_link(MemberId self, GroupId group, const SocketOptions& socket,
                                     const ShmOptions& options, const FaultConfig& faults);
 
+/// Issue 18's two-level link (host_link.hpp): a socket link as make_socket_link()
+/// makes it (sealed with a `key`) for the other hosts, and a shared-memory link
+/// for the members of this one, under one fault layer.
+std::unique_ptr<Link> make_host_link(MemberId self, GroupId group, std::uint32_t multicast_address,
+                                     std::uint16_t multicast_port, const SocketOptions& socket,
+                                     const ShmOptions& shm, const FaultConfig& faults,
+                                     const auth::GroupKey* key = nullptr);
+
 /// A verbs endpoint (UD multicast + RC links; transport/verbs) for member `self` of a
 /// group whose datagrams use multicast_address (IPv4, host order). Throws
 /// hmcast::Error(transport_failed) naming the fixes when there is no RDMA device,

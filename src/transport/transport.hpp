@@ -68,6 +68,10 @@ class Transport {
   }
   /// Where peer `id` listens (transports that need addresses; others ignore it).
   virtual void add_peer(MemberId id, const std::string& host, std::uint16_t port) = 0;
+  /// The members that share this member's host (ordered, from the view), named
+  /// before add_peer() names any of them: a transport that reaches them another way
+  /// (HostLink: shared memory) routes by it. Others ignore it.
+  virtual void set_local_peers(std::vector<MemberId> /*local*/) {}
   /// Peer `id` left the view: what the transport holds for it can go (shm: its
   /// reader slot, and the file of a peer whose process died). Others ignore it.
   virtual void remove_peer(MemberId /*id*/) {}
@@ -92,6 +96,10 @@ class Link : public Transport {
   /// Where Block payloads go, for transports that can read them straight into their
   /// final buffer (socket). Others ignore it.
   virtual void set_block_placer(BlockPlacer /*placer*/) {}
+  /// A file descriptor that polls readable whenever wait() may find something
+  /// without sleeping (socket: its epoll set), for a link that waits on this one and
+  /// another at once (HostLink); -1: none.
+  [[nodiscard]] virtual int readiness_fd() const { return -1; }
   /// Buffers offered with offer_region() that the transport still holds.
   [[nodiscard]] virtual std::uint64_t regions_held() const { return 0; }
   /// Payload bytes the transport read straight into their final buffer.

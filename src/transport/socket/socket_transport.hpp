@@ -124,6 +124,8 @@ class Endpoint {
   [[nodiscard]] MemberId id() const { return id_; }
   /// The port the reliable links listen on (what peers pass to add_peer()).
   [[nodiscard]] std::uint16_t tcp_port() const { return tcp_port_; }
+  /// The epoll set wait() drains: it polls readable while wait() has work.
+  [[nodiscard]] int epoll_fd() const { return epoll_fd_; }
   [[nodiscard]] std::size_t mtu() const { return cfg_.mtu; }
 
   /// Where to reach member `id` over a reliable link. Naming a peer again replaces
