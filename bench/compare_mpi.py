@@ -382,7 +382,7 @@ TWO_HOST_SIZES = [2048, 64 * MIB]
 
 
 def two_host_runs():
-    """hmcast (every member on the socket transport) and Open MPI (vader inside a host, TCP
+    """hmcast (the two-level group: shared memory inside a host, the socket between) and Open MPI (vader inside a host, TCP
     between) on 2 namespaces of 4 processes each at TWO_HOST_RATE: rows of impl, size,
     all_us (all-acked / Bcast+Barrier p50), last_us, cpu_s_per_gb (hmcast), ok; or a note."""
     note = cluster_possible()
@@ -393,7 +393,7 @@ def two_host_runs():
     run([CLUSTER, "up", str(hosts), TWO_HOST_RATE], 120)
     try:
         for size, messages in ((2048, None), (64 * MIB, 3)):
-            cmd = [HM, "bench", "--transport", "socket", "--procs", str(procs), "--per-host", str(TWO_HOST_PER_HOST),
+            cmd = [HM, "bench", "--transport", "socket+shm", "--procs", str(procs), "--per-host", str(TWO_HOST_PER_HOST),
                    "--sizes", str(size), "--latency-only", "--json", "--prefix", "ip netns exec hm{i}",
                    "--interface-template", "10.77.0.{i}", "--manager-host", "10.77.0.254"]
             if messages:
@@ -432,8 +432,8 @@ def two_host_summary(summary, rows):
 def two_host_table(rows, note):
     md = ["\n### Two emulated hosts of %d processes each (%s per host), p50 until every member has it\n"
           % (TWO_HOST_PER_HOST, TWO_HOST_RATE),
-          "hmcast: every member on the socket transport (no host hierarchy yet: members on one host talk through "
-          "loopback UDP and TCP), all-acked. Open MPI: `--mca btl self,vader,tcp` with the namespaces as hosts "
+          "hmcast: the two-level group (`--transport socket+shm`: shared memory inside a host, the socket between "
+          "hosts; the ACK tree and the block schedule cross to each host once), all-acked. Open MPI: `--mca btl self,vader,tcp` with the namespaces as hosts "
           "(shared memory inside a host, TCP between), MPI_Bcast + MPI_Barrier.\n"]
     if note:
         md.append(note + "\n")

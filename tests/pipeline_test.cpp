@@ -67,6 +67,7 @@ TEST_CASE("pipeline: randomized runs keep every promise", "[pipeline][random]") 
     // a segment from 1 byte to past the block, a credit lead from none to the whole block.
     sc.segment = 1 + rng.below(sc.block + sc.block / 4);
     sc.credit_lead = rng.below(sc.block + 1);
+    sc.per_host = rng.chance(0.4) ? static_cast<std::uint32_t>(2 + rng.below(7)) : 1;  // the two-level schedule
     const auto r = hmcast::sim::run_large(sc);
     // Survivors never see a failure: a crash restarts the transfer over the new view.
     const bool ok = r.delivered_ok && r.completed == std::uint64_t{sc.messages} * std::min(sc.senders, sc.nodes) &&
@@ -99,6 +100,7 @@ TEST_CASE("pipeline: a sender crashes: the survivors deliver each of its message
     sc.algorithm = static_cast<LargeAlgorithm>(rng.below(4));
     sc.crash = rng.chance(0.3) ? 1U : 0U;
     sc.crash_senders = 1;
+    sc.per_host = rng.chance(0.4) ? static_cast<std::uint32_t>(2 + rng.below(5)) : 1;  // a host leader may die
     const auto r = hmcast::sim::run_large(sc);
     delivered += r.dead_sender_delivered;
     on_relay += r.delivered_on_relay;

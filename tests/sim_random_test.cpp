@@ -43,6 +43,7 @@ hmcast::sim::SmallScenario draw(std::uint64_t seed) {
   sc.joins = r.chance(0.25) ? static_cast<std::uint32_t>(1 + r.below(2)) : 0;
   sc.block_multicast = r.chance(0.15);
   sc.crash_senders = sc.senders > 1 && sc.nodes > 4 && r.chance(0.25) ? 1 : 0;
+  sc.per_host = r.chance(0.4) ? static_cast<std::uint32_t>(2 + r.below(7)) : 1;  // the two-level group's trees
   return sc;
 }
 
@@ -52,6 +53,7 @@ TEST_CASE("randomized simulation keeps every promise", "[sim][random]") {
   const auto seeds = static_cast<std::uint64_t>(std::max(20.0, 1000.0 * test_scale()));
   std::uint64_t failures = 0;
   std::uint64_t with_joins = 0, with_fallback = 0, with_crashes = 0, with_sender_crashes = 0;  // runs where each happened
+  std::uint64_t by_host = 0;  // runs whose members shared hosts (several hosts, several members on one)
   for (std::uint64_t seed = 1; seed <= seeds; ++seed) {
     const auto sc = draw(seed);
     const auto r = hmcast::sim::run_small(sc);
@@ -59,6 +61,7 @@ TEST_CASE("randomized simulation keeps every promise", "[sim][random]") {
     with_fallback += r.members_emulating > 0 ? 1 : 0;
     with_crashes += r.crashed > 0 ? 1 : 0;
     with_sender_crashes += r.senders_crashed > 0 ? 1 : 0;
+    by_host += sc.per_host > 1 && sc.nodes > sc.per_host ? 1 : 0;
     // A crashed sender's last messages may never complete: its survivors must agree instead.
     const bool liveness = (sc.crash_senders > 0 || r.completed == r.messages_sent) && !r.timed_out;
     if (!r.delivered_ok || !liveness || r.max_held_messages > r.held_bound) {
@@ -72,11 +75,13 @@ TEST_CASE("randomized simulation keeps every promise", "[sim][random]") {
   // The runs covered every kind of event they are meant to (joins with their flush,
   // the multicast fallback, crashes), not only quiet ones.
   std::cout << seeds << " seeds: " << with_joins << " with joins, " << with_fallback << " with the multicast fallback, "
-            << with_crashes << " with crashes (" << with_sender_crashes << " of a sender)\n";
+            << with_crashes << " with crashes (" << with_sender_crashes << " of a sender), " << by_host
+            << " on several hosts of several members\n";
   CHECK(with_joins > 0);
   CHECK(with_fallback > 0);
   CHECK(with_crashes > 0);
   CHECK(with_sender_crashes > 0);
+  CHECK(by_host > 0);
 }
 
 TEST_CASE("the same seed gives the same run, bit for bit", "[sim][determinism]") {

@@ -71,6 +71,8 @@ void add_large_command(CLI::App* simcmd) {
   large->add_option("--crash-senders", sc->crash_senders,
                     "Senders crashed during the transfer (never the first): survivors deliver each of their "
                     "messages all or none");
+  large->add_option("--per-host", sc->per_host,
+                    "Members per host (0 or 1: a host each): blocks cross to each host once, then move inside it");
   large->add_option("--receive-window", sc->receive_window, "Blocks a receiver lets come at once")
       ->check(CLI::Range(1U, 1024U))->capture_default_str();
   large->add_option("--seed", sc->seed, "Seed of the run")->capture_default_str();
@@ -133,6 +135,7 @@ void add_sim_commands(CLI::App& app) {
   small->add_option("--latency-us", *latency_us, "Per-hop latency (us)")->check(CLI::Range(0.0, 1e6))->capture_default_str();
   small->add_option("--mtu", sc->protocol.mtu, "Datagram MTU in bytes")->check(CLI::Range(256U, 65000U))->capture_default_str();
   small->add_option("--window", sc->protocol.window_messages, "Sender window (messages)")->capture_default_str();
+  small->add_option("--per-host", sc->per_host, "Members per host (0 or 1: a host each): ACK trees follow hosts");
   small->add_option("--seed", sc->seed, "Seed of the run")->capture_default_str();
   small->add_flag("--json", *json, "Print one JSON object as the last line");
   small->callback([sc, json, latency_us] {

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "ack_tree/host_tree.hpp"
+#include "large/host_schedule.hpp"
 #include "core/assert.hpp"
 
 namespace hmcast::large {
@@ -77,20 +78,29 @@ Pipeline::Message& Pipeline::create(MemberId sender, Seq seq, std::uint64_t size
   if (n == 2) t.segment_size = block_size;
   const std::uint32_t root = *view_.rank_of(sender);
   const std::uint32_t me = *view_.rank_of(self_);
-  const auto schedule = make_schedule(algorithm, n, root, t.blocks);
-  for (std::uint32_t step = 0; step < schedule->steps(); ++step) {
-    for (const auto& tr : schedule->sends(me, step)) {
-      t.sends.push_back(tr);
-      t.send_peers.insert(view_.members[tr.to]);
-    }
-    for (const auto& tr : schedule->receives(me, step)) {
-      t.source[tr.block] = tr.from;
-      t.recv_peers.insert(view_.members[tr.from]);
-      t.receive_order.push_back(view_.members[tr.from]);
-    }
-  }
   const std::span<const std::uint64_t> hosts =
       hosts_.size() == n ? std::span<const std::uint64_t>(hosts_) : std::span<const std::uint64_t>();
+  const auto add_send = [&](const Hop& tr) {
+    t.sends.push_back(tr);
+    t.send_peers.insert(view_.members[tr.to]);
+  };
+  const auto add_receive = [&](const Hop& tr) {
+    t.source[tr.block] = tr.from;
+    t.recv_peers.insert(view_.members[tr.from]);
+    t.receive_order.push_back(view_.members[tr.from]);
+  };
+  if (by_host(hosts)) {
+    // Each block crosses to a host once, then moves inside it (host_schedule.hpp).
+    const RankPlan plan = host_plan(algorithm, root, t.blocks, hosts, me);
+    for (const auto& tr : plan.sends) add_send(tr);
+    for (const auto& tr : plan.receives) add_receive(tr);
+  } else {
+    const auto schedule = make_schedule(algorithm, n, root, t.blocks);
+    for (std::uint32_t step = 0; step < schedule->steps(); ++step) {
+      for (const auto& tr : schedule->sends(me, step)) add_send(tr);
+      for (const auto& tr : schedule->receives(me, step)) add_receive(tr);
+    }
+  }
   const ack_tree::HostTree tree(n, root, cfg_.radix, hosts);
   if (auto p = tree.parent(me)) t.ack_parent = view_.members[*p];
   for (auto c : tree.children(me)) t.ack_children.insert(view_.members[c]);

@@ -201,7 +201,8 @@ void Cluster::member_control(std::uint32_t node, const membership::ControlMessag
     n.welcome = *w;
     node_by_member_[w->member] = node;
     n.transport = std::make_unique<Transport>(*this, node, w->member);
-    n.control->send(membership::Listening{"sim", static_cast<std::uint16_t>(node)});
+    const std::uint64_t host = per_host_ > 1 ? node / per_host_ + 1 : 0;  // 0: a host of its own
+    n.control->send(membership::Listening{"sim", static_cast<std::uint16_t>(node), host});
   } else if (const auto* v = std::get_if<membership::ViewPush>(&m)) {
     HMCAST_ASSERT(n.welcome.has_value());
     n.floors = runtime::view_change_of(*v).small_floors;

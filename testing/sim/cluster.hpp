@@ -52,6 +52,9 @@ class Cluster final : public Host {
   void crash(std::uint32_t node, bool detected);
   /// Multicast stops reaching `node` (its probe partners then report it).
   void block_multicast(std::uint32_t node) { fabric_.block_multicast(node); }
+  /// Nodes say they share hosts `per_host` at a time (node i on host i / per_host):
+  /// the views then shape ACK trees and block schedules by host. 0 or 1: a host each.
+  void set_per_host(std::uint32_t per_host) { per_host_ = per_host; }
   /// Runs `task` at virtual time `at` (on the coordinator's node).
   void at(TimeNs at, TaskFn task);
   /// Runs until `until`, no events remain, or stop().
@@ -87,6 +90,7 @@ class Cluster final : public Host {
   void on_link_failed(std::uint32_t node, std::uint32_t peer, TimeNs now) override;
 
  private:
+  std::uint32_t per_host_ = 0;
   class Transport;
   class Control;
   struct Node {

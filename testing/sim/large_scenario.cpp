@@ -21,6 +21,7 @@ class LargeRun {
   explicit LargeRun(const LargeScenario& sc)
       : sc_(sc), cluster_(sc.nodes, model(sc), protocol(sc), sc.seed), removed_(sc.nodes, false),
         delivered_(sc.nodes) {
+    cluster_.set_per_host(sc.per_host);
     const std::uint32_t senders = std::clamp<std::uint32_t>(sc.senders, 1, sc.nodes);
     for (std::uint32_t k = 0; k < senders; ++k)
       senders_.insert(static_cast<std::uint32_t>(std::uint64_t{k} * sc.nodes / senders));
@@ -279,7 +280,7 @@ std::string LargeScenario::command_line() const {
     << static_cast<double>(block_overhead_ns) / 1000.0 << " --slow-links " << slow_links << " --slow-nodes "
     << slow_nodes << " --slow-factor " << slow_factor << " --crash " << crash << " --crash-senders " << crash_senders
     << " --receive-window "
-    << receive_window << " --seed " << seed << " --json";
+    << receive_window << " --per-host " << per_host << " --seed " << seed << " --json";
   return o.str();
 }
 

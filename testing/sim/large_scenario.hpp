@@ -35,6 +35,9 @@ struct LargeScenario {
   /// deliver each of their messages all or none of them.
   std::uint32_t crash_senders = 0;
   std::uint32_t receive_window = 1;  // blocks a receiver lets come at once
+  /// Members per host (0 or 1: a host each): blocks cross to each host once, then
+  /// move inside it (large/host_schedule.hpp).
+  std::uint32_t per_host = 1;
   std::uint64_t seed = 1;
 
   [[nodiscard]] std::string command_line() const;

@@ -43,6 +43,7 @@ class SmallRun {
   explicit SmallRun(const SmallScenario& sc)
       : sc_(sc), cluster_(sc.nodes + sc.joins, sc.network, protocol_of(sc), sc.seed),
         expected_(sc.nodes + sc.joins), removed_(sc.nodes + sc.joins, false) {
+    cluster_.set_per_host(sc.per_host);
     const std::uint32_t senders = std::clamp<std::uint32_t>(sc.senders, 1, sc.nodes);
     for (std::uint32_t k = 0; k < senders; ++k) {
       const auto node = static_cast<std::uint32_t>(std::uint64_t{k} * sc.nodes / senders);
@@ -368,7 +369,7 @@ std::string SmallScenario::command_line() const {
     << network.reorder << " --crash " << crash << " --crash-senders " << crash_senders << " --crash-detected " << crash_detected << " --joins " << joins
     << (block_multicast ? " --block-multicast" : "") << " --radix " << protocol.radix << " --latency-us "
     << static_cast<double>(network.latency_ns) / 1000.0 << " --mtu " << protocol.mtu << " --window "
-    << protocol.window_messages << " --seed " << seed << " --json";
+    << protocol.window_messages << " --per-host " << per_host << " --seed " << seed << " --json";
   return o.str();
 }
 

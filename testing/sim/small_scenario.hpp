@@ -45,6 +45,9 @@ struct SmallScenario {
   /// Multicast stops reaching one member from the start: the multicast probe must
   /// find it and the whole group switch to emulated multicast.
   bool block_multicast = false;
+  /// Members per host (node i on host i / per_host; 0 or 1: a host each): ACK trees
+  /// follow hosts (ack_tree/host_tree.hpp).
+  std::uint32_t per_host = 1;
   std::uint64_t seed = 1;
   NetworkModel network;
   ProtocolConfig protocol = policy::transport_defaults("sim", ProtocolConfig{}.mtu);

@@ -1,0 +1,93 @@
+#include "large/host_schedule.hpp"
+
+#include <algorithm>
+#include <map>
+#include <stdexcept>
+#include <tuple>
+
+#include "core/assert.hpp"
+
+namespace hmcast::large {
+
+namespace {
+
+struct Hosts {
+  std::vector<std::vector<std::uint32_t>> members;  // per host, ranks ascending
+  std::vector<std::uint32_t> host;                  // per rank
+};
+
+/// Hosts numbered in the order of their smallest rank (as ack_tree::HostTree does).
+Hosts hosts_of(std::span<const std::uint64_t> host_of) {
+  Hosts h;
+  std::map<std::uint64_t, std::uint32_t> index;
+  h.host.resize(host_of.size());
+  for (std::uint32_t r = 0; r < host_of.size(); ++r) {
+    auto [it, fresh] = index.try_emplace(host_of[r], static_cast<std::uint32_t>(h.members.size()));
+    if (fresh) h.members.emplace_back();
+    h.members[it->second].push_back(r);
+    h.host[r] = it->second;
+  }
+  return h;
+}
+
+}  // namespace
+
+bool by_host(std::span<const std::uint64_t> host_of) {
+  const Hosts h = hosts_of(host_of);
+  return h.members.size() >= 2 && h.members.size() < host_of.size();
+}
+
+RankPlan host_plan(LargeAlgorithm algorithm, std::uint32_t root, std::uint32_t blocks,
+                   std::span<const std::uint64_t> host_of, std::uint32_t me) {
+  const auto n = static_cast<std::uint32_t>(host_of.size());
+  if (root >= n || me >= n) throw std::invalid_argument("large::host_plan: root and me must be ranks of the view");
+  const Hosts h = hosts_of(host_of);
+  const auto hosts = static_cast<std::uint32_t>(h.members.size());
+  const std::uint32_t root_host = h.host[root];
+  std::vector<std::uint32_t> rep(hosts);
+  for (std::uint32_t i = 0; i < hosts; ++i) rep[i] = i == root_host ? root : h.members[i].front();
+  const std::uint32_t mine = h.host[me];
+  const auto between = make_schedule(algorithm, hosts, root_host, blocks);
+
+  // Transfers with the (half-)step they happen at, sorted at the end: 2*step for the
+  // network's, 2*step + 1 for a relay inside the host that follows it.
+  std::vector<std::tuple<std::uint64_t, Hop>> sends;
+  std::vector<std::tuple<std::uint64_t, Hop>> receives;
+  // When our host's representative has each block: the step it arrives (the root's:
+  // the step it first sends it, or 0 when it sends nothing between hosts).
+  std::vector<std::uint64_t> ready(blocks, 0);
+  std::vector<bool> seen(blocks, false);
+  for (std::uint32_t step = 0; step < between->steps(); ++step) {
+    for (const Hop& hop : between->receives(mine, step)) {
+      ready[hop.block] = step;
+      if (me == rep[mine]) receives.emplace_back(2 * std::uint64_t{step}, Hop{rep[hop.from], me, hop.block});
+    }
+    for (const Hop& hop : between->sends(mine, step)) {
+      if (mine == root_host && !seen[hop.block]) ready[hop.block] = step;
+      seen[hop.block] = true;
+      if (me == rep[mine]) sends.emplace_back(2 * std::uint64_t{step}, Hop{me, rep[hop.to], hop.block});
+    }
+  }
+  // The chain inside our host: the representative, then the others by rank.
+  std::vector<std::uint32_t> chain{rep[mine]};
+  for (std::uint32_t r : h.members[mine])
+    if (r != rep[mine]) chain.push_back(r);
+  const auto at = static_cast<std::size_t>(std::find(chain.begin(), chain.end(), me) - chain.begin());
+  HMCAST_ASSERT(at < chain.size());
+  for (std::uint32_t b = 0; b < blocks; ++b) {
+    const std::uint64_t when = 2 * ready[b] + 1;
+    if (at > 0) receives.emplace_back(when, Hop{chain[at - 1], me, b});
+    if (at + 1 < chain.size()) sends.emplace_back(when, Hop{me, chain[at + 1], b});
+  }
+  const auto by_time = [](const auto& a, const auto& b) {
+    return std::make_tuple(std::get<0>(a), std::get<1>(a).block) < std::make_tuple(std::get<0>(b), std::get<1>(b).block);
+  };
+  std::stable_sort(sends.begin(), sends.end(), by_time);
+  std::stable_sort(receives.begin(), receives.end(), by_time);
+  RankPlan plan;
+  for (const auto& [when, hop] : sends) plan.sends.push_back(hop);
+  for (const auto& [when, hop] : receives) plan.receives.push_back(hop);
+  return plan;
+}
+
+}  // namespace hmcast::large
