@@ -401,40 +401,31 @@ GroupRunReport run_group(const GroupRunOptions& o) {
     for (const auto& c : kids) delivered += c.killed ? 0 : c.delivered;
     // Kill once the group is well under way: a fifth of all deliveries done.
     if (!killed_yet && all_joined && delivered * 5 >= expected * o.procs) {
-      // Up to `count` members still running, senders or not, never member 1 (whose
+      // Up to `count` members still running that `fits` takes, never member 1 (whose
       // figures the reports use), drawn from the seed.
-      const auto pick_victims = [&](std::uint32_t count, bool senders) {
+      const auto pick = [&](std::uint32_t count, const auto& fits) {
         std::vector<Child*> candidates;
         for (auto& c : kids)
-          if (c.sender == senders && !c.killed && c.member != 1u) candidates.push_back(&c);
+          if (!c.killed && c.member && c.member != 1u && fits(c)) candidates.push_back(&c);
         std::vector<Child*> picked;
         for (std::uint32_t k = 0; k < count && !candidates.empty(); ++k) {
-          const auto pick = rng.below(candidates.size());
-          picked.push_back(candidates[pick]);
-          candidates.erase(candidates.begin() + static_cast<std::ptrdiff_t>(pick));
+          const auto at = rng.below(candidates.size());
+          picked.push_back(candidates[at]);
+          candidates.erase(candidates.begin() + static_cast<std::ptrdiff_t>(at));
         }
         return picked;
       };
-      // SIGKILL, or (mid_write) SIGUSR1, which arms the member's crash point (hmcast
-      // member --crash-mid-write): it dies at its next large write, and says when.
+      const auto pick_victims = [&](std::uint32_t count, bool senders) {
+        return pick(count, [&](const Child& c) { return c.sender == senders; });
+      };
       // Host leaders as the members compute them (membership/host_layout.hpp): the
       // smallest live member id of each host.
-      const auto is_leader = [&](const Child& c) {
-        return std::none_of(kids.begin(), kids.end(), [&](const Child& other) {
-          return other.host == c.host && !other.killed && other.member && *other.member < *c.member;
-        });
-      };
       const auto pick_leaders = [&](std::uint32_t count) {
-        std::vector<Child*> candidates;
-        for (auto& c : kids)
-          if (!c.killed && c.member && c.member != 1u && is_leader(c)) candidates.push_back(&c);
-        std::vector<Child*> picked;
-        for (std::uint32_t k = 0; k < count && !candidates.empty(); ++k) {
-          const auto pick = rng.below(candidates.size());
-          picked.push_back(candidates[pick]);
-          candidates.erase(candidates.begin() + static_cast<std::ptrdiff_t>(pick));
-        }
-        return picked;
+        return pick(count, [&](const Child& c) {
+          return std::none_of(kids.begin(), kids.end(), [&](const Child& other) {
+            return other.host == c.host && !other.killed && other.member && *other.member < *c.member;
+          });
+        });
       };
       for (Child* victim : pick_leaders(o.kill_leaders)) {
         ::kill(victim->pid, SIGKILL);
@@ -449,6 +440,8 @@ GroupRunReport run_group(const GroupRunOptions& o) {
       if (rep.leaders_killed < o.kill_leaders)
         rep.problems.push_back("--kill-leaders: only " + std::to_string(rep.leaders_killed) + " of " +
                                std::to_string(o.kill_leaders) + " host leaders could be struck (member 1 never is)");
+      // SIGKILL, or (mid_write) SIGUSR1, which arms the member's crash point (hmcast
+      // member --crash-mid-write): it dies at its next large write, and says when.
       const auto kill_some = [&](std::uint32_t count, bool senders, bool mid_write) {
         for (Child* victim : pick_victims(count, senders)) {
           ::kill(victim->pid, mid_write ? SIGUSR1 : SIGKILL);

@@ -9,23 +9,28 @@
 
 namespace hmcast::ack_tree {
 
+HostGroups group_by_host(std::span<const std::uint64_t> host_of) {
+  HostGroups g;
+  std::map<std::uint64_t, std::uint32_t> index;
+  g.host.resize(host_of.size());
+  for (std::uint32_t r = 0; r < host_of.size(); ++r) {
+    auto [it, fresh] = index.try_emplace(host_of[r], static_cast<std::uint32_t>(g.members.size()));
+    if (fresh) g.members.emplace_back();
+    g.members[it->second].push_back(r);
+    g.host[r] = it->second;
+  }
+  return g;
+}
+
 HostTree::HostTree(std::uint32_t n, std::uint32_t root, std::uint32_t radix, std::span<const std::uint64_t> host_of)
     : n_(n) {
   const Tree flat(n, root, radix);  // checks n, root and radix
   if (!host_of.empty() && host_of.size() != n)
     throw std::invalid_argument("hmcast::ack_tree::HostTree: " + std::to_string(host_of.size()) +
                                 " host entries for a tree of n=" + std::to_string(n) + " ranks");
-  // Hosts numbered in the order of their smallest rank, so a host's first member
-  // (its leader) and the hosts' order agree with the view's.
-  std::map<std::uint64_t, std::uint32_t> index;
-  std::vector<std::vector<std::uint32_t>> members;
-  std::vector<std::uint32_t> host(host_of.size());
-  for (std::uint32_t r = 0; r < host_of.size(); ++r) {
-    auto [it, fresh] = index.try_emplace(host_of[r], static_cast<std::uint32_t>(members.size()));
-    if (fresh) members.emplace_back();
-    members[it->second].push_back(r);
-    host[r] = it->second;
-  }
+  const HostGroups groups = group_by_host(host_of);
+  const auto& members = groups.members;
+  const auto& host = groups.host;
   const auto hosts = static_cast<std::uint32_t>(members.size());
   if (hosts <= 1 || hosts == n) {
     flat_ = flat;

@@ -19,6 +19,14 @@
 
 namespace hmcast::ack_tree {
 
+/// Ranks grouped by host, hosts numbered in the order of their smallest rank, so a
+/// host's first member is its leader (as membership/host_layout.hpp has it).
+struct HostGroups {
+  std::vector<std::vector<std::uint32_t>> members;  // per host, ranks ascending
+  std::vector<std::uint32_t> host;                  // per rank
+};
+[[nodiscard]] HostGroups group_by_host(std::span<const std::uint64_t> host_of);
+
 class HostTree {
  public:
   /// `host_of[rank]` names each rank's host (equal values: the same host); empty, it

@@ -1,39 +1,18 @@
 #include "large/host_schedule.hpp"
 
 #include <algorithm>
-#include <map>
 #include <stdexcept>
 #include <tuple>
 
+#include "ack_tree/host_tree.hpp"
 #include "core/assert.hpp"
 
 namespace hmcast::large {
 
-namespace {
-
-struct Hosts {
-  std::vector<std::vector<std::uint32_t>> members;  // per host, ranks ascending
-  std::vector<std::uint32_t> host;                  // per rank
-};
-
-/// Hosts numbered in the order of their smallest rank (as ack_tree::HostTree does).
-Hosts hosts_of(std::span<const std::uint64_t> host_of) {
-  Hosts h;
-  std::map<std::uint64_t, std::uint32_t> index;
-  h.host.resize(host_of.size());
-  for (std::uint32_t r = 0; r < host_of.size(); ++r) {
-    auto [it, fresh] = index.try_emplace(host_of[r], static_cast<std::uint32_t>(h.members.size()));
-    if (fresh) h.members.emplace_back();
-    h.members[it->second].push_back(r);
-    h.host[r] = it->second;
-  }
-  return h;
-}
-
-}  // namespace
+using ack_tree::group_by_host;
 
 bool by_host(std::span<const std::uint64_t> host_of) {
-  const Hosts h = hosts_of(host_of);
+  const auto h = group_by_host(host_of);
   return h.members.size() >= 2 && h.members.size() < host_of.size();
 }
 
@@ -41,7 +20,7 @@ RankPlan host_plan(LargeAlgorithm algorithm, std::uint32_t root, std::uint32_t b
                    std::span<const std::uint64_t> host_of, std::uint32_t me) {
   const auto n = static_cast<std::uint32_t>(host_of.size());
   if (root >= n || me >= n) throw std::invalid_argument("large::host_plan: root and me must be ranks of the view");
-  const Hosts h = hosts_of(host_of);
+  const auto h = group_by_host(host_of);
   const auto hosts = static_cast<std::uint32_t>(h.members.size());
   const std::uint32_t root_host = h.host[root];
   std::vector<std::uint32_t> rep(hosts);
