@@ -56,7 +56,8 @@ struct Trio {
     hmcast::ShmOptions shm;
     shm.multicast_bytes = shm.inbox_bytes = std::size_t{1} << 20;
     for (hmcast::MemberId m = 1; m <= 3; ++m)
-      links.push_back(tr::make_host_link(m, group, kAddress, test_port(), socket, shm, hmcast::FaultConfig{}));
+      links.push_back(
+          tr::make_host_link(m, group, kAddress, test_port(), socket, shm, hmcast::FaultConfig{}, nullptr, true));
     const std::vector<std::vector<hmcast::MemberId>> local = {{1, 2}, {1, 2}, {3}};
     for (std::size_t i = 0; i < 3; ++i) {
       links[i]->set_local_peers(local[i]);

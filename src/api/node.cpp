@@ -236,7 +236,8 @@ std::unique_ptr<transport::Link> make_link(const Config& cfg, const membership::
     case TransportKind::socket:
       if (cfg.socket.share_memory)
         return transport::make_host_link(welcome.member, welcome.group_id, welcome.multicast_address,
-                                         welcome.multicast_port, cfg.socket, cfg.shm, cfg.faults, k);
+                                         welcome.multicast_port, cfg.socket, cfg.shm, cfg.faults, k,
+                                         !cfg.host_identity.empty());
       return transport::make_socket_link(welcome.member, welcome.multicast_address, welcome.multicast_port, cfg.socket,
                                          cfg.faults, k, welcome.group_id);
     case TransportKind::verbs:

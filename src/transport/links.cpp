@@ -182,10 +182,13 @@ std::unique_ptr<Link> make_inproc_link(const std::string& fabric, std::uint64_t 
 
 namespace {
 
-/// A socket link, sealed under `key` if there is one, without faults.
+/// A socket link, sealed under `key` if there is one, without faults. `loop`: it
+/// hears its host's datagrams (IP_MULTICAST_LOOP).
 std::unique_ptr<Link> bare_socket_link(MemberId self, std::uint32_t multicast_address, std::uint16_t multicast_port,
-                                       const SocketOptions& options, const auth::GroupKey* key, GroupId group) {
+                                       const SocketOptions& options, const auth::GroupKey* key, GroupId group,
+                                       bool loop = true) {
   socket::SocketConfig cfg;
+  cfg.multicast_loop = loop;
   cfg.group_address = ipv4_text(multicast_address);
   cfg.group_port = multicast_port;
   cfg.interface_address = options.interface_address;
@@ -237,9 +240,13 @@ std::unique_ptr<Link> make_shm_link(MemberId self, GroupId group, const SocketOp
 
 std::unique_ptr<Link> make_host_link(MemberId self, GroupId group, std::uint32_t multicast_address,
                                      std::uint16_t multicast_port, const SocketOptions& socket,
-                                     const ShmOptions& shm, const FaultConfig& faults, const auth::GroupKey* key) {
+                                     const ShmOptions& shm, const FaultConfig& faults, const auth::GroupKey* key,
+                                     bool hosts_named) {
   // The protocol's datagrams are sized for the network; shared memory takes them as they are.
-  auto network = bare_socket_link(self, multicast_address, multicast_port, socket, key, group);
+  // Members of one host hear each other's datagrams there, so the network's copy is
+  // not looped back to them, unless hosts are named (Config::host_identity): then
+  // "hosts" may share a network stack, and the loop carries between them.
+  auto network = bare_socket_link(self, multicast_address, multicast_port, socket, key, group, hosts_named);
   // The host link polls both sides itself; the shared memory's wait() only sleeps.
   SocketOptions sleeper = socket;
   sleeper.completion = CompletionMode::interrupt;

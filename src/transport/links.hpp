@@ -35,11 +35,12 @@ std::unique_ptr<Link> make_shm_link(MemberId self, GroupId group, const SocketOp
 
 /// Issue 18's two-level link (host_link.hpp): a socket link as make_socket_link()
 /// makes it (sealed with a `key`) for the other hosts, and a shared-memory link
-/// for the members of this one, under one fault layer.
+/// for the members of this one, under one fault layer. `hosts_named`: hosts come
+/// from Config::host_identity and may share a network stack (tests on one machine).
 std::unique_ptr<Link> make_host_link(MemberId self, GroupId group, std::uint32_t multicast_address,
                                      std::uint16_t multicast_port, const SocketOptions& socket,
                                      const ShmOptions& shm, const FaultConfig& faults,
-                                     const auth::GroupKey* key = nullptr);
+                                     const auth::GroupKey* key = nullptr, bool hosts_named = false);
 
 /// A verbs endpoint (UD multicast + RC links; transport/verbs) for member `self` of a
 /// group whose datagrams use multicast_address (IPv4, host order). Throws
