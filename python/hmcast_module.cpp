@@ -77,7 +77,8 @@ hmcast::TransportKind transport_of(const std::string& name) {
   if (name == "inproc") return hmcast::TransportKind::inproc;
   if (name == "verbs") return hmcast::TransportKind::verbs;
   if (name == "shm") return hmcast::TransportKind::shm;
-  throw py::value_error("transport must be 'socket', 'shm', 'inproc' or 'verbs', not '" + name + "'");
+  if (name == "socket+shm") return hmcast::TransportKind::socket;  // with SocketOptions::share_memory
+  throw py::value_error("transport must be 'socket', 'socket+shm', 'shm', 'inproc' or 'verbs', not '" + name + "'");
 }
 
 py::object event_to_python(Inbox::Event e) {
@@ -235,6 +236,7 @@ PYBIND11_MODULE(hmcast, m) {
              hmcast::Config c;
              c.key_file = key_file;  // empty: $HMCAST_KEY_FILE, or no key
              c.transport = transport_of(transport);
+             c.socket.share_memory = transport == "socket+shm";
              c.group_size = group_size;
              c.socket.manager = manager;
              c.socket.embed_manager = embed_manager;

@@ -1,4 +1,4 @@
-"""One member process for tests/python: joins a group (socket or shm transport), broadcasts
+"""One member process for tests/python: joins a group (socket, shm or socket+shm transport), broadcasts
 NumPy arrays and bytes if it is a sender, checks every byte it receives, and prints
 JSON lines (joined, done). It stays a member until its stdin closes."""
 import argparse
@@ -28,7 +28,7 @@ def main():
     ap.add_argument("--send", type=int, default=0, help="messages to broadcast (0: none)")
     ap.add_argument("--expect", type=int, required=True, help="messages to receive from the others")
     ap.add_argument("--expect-left", type=int, default=0, help="members whose departure must be seen")
-    ap.add_argument("--transport", default="socket", choices=["socket", "shm"])
+    ap.add_argument("--transport", default="socket", choices=["socket", "shm", "socket+shm"])
     args = ap.parse_args()
 
     node = hmcast.Node(transport=args.transport, group_size=args.procs, manager=args.manager, join_timeout=30)

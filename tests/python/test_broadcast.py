@@ -82,7 +82,7 @@ def finish(members):
         assert p.wait(timeout=30) == 0
 
 
-@pytest.mark.parametrize("transport", ["socket", "shm"])
+@pytest.mark.parametrize("transport", ["socket", "shm", "socket+shm"])
 def test_four_processes_numpy_and_bytes(manager, transport):
     senders, messages = 4, 12
     # Every member delivers every message, its own included.
@@ -97,7 +97,7 @@ def test_four_processes_numpy_and_bytes(manager, transport):
         finish(members)
 
 
-@pytest.mark.parametrize("transport", ["socket", "shm"])
+@pytest.mark.parametrize("transport", ["socket", "shm", "socket+shm"])
 def test_killed_member_is_a_view_change(manager, transport):
     senders, messages = 2, 8
     # The victim is a receiver: the others expect every message and its departure.
