@@ -101,9 +101,9 @@ run 'd["delivered_ok"] and d["completed"] == 1600 and d["wall_s"] < 120 and d["e
 # (wall-clock figures on a shared machine: a miss is run once more).
 soak_ratio() {
   local clean lossy
-  clean=$("$HM" soak --sizes 64KiB:10,512KiB:5 --json | tail -n 1)
-  lossy=$("$HM" soak --sizes 64KiB:10,512KiB:5 --loss 0.01 --json | tail -n 1)
-  echo "\$ $HM soak --sizes 64KiB:10,512KiB:5 [--loss 0.01] --json"
+  clean=$("$HM" soak --transport socket --sizes 64KiB:10,512KiB:5 --json | tail -n 1)
+  lossy=$("$HM" soak --transport socket --sizes 64KiB:10,512KiB:5 --loss 0.01 --json | tail -n 1)
+  echo "\$ $HM soak --transport socket --sizes 64KiB:10,512KiB:5 [--loss 0.01] --json"
   python3 -c '
 import json, sys
 c, l = json.loads(sys.argv[1]), json.loads(sys.argv[2])
@@ -136,7 +136,7 @@ echo "$DEMO_OUT" | grep -q "verified:   8 of 8 members" && echo "$DEMO_OUT" | gr
   || { echo "NOT MET: demo --nodes 8 verifies all 8 members"; exit 1; }
 echo "met: demo --nodes 8 exits 0 with every member verified"
 SOAK_OK='d["delivered_ok"] and d["duplicates_delivered"] == 0 and d["missing"] == 0 and d["views_installed"] >= 2 and 0 <= d["view_change_ms"] <= 2000'
-run "$SOAK_OK" soak --procs 8 --senders 4 --messages 10000 --loss 0.02 --kill 1 --json
+run "$SOAK_OK" soak --transport socket --procs 8 --senders 4 --messages 10000 --loss 0.02 --kill 1 --json
 # Issue 18 (first step): the same soak on the shared-memory transport, and members
 # killed while large messages move through their inboxes (8 MiB takes the large path
 # here): nothing torn is delivered (every message's digest is checked), and no file
@@ -160,7 +160,7 @@ run "$SOAK_OK"' and d["killed_mid_write"] == 1 and d["senders_killed"] == 1 and 
 # survivors deliver the same of the dead sender's messages (large ones on its commit),
 # and every live sender's messages complete.
 run "$SOAK_OK"' and d["senders_killed"] == 1 and d["disagreements"] == 0 and d["completed"] == 30000' \
-  soak --procs 8 --senders 4 --messages 10000 --sizes 64:40,2KiB:30,64KiB:10,3MiB:2 --loss 0.02 --kill-senders 1 --kill 1 --json
+  soak --transport socket --procs 8 --senders 4 --messages 10000 --sizes 64:40,2KiB:30,64KiB:10,3MiB:2 --loss 0.02 --kill-senders 1 --kill 1 --json
 # Issue 19: the same with managers that succeed each other through a real three-server
 # ZooKeeper ensemble; the seated manager and the ensemble's leader are SIGKILLed too:
 # no broadcast fails, and every survivor installs the successor's view.
@@ -169,15 +169,15 @@ run "$SOAK_OK"' and d["senders_killed"] == 1 and d["disagreements"] == 0 and d["
 # new leader), so the kill soaks' 2 s bound becomes 10 s here.
 FAILOVER_OK='d["delivered_ok"] and d["duplicates_delivered"] == 0 and d["missing"] == 0 and d["views_installed"] >= 2 and 0 <= d["view_change_ms"] <= 10000'
 run_cmd "$FAILOVER_OK"' and d["senders_killed"] == 1 and d["disagreements"] == 0 and d["completed"] == 30000 and d["send_failures"] == 0 and d["coordinators_killed"] == 1 and d["zk_leader_killed"] and 0 < d["coordinator_failover_ms"] < 10000' \
-  python3 tests/zk/ensemble.py --timeout 600 -- "$HM" soak --procs 8 --senders 4 --messages 10000 \
+  python3 tests/zk/ensemble.py --timeout 600 -- "$HM" soak --transport socket --procs 8 --senders 4 --messages 10000 \
   --sizes 64:40,2KiB:30,64KiB:10,3MiB:2 --loss 0.02 --kill-senders 1 --kill 1 \
   --membership zookeeper --kill-coordinator 1 --kill-zk-leader 1 --json
 # Issue 19: the embedded manager dies mid-run (the README: members fail clearly with
 # manager_lost; it has no successor): every member stops that way within 2 s, none hangs.
 run 'd["manager_loss_ok"] and d["members_stopped_manager_lost"] == 8 and d["manager_loss_to_stop_ms"] <= 2000' \
-  soak --procs 8 --senders 4 --messages 10000 --loss 0.02 --kill-manager --json
+  soak --transport socket --procs 8 --senders 4 --messages 10000 --loss 0.02 --kill-manager --json
 run "$SOAK_OK"' and d["spray_datagrams"] > 0 and d["bad_packets_dropped"] > 0 and d["spray_tcp_disconnected"] == d["spray_tcp_attempts"] > 0' \
-  soak --procs 8 --senders 4 --messages 3000 --loss 0.02 --kill 1 --spray --json
+  soak --transport socket --procs 8 --senders 4 --messages 3000 --loss 0.02 --kill 1 --spray --json
 # Issue 21: a stranger who hears the group forges its members' data and stability
 # announcements, sends captured datagrams again, opens links as a member to send
 # forged ACKs and repairs, and asks the manager to join. With the group key every
@@ -188,26 +188,26 @@ KEY_DIR=$(mktemp -d)
 trap 'rm -rf "$KEY_DIR"' EXIT
 "$HM" keygen --out "$KEY_DIR/group.key" >/dev/null
 run "$SOAK_OK"' and d["forged_accepted"] == 0 and d["auth_failures"] > 0 and d["replays_refused"] > 0 and d["forge_data"] > 0 and d["forge_replayed"] > 0 and d["forge_link_frames"] > 0 and d["forge_joins_tried"] > 0 and d["forge_joins_admitted"] == 0' \
-  soak --procs 8 --senders 4 --messages 10000 --loss 0.02 --kill 1 --key-file "$KEY_DIR/group.key" --spray-forged --json
+  soak --transport socket --procs 8 --senders 4 --messages 10000 --loss 0.02 --kill 1 --key-file "$KEY_DIR/group.key" --spray-forged --json
 run_cmd 'not d["delivered_ok"] and d["forged_accepted"] > 0 and d["auth_failures"] == 0 and d["forge_joins_admitted"] > 0' \
-  sh -c '"$@" || true' sh "$HM" soak --procs 8 --senders 4 --messages 10000 --loss 0.02 --kill 1 --spray-forged --timeout 15 --json
+  sh -c '"$@" || true' sh "$HM" soak --transport socket --procs 8 --senders 4 --messages 10000 --loss 0.02 --kill 1 --spray-forged --timeout 15 --json
 # Joining mid-stream: two members start once the group runs (mixed sizes, large ones too).
 run "$SOAK_OK"' and d["joined"] == 2 and d["joiner_delivered"] > 0 and d["joiner_first_index"] > 0 and d["views_installed"] >= 3' \
-  soak --procs 6 --senders 3 --messages 4000 --sizes 64:40,2KiB:30,64KiB:10,1MiB:1 --loss 0.02 --kill 1 --join 2 --json
+  soak --transport socket --procs 6 --senders 3 --messages 4000 --sizes 64:40,2KiB:30,64KiB:10,1MiB:1 --loss 0.02 --kill 1 --join 2 --json
 # Large messages cut by kills: their senders restart them over the new view; nobody
 # delivers one twice and every survivor gets all of them.
 run "$SOAK_OK"' and d["large_restarted"] >= 1' \
-  soak --procs 6 --senders 3 --messages 150 --sizes 2KiB:20,3MiB:10 --loss 0.02 --kill 2 --json
+  soak --transport socket --procs 6 --senders 3 --messages 150 --sizes 2KiB:20,3MiB:10 --loss 0.02 --kill 2 --json
 # The seeded fault layer in real processes: reordering and delay on top of loss.
 run "$SOAK_OK"' and d["faults_dropped"] > 0 and d["faults_reordered"] > 0 and d["faults_delayed"] > 0 and d["faults_link_delayed"] > 0' \
-  soak --procs 8 --senders 4 --messages 3000 --loss 0.02 --reorder 0.05 --delay-us 200 --link-delay-us 100 --kill 1 --json
+  soak --transport socket --procs 8 --senders 4 --messages 3000 --loss 0.02 --reorder 0.05 --delay-us 200 --link-delay-us 100 --kill 1 --json
 # Multicast that does not work (every member drops every datagram): the probe after
 # joining goes unconfirmed, the whole group switches to emulated multicast over its
 # reliable links, and every message still arrives once.
 run 'd["delivered_ok"] and d["duplicates_delivered"] == 0 and d["missing"] == 0 and d["probes_failed"] >= 1 and d["members_emulating"] == 4 and d["emulated_datagrams"] > 0' \
-  soak --procs 4 --senders 2 --messages 2000 --block-multicast --probe-deadline-ms 500 --json
+  soak --transport socket --procs 4 --senders 2 --messages 2000 --block-multicast --probe-deadline-ms 500 --json
 if [ "$(id -u)" -eq 0 ] && command -v ip >/dev/null; then
-  run_cmd "$SOAK_OK" tests/cluster/soak.sh --procs 8 --senders 4 --messages 10000 --loss 0.02 --kill 1 --json
+  run_cmd "$SOAK_OK" tests/cluster/soak.sh --transport socket --procs 8 --senders 4 --messages 10000 --loss 0.02 --kill 1 --json
   # Issue 18: the two-level group on two emulated hosts of 4 processes (shared memory
   # inside a host, the socket between them); one host's leader is SIGKILLed: the next
   # member of its host leads it (every survivor's view says so) and nothing is lost.
@@ -225,7 +225,7 @@ if [ "$(id -u)" -eq 0 ] && command -v ip >/dev/null; then
   # the kill soaks' 2 s view-change bound does not apply; 10 s bounds both.
   CUT_OK='d["delivered_ok"] and d["duplicates_delivered"] == 0 and d["missing"] == 0 and 0 <= d["view_change_ms"] <= 10000'
   run_cmd "$CUT_OK"' and d["cut_members"] == 1 and d["cut_stopped"] == 1 and d["cut_stop_ms"] <= 10000 and d["cut_last_delivery_before_removal_ms"] >= 0 and d["rejoined"] == 1 and d["joiner_delivered"] > 0' \
-    tests/cluster/soak.sh --procs 8 --senders 4 --messages 10000 --loss 0.02 --partition 1 --json
+    tests/cluster/soak.sh --transport socket --procs 8 --senders 4 --messages 10000 --loss 0.02 --partition 1 --json
 else
   echo "skipped: the emulated-cluster soak needs root and iproute2 (CI runs it)"
 fi

@@ -8,7 +8,7 @@ tool=$1
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 "$tool" keygen --out "$dir/group.key" >/dev/null
-common=(soak --procs 5 --senders 2 --messages 1500 --loss 0.02 --spray-forged --json)
+common=(soak --transport socket --procs 5 --senders 2 --messages 1500 --loss 0.02 --spray-forged --json)
 "$tool" "${common[@]}" --key-file "$dir/group.key" 2>"$dir/keyed.err" | tail -n 1 >"$dir/keyed.json" ||
   { echo "FAIL: the keyed soak failed:"; cat "$dir/keyed.json"; tail -20 "$dir/keyed.err"; exit 1; }
 set +e

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <iomanip>
 #include <iostream>
+#include <set>
 
 #include "calibrate.hpp"
 #include "commands.hpp"
@@ -162,8 +163,8 @@ nlohmann::json to_json(const Row& r) {
 }  // namespace
 
 void add_bench_command(CLI::App& app) {
-  auto* cmd = app.add_subcommand("bench", "Latency and throughput by size and group size (socket and sim)");
-  auto transport = std::make_shared<std::string>("both");
+  auto* cmd = app.add_subcommand("bench", "Latency and throughput by size and group size (processes and sim)");
+  auto transport = std::make_shared<std::string>("sim,socket+shm");
   auto procs = std::make_shared<std::string>("8");
   auto sizes = std::make_shared<std::string>("64,2KiB,1MiB,64MiB");
   auto scale = std::make_shared<double>(1.0);
@@ -178,7 +179,10 @@ void add_bench_command(CLI::App& app) {
   auto extra = std::make_shared<std::vector<std::string>>();
   auto calibrate = std::make_shared<bool>(false);
   auto profile_out = std::make_shared<std::string>("hmcast-profile.txt");
-  cmd->add_option("--transport", *transport, "socket, sim, both (socket and sim), shm (shared memory) or socket+shm (shared memory inside a host, the socket between hosts)")
+  cmd->add_option("--transport", *transport,
+                  "Comma-separated, of: sim, socket+shm (the two-level group: shared memory inside a host, the "
+                  "socket between hosts), socket (UDP multicast and TCP only), shm (shared memory), both (sim and "
+                  "socket)")
       ->capture_default_str();
   cmd->add_option("--procs", *procs, "Group sizes, comma-separated")->capture_default_str();
   cmd->add_option("--sizes", *sizes, "Message sizes, comma-separated")->capture_default_str();
@@ -224,11 +228,14 @@ void add_bench_command(CLI::App& app) {
       run_calibration(n, *base, *profile_out, *json);
       return;
     }
-    if (*transport != "socket" && *transport != "sim" && *transport != "both" && *transport != "shm" &&
-        *transport != "socket+shm")
-      throw CLI::ValidationError("--transport", "choose socket, sim, both, shm or socket+shm");
+    std::set<std::string> media;
+    for (const auto& t : split_list(*transport)) {
+      if (t == "both") media.insert({"sim", "socket"});
+      else if (t == "sim" || t == "socket" || t == "shm" || t == "socket+shm") media.insert(t);
+      else throw CLI::ValidationError("--transport", "'" + t + "': choose among sim, socket, shm, socket+shm, both");
+    }
     std::vector<Row> rows;
-    std::cout << std::left << std::setw(8) << "path" << std::setw(7) << "procs" << std::setw(8) << "size"
+    std::cout << std::left << std::setw(11) << "path" << std::setw(7) << "procs" << std::setw(8) << "size"
               << std::right << std::setw(14) << "complete p50" << std::setw(13) << "p99" << std::setw(15)
               << "last-dlv p50" << std::setw(13) << "p99" << std::setw(12) << "MB/s" << std::setw(12) << "CPU s/GB" << "\n";
     for (const auto& p : split_list(*procs)) {
@@ -236,10 +243,9 @@ void add_bench_command(CLI::App& app) {
       for (const auto& s : split_list(*sizes)) {
         const auto size = parse_size(s);
         for (const char* t : {"sim", "socket", "shm", "socket+shm"}) {
-          if (*transport != t && !(*transport == "both" && (std::string(t) == "sim" || std::string(t) == "socket")))
-            continue;
+          if (media.count(t) == 0) continue;
           Row r = std::string(t) == "sim" ? sim_row(n, size, *scale) : process_row(t, n, size, *scale, *base, *knobs);
-          std::cout << std::left << std::setw(8) << r.transport << std::setw(7) << r.procs << std::setw(8)
+          std::cout << std::left << std::setw(11) << r.transport << std::setw(7) << r.procs << std::setw(8)
                     << format_size(r.size) << std::right << std::fixed << std::setprecision(1) << std::setw(11)
                     << r.complete_p50_us << " us" << std::setw(10) << r.complete_p99_us << " us" << std::setw(12)
                     << r.deliver_p50_us << " us" << std::setw(10) << r.deliver_p99_us << " us" << std::setw(12)

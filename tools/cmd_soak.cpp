@@ -17,7 +17,7 @@ void add_soak_command(CLI::App& app) {
   o->progress_ms = 100;
   o->group = "soak";
   auto json = std::make_shared<bool>(false);
-  auto transport = std::make_shared<std::string>("socket");
+  auto transport = std::make_shared<std::string>("socket+shm");
   cmd->add_option("--procs", o->procs, "Member processes")->check(CLI::Range(1U, 1024U))->capture_default_str();
   cmd->add_option("--senders", o->senders, "Members that broadcast")->capture_default_str();
   cmd->add_option("--messages", o->messages, "Messages per sender")->capture_default_str();
@@ -69,7 +69,10 @@ void add_soak_command(CLI::App& app) {
                   "SIGKILL the ZooKeeper ensemble's leader mid-run (needs $HMCAST_ZK_PIDS, as tests/zk/ensemble.py sets)")
       ->check(CLI::Range(0U, 1U));
   cmd->add_option("--seed", o->seed, "Workload, fault and kill seed")->capture_default_str();
-  cmd->add_option("--transport", *transport, "socket, verbs or shm (members on one host; the simulator has `hmcast sim small`)")
+  cmd->add_option("--transport", *transport,
+                  "socket+shm (the two-level group: shared memory between members of a host, the socket between "
+                  "hosts), socket (UDP multicast and TCP only), verbs or shm (members on one host; the simulator has "
+                  "`hmcast sim small`)")
       ->capture_default_str();
   cmd->add_option("--device", o->device, "verbs: RDMA device (default: the first with an active port)");
   cmd->add_option("--completion", o->completion, "verbs: hybrid, poll or interrupt")
