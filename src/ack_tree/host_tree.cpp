@@ -32,7 +32,7 @@ HostTree::HostTree(std::uint32_t n, std::uint32_t root, std::uint32_t radix, std
   const auto& members = groups.members;
   const auto& host = groups.host;
   const auto hosts = static_cast<std::uint32_t>(members.size());
-  if (hosts <= 1 || hosts == n) {
+  if (!follows_hosts(groups)) {
     flat_ = flat;
     return;
   }

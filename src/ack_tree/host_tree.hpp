@@ -26,6 +26,11 @@ struct HostGroups {
   std::vector<std::uint32_t> host;                  // per rank
 };
 [[nodiscard]] HostGroups group_by_host(std::span<const std::uint64_t> host_of);
+/// Whether trees and schedules over these groups should follow hosts: two hosts or
+/// more, and fewer than members (otherwise the flat ones are the same thing).
+[[nodiscard]] inline bool follows_hosts(const HostGroups& g) {
+  return g.members.size() >= 2 && g.members.size() < g.host.size();
+}
 
 class HostTree {
  public:

@@ -11,10 +11,7 @@ namespace hmcast::large {
 
 using ack_tree::group_by_host;
 
-bool by_host(std::span<const std::uint64_t> host_of) {
-  const auto h = group_by_host(host_of);
-  return h.members.size() >= 2 && h.members.size() < host_of.size();
-}
+bool by_host(std::span<const std::uint64_t> host_of) { return ack_tree::follows_hosts(group_by_host(host_of)); }
 
 RankPlan host_plan(LargeAlgorithm algorithm, std::uint32_t root, std::uint32_t blocks,
                    std::span<const std::uint64_t> host_of, std::uint32_t me) {

@@ -1,6 +1,7 @@
 #include "runtime/runtime.hpp"
 
 #include <algorithm>
+#include <optional>
 
 #include "core/assert.hpp"
 #include "core/overloaded.hpp"
@@ -82,7 +83,12 @@ void Runtime::on_control(const membership::ControlMessage& m, TimeNs now, AppEve
                  [&](const membership::ViewPush& v) {
                    const bool in_it = std::any_of(v.members.begin(), v.members.end(),
                                                   [&](const auto& a) { return a.id == engine_.self(); });
-                   if (in_it) transport_.set_local_peers(membership::host_layout(v, engine_.self()).local);
+                   // Who shares our host, known before any peer is added (the link routes by it).
+                   std::optional<membership::HostLayout> layout;
+                   if (in_it) {
+                     layout = membership::host_layout(v, engine_.self());
+                     transport_.set_local_peers(layout->local);
+                   }
                    for (const auto& a : v.members)
                      if (a.id != engine_.self()) transport_.add_peer(a.id, a.host, a.port);
                    const View before = engine_.view();
@@ -91,8 +97,7 @@ void Runtime::on_control(const membership::ControlMessage& m, TimeNs now, AppEve
                    // transport can let go of what it holds for them.
                    for (MemberId id : before.members)
                      if (id != engine_.self() && !engine_.view().contains(id)) transport_.remove_peer(id);
-                   if (engine_.view().id == v.view && engine_.view().contains(engine_.self()))
-                     hosts_ = membership::host_layout(v, engine_.self());
+                   if (engine_.view().id == v.view && layout) hosts_ = std::move(*layout);
                  },
                  [&](const membership::FlushRequest& f) { engine_.on_flush_request(f.view, out); },
                  [&](const membership::MulticastFallback&) { engine_.on_multicast_fallback(); },
