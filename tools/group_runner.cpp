@@ -40,6 +40,9 @@ namespace hmcast::tools {
 
 namespace {
 
+/// Transports whose members keep files in /dev/shm (the report counts any left).
+bool uses_shm_files(const std::string& transport) { return transport == "shm" || transport == "socket+shm"; }
+
 std::string substitute(std::string s, std::uint32_t i) {
   for (auto pos = s.find("{i}"); pos != std::string::npos; pos = s.find("{i}"))
     s.replace(pos, 3, std::to_string(i));
@@ -187,7 +190,7 @@ nlohmann::json GroupRunReport::to_json() const {
           {"hosts", hosts},
           {"host_leaders", host_leaders}};
   j["transport"] = transport;
-  if (transport == "shm" || transport == "socket+shm") {
+  if (uses_shm_files(transport)) {
     j["shm_files_left"] = shm_files_left;
     j["killed_mid_write"] = killed_mid_write;
     j["mid_write_kills"] = mid_write_kills;
@@ -427,39 +430,33 @@ GroupRunReport run_group(const GroupRunOptions& o) {
           });
         });
       };
-      for (Child* victim : pick_leaders(o.kill_leaders)) {
-        ::kill(victim->pid, SIGKILL);
-        victim->killed = true;
-        kills.emplace_back(*victim->member, mono_ns());
-        if (victim->sender) dead_senders.push_back(*victim->member);
-        ++rep.leaders_killed;
-        if (o.progress != nullptr)
-          *o.progress << "killed host " << victim->host << "'s leader, " << (victim->sender ? "sender " : "member ")
-                      << *victim->member << " (pid " << victim->pid << ") with SIGKILL" << std::endl;
-      }
-      if (rep.leaders_killed < o.kill_leaders)
-        rep.problems.push_back("--kill-leaders: only " + std::to_string(rep.leaders_killed) + " of " +
-                               std::to_string(o.kill_leaders) + " host leaders could be struck (member 1 never is)");
       // SIGKILL, or (mid_write) SIGUSR1, which arms the member's crash point (hmcast
       // member --crash-mid-write): it dies at its next large write, and says when.
-      const auto kill_some = [&](std::uint32_t count, bool senders, bool mid_write) {
-        for (Child* victim : pick_victims(count, senders)) {
+      const auto strike = [&](const std::vector<Child*>& victims, bool mid_write, bool leaders) {
+        for (Child* victim : victims) {
           ::kill(victim->pid, mid_write ? SIGUSR1 : SIGKILL);
           victim->killed = true;
           const std::int64_t now_ns = mono_ns();
           if (mid_write) victim->armed_ns = now_ns;
           kills.emplace_back(*victim->member, now_ns);
-          if (senders) dead_senders.push_back(*victim->member);
+          if (victim->sender) dead_senders.push_back(*victim->member);
+          if (leaders) ++rep.leaders_killed;
           if (o.progress != nullptr)
-            *o.progress << (mid_write ? "armed " : "killed ") << (senders ? "sender " : "member ") << *victim->member
-                        << " (pid " << victim->pid << ")"
-                        << (mid_write ? " to die halfway through its next large write" : " with SIGKILL") << std::endl;
+            *o.progress << (mid_write ? "armed " : "killed ")
+                        << (leaders ? "host " + std::to_string(victim->host) + "'s leader, " : std::string())
+                        << (victim->sender ? "sender " : "member ") << *victim->member << " (pid " << victim->pid
+                        << ")" << (mid_write ? " to die halfway through its next large write" : " with SIGKILL")
+                        << std::endl;
         }
       };
-      kill_some(o.kill_senders, true, false);
-      kill_some(o.kill, false, false);
-      kill_some(o.kill_mid_write, false, true);
-      kill_some(o.kill_senders_mid_write, true, true);
+      strike(pick_leaders(o.kill_leaders), false, true);
+      if (rep.leaders_killed < o.kill_leaders)
+        rep.problems.push_back("--kill-leaders: only " + std::to_string(rep.leaders_killed) + " of " +
+                               std::to_string(o.kill_leaders) + " host leaders could be struck (member 1 never is)");
+      strike(pick_victims(o.kill_senders, true), false, false);
+      strike(pick_victims(o.kill, false), false, false);
+      strike(pick_victims(o.kill_mid_write, false), true, false);
+      strike(pick_victims(o.kill_senders_mid_write, true), true, false);
       if (o.partition > 0) {
         // Cut hosts off the network (their processes live on): each must find itself
         // out and stop, while the rest carry on without it.
@@ -638,7 +635,7 @@ GroupRunReport run_group(const GroupRunOptions& o) {
     std::lock_guard lock(views_mu);  // the manager's thread writes first_view
     if (first_view) group_id = first_view->group_id;
   }
-  if ((o.transport == "shm" || o.transport == "socket+shm") && group_id) {
+  if (uses_shm_files(o.transport) && group_id) {
     // Every member is gone: the live ones removed their own files, the survivors
     // those of the killed ones. Whatever is left leaked.
     const std::string prefix = shm::file_prefix(*group_id);
