@@ -157,6 +157,42 @@ def shm_runs(procs_list, sizes):
     return rows
 
 
+CALLER_SIZES = [8, 2048, 65536]
+
+
+def caller_runs(procs_list, sizes):
+    """hmcast with Config::progress = caller (no progress thread: the application's
+    calls make progress, as MPI ranks do), small messages, on loopback sockets and on
+    shm. rows as small_runs() with impl "hmcast_caller" and "hmcast_shm_caller"."""
+    rows = []
+    for procs in procs_list:
+        for impl, transport in (("hmcast_caller", "socket"), ("hmcast_shm_caller", "shm")):
+            for size, r in hmcast_small(procs, sizes, extra=["--progress", "caller"], transport=transport).items():
+                rows.append({"impl": impl, "procs": procs, "size": size, "round": 0, "all_p50_us": r["all"],
+                             "last_p50_us": r["last"], "all_p99_us": r["all_p99"], "last_p99_us": r["last_p99"],
+                             "ok": r["ok"], "policy": json.dumps(r.get("policy", {}))})
+    return rows
+
+
+def caller_table(rows, procs_list, sizes):
+    md = ["\n### Progress in the caller's thread (`--progress caller`), small messages, p50 until every member has it\n",
+          "hmcast with `Config::progress = Progress::caller` (no progress thread; the application's calls make "
+          "progress) beside the default progress thread, against Open MPI's MPI_Bcast + MPI_Barrier: over TCP "
+          "for the socket transport, `--mca btl self,vader` for shm (the MPI figures are the tables' above).\n",
+          "| procs | size | socket, thread | socket, caller | MPI TCP | caller / MPI | shm, thread | shm, caller | "
+          "MPI vader | caller / vader |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for procs in procs_list:
+        for size in sizes:
+            v = [median_of(rows, impl, procs, size, "all_p50_us")
+                 for impl in ("hmcast", "hmcast_caller", "mpi", "hmcast_shm", "hmcast_shm_caller", "mpi_vader")]
+            cells = [fmt_us(x) if x else "n/a" for x in v]
+            r1 = "%.2f" % (v[1] / v[2]) if v[1] and v[2] else "n/a"
+            r2 = "%.2f" % (v[4] / v[5]) if v[4] and v[5] else "n/a"
+            md.append("| %d | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
+                procs, fmt_size(size), cells[0], cells[1], cells[2], r1, cells[3], cells[4], cells[5], r2))
+    return "\n".join(md) + "\n"
+
+
 def worst_cell(rows, a, b, procs_list, sizes):
     """(ratio, procs, size) of the cell where impl a's all-acked p50 is worst against b's."""
     worst = None
@@ -742,6 +778,18 @@ def main():
         h, m = median_of(shm, "hmcast_shm", procs, size, "all_p50_us"), median_of(shm, "mpi_vader", procs, size, "all_p50_us")
         summary["shm_%s_hmcast_us" % name] = h
         summary["shm_%s_mpi_vader_us" % name] = m
+    # The same small cells with progress in the caller's thread (Config::progress), beside
+    # the default's worst over the same cells. Reported; the goals above stay the default's.
+    caller = caller_runs(procs_list, CALLER_SIZES)
+    both = small + shm + caller
+    for key, a, b in (("loopback_small", "hmcast", "mpi"), ("loopback_small_caller", "hmcast_caller", "mpi"),
+                      ("shm_small_thread", "hmcast_shm", "mpi_vader"), ("shm_small_caller", "hmcast_shm_caller", "mpi_vader")):
+        w = worst_cell(both, a, b, procs_list, CALLER_SIZES)
+        if w:
+            summary["%s_worst_ratio" % key] = round(w[0], 3)
+            summary["%s_worst_cell" % key] = "%d procs, %s" % (w[1], fmt_size(w[2]))
+    for procs, name in ((2, "2p_2k"), (8, "8p_2k")):
+        summary["shm_%s_hmcast_caller_us" % name] = median_of(caller, "hmcast_shm_caller", procs, 2048, "all_p50_us")
     stream = stream_runs(1 if args.quick else 2)
     stream_summary(summary, stream, "stream", ("hmcast", "mpi"), "mpi", STREAM_SIZES)
     shm_stream = stream_runs(1 if args.quick else 2, "shm", MPIRUN_VADER, SHM_STREAM_SIZES, ("hmcast_shm", "mpi_vader"))
@@ -819,7 +867,7 @@ def main():
         summary["verbs_%s_mpi_ucx_us" % name] = r.get("mpi_ucx_bcast_barrier_p50_us")
     if verbs_note and not verbs:
         summary["verbs"] = verbs_note
-    summary["ok"] = (all(r["ok"] for r in small) and all(r["ok"] for r in shm) and all(r["ok"] for r in large if r["key"] != "mpi_bcast")
+    summary["ok"] = (all(r["ok"] for r in small) and all(r["ok"] for r in shm) and all(r["ok"] for r in caller) and all(r["ok"] for r in large if r["key"] != "mpi_bcast")
                      and all(r["ok"] for r in two_host if r["impl"] == "hmcast")
                      and all(r["ok"] for r in stream) and all(r["ok"] for r in shm_stream) and all(r["ok"] for r in auth))
     summary["elapsed_s"] = round(time.time() - t0, 1)
@@ -827,11 +875,13 @@ def main():
     write_csv(os.path.join(args.out, "cluster.csv"), large)
     write_csv(os.path.join(args.out, "stream.csv"), stream + shm_stream)
     write_csv(os.path.join(args.out, "shm.csv"), shm)
+    write_csv(os.path.join(args.out, "caller.csv"), caller)
     write_csv(os.path.join(args.out, "auth.csv"), auth)
     json.dump(verbs, open(os.path.join(args.out, "verbs_vs_ucx.json"), "w"), indent=1)
     made = charts(args.out, small, procs_list, sizes, large, shim_ran)
     table_md = (tables(small, procs_list, sizes, large, summary, shim_ran) + stream_table(stream, summary)
                 + shm_table(shm, procs_list, shm_sizes)
+                + caller_table(small + shm + caller, procs_list, CALLER_SIZES)
                 + stream_table(shm_stream, summary, "one host, shared memory", ("hmcast_shm", "mpi_vader"),
                                SHM_STREAM_SIZES, "Open MPI with `--mca btl self,vader`")
                 + two_host_table(two_host, two_host_note) + verbs_table(verbs, verbs_note))

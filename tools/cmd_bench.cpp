@@ -215,8 +215,14 @@ void add_bench_command(CLI::App& app) {
   auto no_bind = std::make_shared<bool>(false);
   cmd->add_flag("--no-bind", *no_bind,
                 "socket: never bind members to CPUs (by default each gets one when there are enough, as mpirun does)");
+  auto progress = std::make_shared<std::string>("thread");
+  cmd->add_option("--progress", *progress,
+                  "socket: who makes the members' group progress: each Node's thread, or the caller (Config::progress)")
+      ->check(CLI::IsMember({"thread", "caller"}))
+      ->capture_default_str();
   cmd->callback([=] {
     base->bind = !*no_bind;
+    if (*progress != "thread") base->member_args.insert(base->member_args.end(), {"--progress", *progress});
     if (!profile->empty()) base->member_args.insert(base->member_args.end(), {"--profile", *profile});
     if (*radix != 0) base->member_args.insert(base->member_args.end(), {"--radix", std::to_string(*radix)});
     if (!algo->empty()) base->member_args.insert(base->member_args.end(), {"--algo", *algo});

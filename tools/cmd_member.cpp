@@ -59,6 +59,7 @@ struct MemberOptions {
   std::string transport = "socket";   // or "verbs", "shm", "socket+shm" (two-level)
   std::string device;                 // verbs: RDMA device (empty: the first active)
   std::string completion = "hybrid";  // how the progress thread waits: hybrid, poll or interrupt
+  std::string progress = "thread";    // Config::progress: thread or caller
   bool no_zero_copy = false;           // verbs: large blocks by SEND and copy, not RDMA WRITE
   std::optional<std::uint32_t> busy_poll_us;  // hybrid: polling lasts this long after the last arrival (default: the transport's)
   std::optional<std::uint32_t> busy_poll_max_us;  // hybrid: how far polling may stretch over steady idle gaps
@@ -178,6 +179,7 @@ int run_member(const MemberOptions& o) {
                          : o.completion == "interrupt" ? CompletionMode::interrupt
                                                        : CompletionMode::hybrid;
   cfg.socket.completion = cfg.verbs.completion;
+  cfg.progress = o.progress == "caller" ? Progress::caller : Progress::thread;
   cfg.verbs.zero_copy = !o.no_zero_copy;
   if (o.busy_poll_us) cfg.verbs.busy_poll = cfg.socket.busy_poll = std::chrono::microseconds(*o.busy_poll_us);
   if (o.busy_poll_max_us) cfg.socket.busy_poll_max = std::chrono::microseconds(*o.busy_poll_max_us);
@@ -331,6 +333,9 @@ int run_member(const MemberOptions& o) {
   };
   std::deque<InFlight> queue;
   bool sending_done = !sender;
+  // Progress::caller: the sending threads make progress while they wait; the main
+  // thread takes over once they are done (or at once on a member that only receives).
+  std::atomic<bool> send_finished{!sender};
   std::thread send_thread, wait_thread;
   const auto t_start = mono_ns();
   if (sender) {
@@ -368,6 +373,7 @@ int run_member(const MemberOptions& o) {
       }
       std::lock_guard lock(q_mu);
       sending_done = true;
+      send_finished = true;
       q_cv.notify_all();
     });
     wait_thread = std::thread([&] {
@@ -443,7 +449,14 @@ int run_member(const MemberOptions& o) {
         lock.lock();
         next_progress = std::chrono::steady_clock::now() + std::chrono::milliseconds(o.progress_ms);
       }
-      led.changed.wait_for(lock, std::chrono::milliseconds(std::min<std::uint32_t>(o.progress_ms, 200)));
+      const auto slice = std::chrono::milliseconds(std::min<std::uint32_t>(o.progress_ms, 200));
+      if (cfg.progress == Progress::caller && send_finished) {
+        lock.unlock();  // the callbacks this runs take it
+        g.poll(std::min<std::chrono::nanoseconds>(slice, std::chrono::milliseconds(10)));
+        lock.lock();
+        continue;
+      }
+      led.changed.wait_for(lock, cfg.progress == Progress::caller ? std::min<std::chrono::milliseconds>(slice, std::chrono::milliseconds(1)) : slice);
     }
   }
   const auto t_done = mono_ns();
@@ -605,6 +618,10 @@ void add_member_command(CLI::App& app) {
       ->check(CLI::IsMember({"socket", "verbs", "shm", "socket+shm"}))
       ->capture_default_str();
   cmd->add_option("--device", o->device, "verbs: RDMA device (default: the first with an active port)");
+  cmd->add_option("--progress", o->progress,
+                  "Who makes the group progress: the Node's thread, or the caller's (the main thread polls, a "
+                  "sender's threads while they wait)")
+      ->check(CLI::IsMember({"thread", "caller"}));
   cmd->add_option("--completion", o->completion, "How the progress thread waits: hybrid, poll or interrupt")
       ->check(CLI::IsMember({"hybrid", "poll", "interrupt"}))
       ->capture_default_str();

@@ -108,9 +108,15 @@ void add_soak_command(CLI::App& app) {
   auto no_bind = std::make_shared<bool>(false);
   cmd->add_flag("--no-bind", *no_bind,
                 "Never bind members to CPUs (by default each gets one when there are enough, as mpirun does)");
-  cmd->callback([cmd, o, json, transport, no_zero_copy, no_bind] {
+  auto progress = std::make_shared<std::string>("thread");
+  cmd->add_option("--progress", *progress,
+                  "Who makes the members' group progress: each Node's thread, or the caller (Config::progress)")
+      ->check(CLI::IsMember({"thread", "caller"}))
+      ->capture_default_str();
+  cmd->callback([cmd, o, json, transport, no_zero_copy, no_bind, progress] {
     o->bind = !*no_bind;
     if (*no_zero_copy) o->member_args.emplace_back("--no-zero-copy");
+    if (*progress != "thread") o->member_args.insert(o->member_args.end(), {"--progress", *progress});
     if (*transport != "socket" && *transport != "verbs" && *transport != "shm" && *transport != "socket+shm")
       throw CLI::ValidationError("--transport",
                                  "'socket', 'verbs' or 'shm' run processes; for the simulator use `hmcast sim small`");

@@ -320,8 +320,25 @@ struct FaultConfig {
   std::uint64_t seed = 1;
 };
 
+/// Which threads make a Node's group progress: read the transport, ACK, repair,
+/// deliver, fire timers and run the callbacks.
+enum class Progress : std::uint8_t {
+  /// A progress thread the Node starts; every callback runs on it.
+  thread,
+  /// The application's own threads, inside Group::poll(), Completion::get() and
+  /// wait_for(), and a broadcast() that waits for room; callbacks run there, on the
+  /// calling thread. No thread hands work to another (on a host with a core per
+  /// process that hand-off is most of a small message's time, as for MPI ranks,
+  /// which make progress inside their calls too), but nothing is delivered or ACKed
+  /// between calls: a member must call poll() often (a member silent longer than the
+  /// protocol's timeouts is repaired around and, in the end, suspected).
+  caller,
+};
+
 struct Config {
   TransportKind transport = TransportKind::inproc;
+  /// Who makes the group progress (Progress): the Node's thread, or the caller's.
+  Progress progress = Progress::thread;
   /// inproc: nodes naming the same fabric see each other.
   std::string fabric = "default";
   /// Members a group waits for before its first view is installed. Every member of

@@ -27,7 +27,10 @@
 //   SendMode::fail, but must not block on a Completion (that would stall progress).
 //   broadcast() may be called from any thread. Callbacks may run until
 //   Group::leave() returns or the Node is destroyed, so what they capture must
-//   live that long: call leave() before destroying it.
+//   live that long: call leave() before destroying it. With Config::progress =
+//   Progress::caller there is no such thread: the group makes progress, and the
+//   callbacks run one at a time, inside the application's calls to Group::poll(),
+//   Completion::get() / wait_for() and a broadcast() waiting for room.
 // - Memory: broadcast() copies the bytes; the caller may reuse its buffer at once.
 //   Delivery::bytes is valid during the callback; keep Delivery::buffer to hold on
 //   to the message without a copy. Deliveries that arrive before on_deliver() is
@@ -177,45 +180,49 @@ enum class SendMode : std::uint8_t {
   fail,  // a full window makes broadcast() throw Error{window_full}
 };
 
+namespace detail {
+struct GroupState;
+struct NodeState;
+}  // namespace detail
+
 /// The outcome of one broadcast.
 class Completion {
  public:
   Completion() = default;
   /// `spin`: how long get() and wait_for() keep checking, yielding the CPU, before
   /// they sleep (the Node's busy_poll in hybrid mode): a completion that comes soon
-  /// is then seen without a thread wake-up.
-  Completion(Seq seq, std::shared_future<void> f, std::chrono::nanoseconds spin = {})
-      : seq_(seq), done_(std::move(f)), spin_(spin) {}
+  /// is then seen without a thread wake-up. `driver`: the Node whose group get() and
+  /// wait_for() make progress while they wait (Progress::caller), or none.
+  Completion(Seq seq, std::shared_future<void> f, std::chrono::nanoseconds spin = {},
+             std::weak_ptr<detail::NodeState> driver = {})
+      : seq_(seq), done_(std::move(f)), spin_(spin), driver_(std::move(driver)) {}
   [[nodiscard]] Seq seq() const { return seq_; }
   /// Blocks until every member of the view has the message; throws hmcast::Error if it
-  /// never will (this member was removed, or the group was closed).
+  /// never will (this member was removed, or the group was closed). With
+  /// Progress::caller the group makes progress meanwhile, on this thread; then it must
+  /// not be called from a callback (hmcast::Error invalid_config).
   void get() const {
-    (void)spin_until_ready(spin_);
+    (void)wait_ns(std::chrono::nanoseconds::max());
     done_.get();
   }
   /// Waits at most `d` for the outcome; true if there is one (get() then returns or throws at once).
   template <class Rep, class Period>
   [[nodiscard]] bool wait_for(std::chrono::duration<Rep, Period> d) const {
-    const auto start = std::chrono::steady_clock::now();
-    const auto spin = std::min<std::chrono::nanoseconds>(spin_, std::chrono::duration_cast<std::chrono::nanoseconds>(d));
-    if (spin_until_ready(spin)) return true;
-    const auto spent = std::chrono::steady_clock::now() - start;
-    return done_.wait_for(d - std::min<std::chrono::nanoseconds>(spent, d)) == std::future_status::ready;
+    // Saturated: a wait of years (duration::max()) is a wait for ever.
+    const std::chrono::duration<double> secs = d;
+    return wait_ns(secs.count() >= 1e9 ? std::chrono::nanoseconds::max()
+                                       : std::chrono::duration_cast<std::chrono::nanoseconds>(secs));
   }
 
  private:
-  /// Polls the outcome for at most `spin`, yielding between polls; true once ready.
-  [[nodiscard]] bool spin_until_ready(std::chrono::nanoseconds spin) const;
+  /// wait_for() in nanoseconds (max(): for ever).
+  [[nodiscard]] bool wait_ns(std::chrono::nanoseconds d) const;
 
   Seq seq_ = 0;
   std::shared_future<void> done_;
   std::chrono::nanoseconds spin_{0};
+  std::weak_ptr<detail::NodeState> driver_;
 };
-
-namespace detail {
-struct GroupState;
-struct NodeState;
-}  // namespace detail
 
 class Group {
  public:
@@ -253,6 +260,11 @@ class Group {
   /// broadcasts throw it, and the others see this member go in a new view. Safe
   /// to call more than once.
   void leave();
+  /// Progress::caller: waits up to `max_wait` for traffic and handles what is there
+  /// (ACKs, repairs, timers), running the callbacks of what it delivers on this
+  /// thread; returns once something was handled or `max_wait` passed. Call it often.
+  /// Not from a callback (hmcast::Error invalid_config). Progress::thread: returns at once.
+  void poll(std::chrono::nanoseconds max_wait = {});
 
  private:
   friend class Node;

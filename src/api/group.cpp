@@ -42,8 +42,7 @@ MemberId Group::self() const { return state_->runtime->engine().self(); }
 void Group::leave() {
   auto& g = *state_;
   auto* node = g.node;
-  const bool on_progress_thread = std::this_thread::get_id() == node->progress.get_id();
-  if (on_progress_thread) {
+  if (detail::in_callback_of(g)) {
     g.callbacks_stopped = true;  // from inside a callback: the one running is ours
   } else {
     std::lock_guard cb(g.callbacks_mu);  // waits for the callback running now, if any
@@ -119,10 +118,38 @@ GroupStats Group::stats() const {
   return out;
 }
 
-bool Completion::spin_until_ready(std::chrono::nanoseconds spin) const {
-  if (!done_.valid()) return false;
-  return detail::spin_until([&] { return done_.wait_for(std::chrono::seconds(0)) == std::future_status::ready; },
-                            spin);
+void Group::poll(std::chrono::nanoseconds max_wait) {
+  auto* node = state_->node;
+  if (!node->caller_progress()) return;
+  const auto now = std::chrono::steady_clock::now();
+  const auto deadline = max_wait >= std::chrono::hours(24) ? now + std::chrono::hours(24) : now + max_wait;
+  while (!node->drive(deadline) && std::chrono::steady_clock::now() < deadline && !node->transport_failed.load()) {
+  }
+}
+
+bool Completion::wait_ns(std::chrono::nanoseconds d) const {
+  if (!done_.valid()) return false;  // get() then says so (std::future_error)
+  auto ready = [&] { return done_.wait_for(std::chrono::seconds(0)) == std::future_status::ready; };
+  const auto start = std::chrono::steady_clock::now();
+  if (auto node = driver_.lock()) {
+    // Progress::caller: this thread makes the progress it waits for, in rounds short
+    // enough to look at the outcome between them.
+    for (;;) {
+      if (ready()) return true;
+      const auto now = std::chrono::steady_clock::now();
+      if (now - start >= d) return false;
+      const auto left = d - (now - start);
+      (void)node->drive(now + std::min<std::chrono::nanoseconds>(left, std::chrono::milliseconds(10)));
+      if (node->transport_failed.load()) return ready();
+    }
+  }
+  if (detail::spin_until(ready, std::min(spin_, d))) return true;
+  if (d == std::chrono::nanoseconds::max()) {
+    done_.wait();
+    return true;
+  }
+  const auto spent = std::chrono::steady_clock::now() - start;
+  return done_.wait_for(d - std::min<std::chrono::nanoseconds>(spent, d)) == std::future_status::ready;
 }
 
 namespace {
@@ -143,6 +170,14 @@ std::unique_lock<std::mutex> wait_for_room(detail::GroupState& g, SendMode mode,
       throw Error(ErrorCode::window_full, large ? "large-message queue full: wait for a Completion or use SendMode::wait"
                                                 : "sender window full: wait for a Completion or use SendMode::wait");
     }
+    if (g.node->caller_progress()) {
+      // Room comes from ACKs, which only this thread's progress reads (no lock held:
+      // the round takes g.mu).
+      lock.unlock();
+      (void)g.node->drive(std::chrono::steady_clock::now() + std::chrono::milliseconds(1));
+      lock.lock();
+      continue;
+    }
     g.room.wait_for(lock, std::chrono::milliseconds(50));
   }
 }
@@ -152,7 +187,8 @@ std::unique_lock<std::mutex> wait_for_room(detail::GroupState& g, SendMode mode,
 Completion register_completion(detail::GroupState& g, std::map<Seq, std::promise<void>>& pending, Seq seq,
                                AppEvents& app, std::unique_lock<std::mutex>& lock) {
   std::promise<void> p;
-  Completion c(seq, p.get_future().share(), g.node->completion_spin(&pending == &g.pending_large));
+  Completion c(seq, p.get_future().share(), g.node->completion_spin(&pending == &g.pending_large),
+               g.node->caller_progress() ? g.node->self : std::weak_ptr<detail::NodeState>{});
   pending.emplace(seq, std::move(p));
   detail::NodeState::queue_for_app(g, app);
   lock.unlock();

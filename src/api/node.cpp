@@ -54,8 +54,45 @@ constexpr std::size_t kDrainRound = 256;
 }  // namespace
 
 void NodeState::run() {
+  // A round ends at least every 50 ms, so the thread notices stop.
+  while (!stop.load() && !transport_failed.load()) round(std::chrono::steady_clock::now() + std::chrono::milliseconds(50));
+}
+
+namespace {
+// The group whose callbacks this thread is running, if any.
+thread_local const GroupState* t_in_callbacks = nullptr;
+}  // namespace
+
+bool in_callback_of(const GroupState& g) { return t_in_callbacks == &g; }
+
+bool NodeState::drive(std::chrono::steady_clock::time_point limit) {
+  HMCAST_ASSERT(caller_progress());
+  if (t_in_callbacks != nullptr)
+    throw Error(ErrorCode::invalid_config,
+                "a callback waited for progress (Completion::get, Group::poll or a broadcast waiting for room): with "
+                "Progress::caller the callbacks run inside that progress; broadcast with SendMode::fail from a callback "
+                "and wait elsewhere");
+  if (transport_failed.load()) return false;
+  std::unique_lock lock(round_mu, std::try_to_lock);
+  if (!lock) {
+    std::this_thread::yield();  // another thread's round hands on what it finds
+    return false;
+  }
+  round(limit);
+  return true;
+}
+
+void NodeState::round(std::chrono::steady_clock::time_point limit) {
   GroupState& g = *group;
-  while (!stop.load()) {
+  bool queued = false;
+  {
+    std::lock_guard lock(g.mu);
+    queued = !g.to_app.empty();
+  }
+  // What waits for the application (a broadcast's own delivery, queued by the
+  // caller) runs before the wait, while the network works, not after the next arrival.
+  if (queued) run_callbacks(g);
+  {
     // From here on a wake-up must reach us again: whatever was queued before this
     // point is seen below (the eventfd written for it is still readable, at worst
     // one round too many).
@@ -66,7 +103,7 @@ void NodeState::run() {
       next = g.runtime->engine().next_wakeup();
     }
     const auto now_tp = std::chrono::steady_clock::now();
-    auto deadline = now_tp + std::chrono::milliseconds(50);  // also notices stop
+    auto deadline = std::max(limit, now_tp);
     if (next != kNever) {
       const auto until = std::chrono::steady_clock::time_point(std::chrono::nanoseconds(next));
       deadline = std::min(deadline, std::max(until, now_tp));
@@ -90,6 +127,7 @@ void NodeState::run() {
       }
     } catch (const Error& e) {
       // The transport is gone; nothing can complete any more.
+      transport_failed.store(true);
       fail_all(g, e.code(), e.what());
       run_callbacks(g);
       return;
@@ -128,6 +166,14 @@ std::optional<transport::Placement> NodeState::place_block(MemberId from, std::s
 }
 
 void NodeState::run_callbacks(GroupState& g) {
+  // Marks this thread as inside g's callbacks (Group::leave, drive) until it returns.
+  struct InCallbacks {
+    const GroupState* outer;
+    explicit InCallbacks(const GroupState& g) : outer(t_in_callbacks) { t_in_callbacks = &g; }
+    ~InCallbacks() { t_in_callbacks = outer; }
+    InCallbacks(const InCallbacks&) = delete;
+    InCallbacks& operator=(const InCallbacks&) = delete;
+  } in_callbacks(g);
   std::deque<AppEvent> todo;
   Group::DeliverFn deliver;
   Group::ViewFn view;
@@ -263,6 +309,7 @@ ProtocolConfig default_protocol(const Config& config) {
 }
 
 Node::Node(Config config) : state_(std::make_shared<detail::NodeState>()) {
+  state_->self = state_;
   if (config.group_size == 0) throw Error(ErrorCode::invalid_config, "Config::group_size must be at least 1");
   config.faults = transport::faults_with_environment(config.faults);
   state_->key = detail::group_key_of(config);
@@ -397,7 +444,7 @@ Group Node::join(const std::string& name) {
                                           "fail; start the group again with a live manager");
         node->link->wake();
       });
-  s.progress = std::thread([node] { node->run(); });
+  if (!s.caller_progress()) s.progress = std::thread([node] { node->run(); });
   return Group(g);
 }
 

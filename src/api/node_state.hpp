@@ -65,6 +65,10 @@ struct GroupState {
   std::atomic<bool> callbacks_stopped{false};
 };
 
+/// Whether this thread is running a callback of `g` (Group::leave() must not wait
+/// for the callback it is called from).
+bool in_callback_of(const GroupState& g);
+
 /// The group key a Node uses: Config::key, else the file Config::key_file names, else
 /// the file HMCAST_KEY_FILE names, else none. Throws hmcast::Error(invalid_config)
 /// when both are set or the file cannot be used (auth::read_key_file says why).
@@ -101,8 +105,24 @@ struct NodeState {
   [[nodiscard]] std::chrono::nanoseconds completion_spin(bool large) const;
   /// Hands `app` (what the runtime produced) to the progress thread. g.mu held.
   static void queue_for_app(GroupState& g, AppEvents& app);
-  /// The progress thread: waits on the link, feeds the runtime, fires timers, runs callbacks.
+  /// The progress thread (Progress::thread): rounds until the Node stops.
   void run();
+  /// One round: waits on the link until input or `limit` (or the next timer), feeds
+  /// the runtime what came, fires due timers, runs the callbacks. One thread at a
+  /// time: the progress thread, or (Progress::caller) whoever holds round_mu.
+  void round(std::chrono::steady_clock::time_point limit);
+  /// Progress::caller: a round until `limit` unless another thread is in one (then
+  /// this one yields: that round hands on what it finds). Throws invalid_config from
+  /// inside a callback, whose round can never end while it waits.
+  /// Whether it made a round.
+  bool drive(std::chrono::steady_clock::time_point limit);
+  /// This NodeState, for the Completions that make its group progress.
+  std::weak_ptr<NodeState> self;
+  [[nodiscard]] bool caller_progress() const { return cfg.progress == Progress::caller; }
+  /// Progress::caller: whoever makes a round holds this.
+  std::mutex round_mu;
+  /// The transport failed (round() said so to every Completion): no more rounds.
+  std::atomic<bool> transport_failed{false};
   void dispatch(GroupState& g, transport::Inbound& in);
   /// Where an arriving Block's payload goes (socket placement), if the runtime allows it.
   std::optional<transport::Placement> place_block(MemberId from, std::span<const std::byte> head, std::size_t size);
