@@ -553,14 +553,25 @@ int run_member(const MemberOptions& o) {
             {"t_ns", t_done}};
   }
   out.emit(done);
-  stdin_thread.join();  // stay a member until the parent says all are done
+  // Stay a member until the parent says all are done (making progress, in the caller:
+  // the others may still need this member's ACKs and repairs).
+  while (cfg.progress == Progress::caller && !stdin_closed) g.poll(std::chrono::milliseconds(10));
+  stdin_thread.join();
   {
     // A departed sender's messages that some survivor holds reach the others through
     // repair after the view change: let that settle (no delivery for 1 s, at most 10 s).
     std::unique_lock lock(led.mu);
     const auto settle_by = std::chrono::steady_clock::now() + std::chrono::seconds(10);
     for (auto seen = led.unique; !led.departed.empty() && std::chrono::steady_clock::now() < settle_by;) {
-      led.changed.wait_for(lock, std::chrono::seconds(1));
+      if (cfg.progress == Progress::caller) {
+        lock.unlock();  // the callbacks this runs take it
+        for (const auto second = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+             std::chrono::steady_clock::now() < second;)
+          g.poll(std::chrono::milliseconds(10));
+        lock.lock();
+      } else {
+        led.changed.wait_for(lock, std::chrono::seconds(1));
+      }
       if (led.unique == seen) break;
       seen = led.unique;
     }
