@@ -3,7 +3,9 @@
 // with Group.receive() (or by iterating the group), which releases the GIL while it
 // waits, as do broadcast(), Completion.result() and join(). A delivery exposes its
 // bytes through the buffer protocol (memoryview(d), numpy.frombuffer(d)), without a
-// copy, and keeps the message alive for as long as a view of it exists.
+// copy, and keeps the message alive for as long as a view of it exists. With
+// Node(progress="caller") there is no progress thread: receive(), Group.poll() and
+// Completion.result() make the group's progress while they wait.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
@@ -70,6 +72,29 @@ class Inbox {
 struct PyGroup {
   hmcast::Group group;
   std::shared_ptr<Inbox> inbox = std::make_shared<Inbox>();
+  /// Config::progress is Progress::caller: receive() makes the progress it waits for.
+  bool caller = false;
+
+  /// The next event, or nothing after `timeout` (none: wait for ever). GIL released.
+  std::optional<Inbox::Event> next(std::optional<double> timeout) {
+    if (!caller) return inbox->pop(timeout);
+    using Clock = std::chrono::steady_clock;
+    const auto until = timeout ? Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                                    std::chrono::duration<double>(std::max(0.0, *timeout)))
+                               : Clock::time_point::max();
+    for (;;) {
+      if (auto e = inbox->pop(0.0)) return e;
+      const auto now = Clock::now();
+      if (now >= until) return std::nullopt;
+      group.poll(std::min<std::chrono::nanoseconds>(until - now, std::chrono::milliseconds(10)));
+    }
+  }
+};
+
+/// A Node that remembers who makes its groups progress (Config::progress).
+struct PyNode : hmcast::Node {
+  explicit PyNode(const hmcast::Config& c) : hmcast::Node(c), caller(c.progress == hmcast::Progress::caller) {}
+  bool caller;
 };
 
 hmcast::TransportKind transport_of(const std::string& name) {
@@ -205,7 +230,7 @@ PYBIND11_MODULE(hmcast, m) {
             std::optional<Inbox::Event> e;
             {
               py::gil_scoped_release unlocked;
-              e = g.inbox->pop(timeout);
+              e = g.next(timeout);
             }
             if (!e) return py::none();
             return event_to_python(std::move(*e));
@@ -219,20 +244,30 @@ PYBIND11_MODULE(hmcast, m) {
              std::optional<Inbox::Event> e;
              {
                py::gil_scoped_release unlocked;
-               e = g.inbox->pop(std::nullopt);
+               e = g.next(std::nullopt);
              }
              return event_to_python(std::move(*e));
            })
+      .def(
+          "poll",
+          [](PyGroup& g, double timeout) {
+            py::gil_scoped_release unlocked;
+            g.group.poll(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                std::chrono::duration<double>(std::max(0.0, timeout))));
+          },
+          py::arg("timeout") = 0.0,
+          "progress='caller': waits up to `timeout` seconds for traffic and handles it (receive() and "
+          "Completion.result() do this while they wait); with the progress thread, returns at once")
       .def("stats", [](const PyGroup& g) { return stats_dict(g.group.stats()); })
       .def("leave", [](PyGroup& g) {
         py::gil_scoped_release unlocked;
         g.group.leave();
       });
 
-  py::class_<hmcast::Node>(m, "Node")
+  py::class_<PyNode>(m, "Node")
       .def(py::init([](const std::string& transport, std::uint32_t group_size, const std::string& manager,
                        bool embed_manager, const std::string& interface, const std::string& fabric,
-                       double join_timeout, const std::string& key_file) {
+                       double join_timeout, const std::string& key_file, const std::string& progress) {
              hmcast::Config c;
              c.key_file = key_file;  // empty: $HMCAST_KEY_FILE, or no key
              c.transport = transport_of(transport);
@@ -243,17 +278,21 @@ PYBIND11_MODULE(hmcast, m) {
              c.socket.interface_address = interface;
              c.fabric = fabric;
              c.join_timeout = std::chrono::milliseconds(static_cast<std::int64_t>(join_timeout * 1000));
+             if (progress != "thread" && progress != "caller")
+               throw py::value_error("progress must be 'thread' or 'caller', not '" + progress + "'");
+             c.progress = progress == "caller" ? hmcast::Progress::caller : hmcast::Progress::thread;
              py::gil_scoped_release unlocked;
-             return std::make_unique<hmcast::Node>(c);
+             return std::make_unique<PyNode>(c);
            }),
            py::arg("transport") = "socket", py::arg("group_size") = 1, py::arg("manager") = "127.0.0.1:17700",
            py::arg("embed_manager") = false, py::arg("interface") = "127.0.0.1", py::arg("fabric") = "default",
-           py::arg("join_timeout") = 10.0, py::arg("key_file") = "")
-      .def_property_readonly("id", &hmcast::Node::id)
+           py::arg("join_timeout") = 10.0, py::arg("key_file") = "", py::arg("progress") = "thread")
+      .def_property_readonly("id", [](const PyNode& n) { return n.id(); })
       .def(
           "join",
-          [](hmcast::Node& n, const std::string& name) {
+          [](PyNode& n, const std::string& name) {
             auto g = std::make_unique<PyGroup>();
+            g->caller = n.caller;
             {
               py::gil_scoped_release unlocked;
               g->group = n.join(name);

@@ -173,3 +173,35 @@ def test_a_group_key_from_python(tmp_path):
     finally:
         proc.kill()
         proc.wait(timeout=10)
+
+
+def test_progress_in_the_caller():
+    """Node(progress="caller"): no progress thread; receive() and result() make the
+    progress they wait for, and nothing arrives while nobody calls."""
+    import threading
+
+    import hmcast
+
+    nodes = [hmcast.Node(transport="inproc", group_size=2, fabric="py-caller", progress="caller") for _ in range(2)]
+    sender, receiver = join_all(nodes, "caller")
+    got = []
+
+    def receive():
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            e = receiver.receive(timeout=1)
+            if e is not None and not isinstance(e, hmcast.ViewChange):
+                got.append(bytes(e))
+                return
+
+    c = sender.broadcast(b"hello from the caller")
+    with pytest.raises(TimeoutError):
+        c.result(timeout=0.2)  # the receiver makes no calls yet: no ACK
+    t = threading.Thread(target=receive)
+    t.start()
+    c.result(timeout=30)
+    t.join(timeout=40)
+    assert got == [b"hello from the caller"]
+    receiver.poll(0.01)
+    with pytest.raises(ValueError):
+        hmcast.Node(transport="inproc", progress="sometimes")
