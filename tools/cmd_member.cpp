@@ -332,10 +332,10 @@ int run_member(const MemberOptions& o) {
     }
   };
   std::deque<InFlight> queue;
-  bool sending_done = !sender;
-  // Progress::caller: the sending threads make progress while they wait; the main
-  // thread takes over once they are done (or at once on a member that only receives).
-  std::atomic<bool> send_finished{!sender};
+  // Set under q_mu; atomic, as the main thread reads it without (Progress::caller: the
+  // sending threads make progress while they wait, the main thread once they are done,
+  // or at once on a member that only receives).
+  std::atomic<bool> sending_done{!sender};
   std::thread send_thread, wait_thread;
   const auto t_start = mono_ns();
   if (sender) {
@@ -373,7 +373,6 @@ int run_member(const MemberOptions& o) {
       }
       std::lock_guard lock(q_mu);
       sending_done = true;
-      send_finished = true;
       q_cv.notify_all();
     });
     wait_thread = std::thread([&] {
@@ -450,7 +449,7 @@ int run_member(const MemberOptions& o) {
         next_progress = std::chrono::steady_clock::now() + std::chrono::milliseconds(o.progress_ms);
       }
       const auto slice = std::chrono::milliseconds(std::min<std::uint32_t>(o.progress_ms, 200));
-      if (cfg.progress == Progress::caller && send_finished) {
+      if (cfg.progress == Progress::caller && sending_done) {
         lock.unlock();  // the callbacks this runs take it
         g.poll(std::min<std::chrono::nanoseconds>(slice, std::chrono::milliseconds(10)));
         lock.lock();

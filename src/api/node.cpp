@@ -92,57 +92,55 @@ void NodeState::round(std::chrono::steady_clock::time_point limit) {
   // What waits for the application (a broadcast's own delivery, queued by the
   // caller) runs before the wait, while the network works, not after the next arrival.
   if (queued) run_callbacks(g);
+  // From here on a wake-up must reach us again: whatever was queued before this
+  // point is seen below (the eventfd written for it is still readable, at worst
+  // one round too many).
+  wake_pending.store(false, std::memory_order_release);
+  TimeNs next = kNever;
   {
-    // From here on a wake-up must reach us again: whatever was queued before this
-    // point is seen below (the eventfd written for it is still readable, at worst
-    // one round too many).
-    wake_pending.store(false, std::memory_order_release);
-    TimeNs next = kNever;
-    {
-      std::lock_guard lock(g.mu);
-      next = g.runtime->engine().next_wakeup();
-    }
-    const auto now_tp = std::chrono::steady_clock::now();
-    auto deadline = std::max(limit, now_tp);
-    if (next != kNever) {
-      const auto until = std::chrono::steady_clock::time_point(std::chrono::nanoseconds(next));
-      deadline = std::min(deadline, std::max(until, now_tp));
-    }
-    try {
-      auto in = link->wait(deadline);
-      const bool had_input = in.has_value();
-      // Drain what is queued, in bounded rounds: input that keeps arriving (a sender
-      // that sends again as soon as we ACK) must not hold back timers and the
-      // application's deliveries, which wait below.
-      for (std::size_t n = 1; in && n < kDrainRound; ++n) {
-        dispatch(g, *in);
-        in = link->wait(std::chrono::steady_clock::now());
-      }
-      if (in) dispatch(g, *in);
-      if (had_input) {
-        std::lock_guard lock(g.mu);
-        AppEvents app;
-        g.runtime->on_drained(now_ns(), app);
-        queue_for_app(g, app);
-      }
-    } catch (const Error& e) {
-      // The transport is gone; nothing can complete any more.
-      transport_failed.store(true);
-      fail_all(g, e.code(), e.what());
-      run_callbacks(g);
-      return;
-    }
-    {
-      std::lock_guard lock(g.mu);
-      const TimeNs now = now_ns();
-      if (now >= g.runtime->engine().next_wakeup()) {
-        AppEvents app;
-        g.runtime->on_timer(now, app);
-        queue_for_app(g, app);
-      }
-    }
-    run_callbacks(g);
+    std::lock_guard lock(g.mu);
+    next = g.runtime->engine().next_wakeup();
   }
+  const auto now_tp = std::chrono::steady_clock::now();
+  auto deadline = std::max(limit, now_tp);
+  if (next != kNever) {
+    const auto until = std::chrono::steady_clock::time_point(std::chrono::nanoseconds(next));
+    deadline = std::min(deadline, std::max(until, now_tp));
+  }
+  try {
+    auto in = link->wait(deadline);
+    const bool had_input = in.has_value();
+    // Drain what is queued, in bounded rounds: input that keeps arriving (a sender
+    // that sends again as soon as we ACK) must not hold back timers and the
+    // application's deliveries, which wait below.
+    for (std::size_t n = 1; in && n < kDrainRound; ++n) {
+      dispatch(g, *in);
+      in = link->wait(std::chrono::steady_clock::now());
+    }
+    if (in) dispatch(g, *in);
+    if (had_input) {
+      std::lock_guard lock(g.mu);
+      AppEvents app;
+      g.runtime->on_drained(now_ns(), app);
+      queue_for_app(g, app);
+    }
+  } catch (const Error& e) {
+    // The transport is gone; nothing can complete any more.
+    transport_failed.store(true);
+    fail_all(g, e.code(), e.what());
+    run_callbacks(g);
+    return;
+  }
+  {
+    std::lock_guard lock(g.mu);
+    const TimeNs now = now_ns();
+    if (now >= g.runtime->engine().next_wakeup()) {
+      AppEvents app;
+      g.runtime->on_timer(now, app);
+      queue_for_app(g, app);
+    }
+  }
+  run_callbacks(g);
 }
 
 void NodeState::dispatch(GroupState& g, transport::Inbound& in) {
