@@ -529,3 +529,51 @@ TEST_CASE("socket: a bad configuration or a refused system call is an exception 
   a.multicast(datagram(1, 1, 1));                      // closed: nothing sent, no error
   CHECK(a.stats().datagrams_sent == 0);
 }
+
+TEST_CASE("socket: a datagram over the receiver's MTU is counted and dropped, the ones after it arrive", "[socket]") {
+  const auto group = test_group(7);
+  sk::SocketConfig small = config();
+  small.mtu = 200;
+  sk::Endpoint a(1, config()), b(2, small);
+  // One over b's MTU between two that fit, all in one burst (one recvmmsg() call takes them).
+  a.multicast(datagram(group, 1, 1));
+  Bytes big = datagram(group, 1, 2);
+  big.resize(small.mtu + 100);  // a real header, then bytes past b's limit
+  a.multicast(big);
+  a.multicast(datagram(group, 1, 3));
+  std::vector<std::vector<sk::Inbound>> got;
+  const bool arrived =
+      pump({&a, &b}, got, [&] { return seqs(got[1], group).size() >= 2 && b.stats().datagrams_oversized >= 1; }, 2000ms);
+  REQUIRE(arrived);
+  CHECK(seqs(got[1], group) == std::vector<hmcast::Seq>{1, 3});
+  CHECK(b.stats().datagrams_oversized == 1);
+  for (const auto& in : got[1]) CHECK(in.bytes.size() <= small.mtu);
+}
+
+TEST_CASE("socket: wake() ends a wait that sleeps, and one that has not begun, once each", "[socket]") {
+  sk::SocketConfig cfg = config();
+  cfg.completion = hmcast::CompletionMode::interrupt;  // wait() sleeps in epoll at once
+  sk::Endpoint a(1, cfg);
+  // Before wait(): the flag alone (no eventfd write) ends the next wait at once...
+  a.wake();
+  auto t0 = Clock::now();
+  CHECK_FALSE(a.wait(Clock::now() + 5s).has_value());
+  CHECK(Clock::now() - t0 < 1s);
+  // ...and only that one: the next runs to its deadline.
+  t0 = Clock::now();
+  CHECK_FALSE(a.wait(Clock::now() + 150ms).has_value());
+  CHECK(Clock::now() - t0 >= 150ms);
+  // During a wait asleep in epoll: the eventfd is written and the wait ends.
+  std::atomic<bool> returned{false};
+  std::thread waiter([&] {
+    (void)a.wait(Clock::now() + 10s);
+    returned = true;
+  });
+  std::this_thread::sleep_for(100ms);
+  CHECK_FALSE(returned.load());
+  t0 = Clock::now();
+  a.wake();
+  waiter.join();
+  CHECK(returned.load());
+  CHECK(Clock::now() - t0 < 2s);
+}

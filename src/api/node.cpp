@@ -273,6 +273,9 @@ namespace {
 std::unique_ptr<transport::Link> make_link(const Config& cfg, const membership::Welcome& welcome,
                                            const std::optional<auth::GroupKey>& key) {
   const auth::GroupKey* k = key ? &*key : nullptr;
+  // The progress thread polls, and so does the application's thread waiting on a
+  // completion; in the caller's mode the application's alone.
+  const std::uint32_t pollers = cfg.progress == Progress::caller ? 1 : 2;
   switch (cfg.transport) {
     case TransportKind::inproc:
       return transport::make_inproc_link(cfg.fabric, welcome.group_id, welcome.member, cfg.socket.large_pool_bytes,
@@ -281,13 +284,13 @@ std::unique_ptr<transport::Link> make_link(const Config& cfg, const membership::
       if (cfg.socket.share_memory)
         return transport::make_host_link(welcome.member, welcome.group_id, welcome.multicast_address,
                                          welcome.multicast_port, cfg.socket, cfg.shm, cfg.faults, k,
-                                         !cfg.host_identity.empty());
+                                         !cfg.host_identity.empty(), pollers);
       return transport::make_socket_link(welcome.member, welcome.multicast_address, welcome.multicast_port, cfg.socket,
-                                         cfg.faults, k, welcome.group_id);
+                                         cfg.faults, k, welcome.group_id, pollers);
     case TransportKind::verbs:
       return transport::make_verbs_link(welcome.member, welcome.multicast_address, cfg.verbs, cfg.faults);
     case TransportKind::shm:
-      return transport::make_shm_link(welcome.member, welcome.group_id, cfg.socket, cfg.shm, cfg.faults);
+      return transport::make_shm_link(welcome.member, welcome.group_id, cfg.socket, cfg.shm, cfg.faults, pollers);
   }
   throw Error(ErrorCode::invalid_config, "unknown Config::transport");
 }

@@ -186,8 +186,9 @@ namespace {
 /// hears its host's datagrams (IP_MULTICAST_LOOP).
 std::unique_ptr<Link> bare_socket_link(MemberId self, std::uint32_t multicast_address, std::uint16_t multicast_port,
                                        const SocketOptions& options, const auth::GroupKey* key, GroupId group,
-                                       bool loop = true) {
+                                       std::uint32_t polling_threads, bool loop = true) {
   socket::SocketConfig cfg;
+  cfg.polling_threads = polling_threads;
   cfg.multicast_loop = loop;
   cfg.group_address = ipv4_text(multicast_address);
   cfg.group_port = multicast_port;
@@ -210,8 +211,9 @@ std::unique_ptr<Link> bare_socket_link(MemberId self, std::uint32_t multicast_ad
 
 /// A shared-memory link without faults; its datagrams may be up to `mtu`.
 std::unique_ptr<Link> bare_shm_link(MemberId self, GroupId group, const SocketOptions& socket,
-                                    const ShmOptions& options, std::size_t mtu) {
+                                    const ShmOptions& options, std::size_t mtu, std::uint32_t polling_threads) {
   shm::ShmConfig cfg;
+  cfg.polling_threads = polling_threads;
   cfg.group_id = group;
   cfg.options = options;
   cfg.mtu = mtu;
@@ -229,28 +231,31 @@ std::unique_ptr<Link> bare_shm_link(MemberId self, GroupId group, const SocketOp
 
 std::unique_ptr<Link> make_socket_link(MemberId self, std::uint32_t multicast_address, std::uint16_t multicast_port,
                                        const SocketOptions& options, const FaultConfig& faults,
-                                       const auth::GroupKey* key, GroupId group) {
-  return with_faults(bare_socket_link(self, multicast_address, multicast_port, options, key, group), faults);
+                                       const auth::GroupKey* key, GroupId group, std::uint32_t polling_threads) {
+  return with_faults(bare_socket_link(self, multicast_address, multicast_port, options, key, group, polling_threads),
+                     faults);
 }
 
 std::unique_ptr<Link> make_shm_link(MemberId self, GroupId group, const SocketOptions& socket,
-                                    const ShmOptions& options, const FaultConfig& faults) {
-  return with_faults(bare_shm_link(self, group, socket, options, options.mtu), faults);
+                                    const ShmOptions& options, const FaultConfig& faults, std::uint32_t polling_threads) {
+  return with_faults(bare_shm_link(self, group, socket, options, options.mtu, polling_threads), faults);
 }
 
 std::unique_ptr<Link> make_host_link(MemberId self, GroupId group, std::uint32_t multicast_address,
                                      std::uint16_t multicast_port, const SocketOptions& socket,
                                      const ShmOptions& shm, const FaultConfig& faults, const auth::GroupKey* key,
-                                     bool hosts_named) {
+                                     bool hosts_named, std::uint32_t polling_threads) {
   // The protocol's datagrams are sized for the network; shared memory takes them as they are.
   // Members of one host hear each other's datagrams there, so the network's copy is
   // not looped back to them, unless hosts are named (Config::host_identity): then
   // "hosts" may share a network stack, and the loop carries between them.
-  auto network = bare_socket_link(self, multicast_address, multicast_port, socket, key, group, hosts_named);
+  auto network =
+      bare_socket_link(self, multicast_address, multicast_port, socket, key, group, polling_threads, hosts_named);
   // The host link polls both sides itself; the shared memory's wait() only sleeps.
   SocketOptions sleeper = socket;
   sleeper.completion = CompletionMode::interrupt;
-  auto local = bare_shm_link(self, group, sleeper, shm, std::max<std::size_t>(shm.mtu, socket.datagram_size()));
+  auto local = bare_shm_link(self, group, sleeper, shm, std::max<std::size_t>(shm.mtu, socket.datagram_size()),
+                             polling_threads);
   const PollPacer pacer(socket.completion, socket.busy_poll, socket.busy_poll_max);
   return with_faults(std::make_unique<HostLink>(std::move(local), std::move(network), pacer), faults);
 }

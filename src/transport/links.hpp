@@ -24,14 +24,18 @@ std::unique_ptr<Link> make_inproc_link(const std::string& fabric, std::uint64_t 
 
 /// A socket endpoint for member `self` of group `group` whose datagrams use
 /// multicast_address:port (IPv4, host order). With a `key`, frames are sealed under it.
+/// `polling_threads` (here and below): the member's threads that poll its link while
+/// traffic is steady, 1 in Progress::caller and 2 with a progress thread (cpu_share.hpp).
 std::unique_ptr<Link> make_socket_link(MemberId self, std::uint32_t multicast_address, std::uint16_t multicast_port,
                                        const SocketOptions& options, const FaultConfig& faults,
-                                       const auth::GroupKey* key = nullptr, GroupId group = 0);
+                                       const auth::GroupKey* key = nullptr, GroupId group = 0,
+                                       std::uint32_t polling_threads = 2);
 
 /// A shared-memory endpoint (transport/shm) for member `self` of group `group`,
 /// whose peers run on this host; waiting and the large-buffer pool come from `socket`.
 std::unique_ptr<Link> make_shm_link(MemberId self, GroupId group, const SocketOptions& socket,
-                                    const ShmOptions& options, const FaultConfig& faults);
+                                    const ShmOptions& options, const FaultConfig& faults,
+                                    std::uint32_t polling_threads = 2);
 
 /// Issue 18's two-level link (host_link.hpp): a socket link as make_socket_link()
 /// makes it (sealed with a `key`) for the other hosts, and a shared-memory link
@@ -40,7 +44,8 @@ std::unique_ptr<Link> make_shm_link(MemberId self, GroupId group, const SocketOp
 std::unique_ptr<Link> make_host_link(MemberId self, GroupId group, std::uint32_t multicast_address,
                                      std::uint16_t multicast_port, const SocketOptions& socket,
                                      const ShmOptions& shm, const FaultConfig& faults,
-                                     const auth::GroupKey* key = nullptr, bool hosts_named = false);
+                                     const auth::GroupKey* key = nullptr, bool hosts_named = false,
+                                     std::uint32_t polling_threads = 2);
 
 /// A verbs endpoint (UD multicast + RC links; transport/verbs) for member `self` of a
 /// group whose datagrams use multicast_address (IPv4, host order). Throws

@@ -605,9 +605,10 @@ std::optional<Inbound> Endpoint::wait(Clock::time_point deadline) {
     pacer_.on_empty(now);
     if (woken_.exchange(false)) return std::nullopt;
     if (now >= deadline) return std::nullopt;
-    const bool spin = pacer_.spin(now);
-    if (spin) {
-      std::this_thread::yield();
+    if (pacer_.spin(now)) {
+      // Every member on this host is in snapshot_ (ours is not).
+      const auto pollers = static_cast<std::uint32_t>(snapshot_.size() + 1) * cfg_.polling_threads;
+      relax_(transport::may_keep_cpu(transport::cpu_share(), cfg_.polling_threads, pollers));
       continue;
     }
     const std::uint32_t bell = header_->doorbell.load(std::memory_order_seq_cst);

@@ -29,6 +29,7 @@
 
 #include "hmcast/config.hpp"
 #include "hmcast/types.hpp"
+#include "transport/cpu_share.hpp"
 #include "transport/poll_pacer.hpp"
 #include "transport/shm/shared_file.hpp"
 #include "transport/shm/shm_layout.hpp"
@@ -48,6 +49,11 @@ struct ShmConfig {
   CompletionMode completion = CompletionMode::hybrid;
   std::chrono::microseconds busy_poll{200};
   std::chrono::microseconds busy_poll_max{5000};  // see PollPacer
+  /// Threads of each member that poll while traffic is steady: the progress thread
+  /// and the application's waiting one, or the application's alone
+  /// (Progress::caller). With the members on the host, whether polling may keep a
+  /// CPU (cpu_share.hpp).
+  std::uint32_t polling_threads = 2;
 };
 
 struct ShmStats {
@@ -192,6 +198,7 @@ class Endpoint {
   std::unordered_map<MemberId, Partial> partial_;
   transport::BlockPlacer placer_;
   transport::PollPacer pacer_;  // when wait() polls rather than sleeps
+  transport::Relax relax_;      // between polls
 
   std::atomic<bool> woken_{false};
   std::atomic<bool> closed_{false};

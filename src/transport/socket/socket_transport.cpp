@@ -18,6 +18,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include "core/assert.hpp"
 #include "hmcast/error.hpp"
 #include "transport/socket/net_util.hpp"
 
@@ -29,6 +30,10 @@ constexpr std::uint32_t kConnEvents = EPOLLIN | EPOLLRDHUP;
 constexpr int kMaxIov = 64;
 constexpr int kReadRounds = 4;         // recv() calls per connection per event: no link starves the others
 constexpr int kDatagramsPerEvent = 64;
+// recvmmsg() slots: one call takes what a burst left (up to this many), and a call that
+// returns fewer found the socket empty, so no call is spent to learn that (epoll is
+// level-triggered: it reports what comes later).
+constexpr unsigned kDatagramBatch = 8;
 constexpr int kAcceptsPerEvent = 64;
 constexpr std::size_t kScratch = 256U << 10;
 constexpr std::size_t kMaxUdpPayload = 65507;
@@ -56,6 +61,9 @@ Endpoint::Endpoint(MemberId id, const SocketConfig& config)
   group_ = make_addr(group, cfg_.group_port);
   const std::string group_text = cfg_.group_address + ":" + std::to_string(cfg_.group_port);
   scratch_.resize(std::max(kScratch, cfg_.mtu + 1));
+  datagram_buf_.resize(kDatagramBatch * (cfg_.mtu + 1));
+  datagram_msgs_.resize(kDatagramBatch);
+  datagram_iov_.resize(kDatagramBatch);
 
   try {
     epoll_fd_ = ::epoll_create1(EPOLL_CLOEXEC);
@@ -163,6 +171,10 @@ void Endpoint::add_peer(MemberId id, const std::string& host, std::uint16_t port
 }
 
 void Endpoint::wake() {
+  woken_.store(true);
+  // wait() polls, or is not running: it sees the flag. (One that watches the epoll set
+  // itself, HostLink's watcher, sleeps in poll() and needs the eventfd.)
+  if (!blocking_.load() && !watched_.load()) return;
   const std::uint64_t one = 1;
   if (::write(wake_fd_, &one, sizeof one) < 0 && errno != EAGAIN)  // EAGAIN: already pending
     fail_sys(errno, "cannot signal the endpoint's eventfd", "the endpoint was destroyed while in use");
@@ -390,14 +402,11 @@ std::optional<Inbound> Endpoint::wait(std::chrono::steady_clock::time_point dead
       if (!inbox_.empty()) {
         Inbound in = std::move(inbox_.front());
         inbox_.pop_front();
-        woken_ = false;
+        woken_.store(false);
         pacer_.on_arrival(std::chrono::steady_clock::now());
         return in;
       }
-      if (woken_) {
-        woken_ = false;
-        return std::nullopt;
-      }
+      if (woken_.exchange(false)) return std::nullopt;
     }
     const auto now = std::chrono::steady_clock::now();
     pacer_.on_empty(now);
@@ -406,11 +415,21 @@ std::optional<Inbound> Endpoint::wait(std::chrono::steady_clock::time_point dead
     // microseconds, more in a VM) on the next arrival; yielding between polls lets
     // other processes on the same cores run, as MPI does when oversubscribed.
     const bool spin = pacer_.spin(now);
-    if (spin && polled) ::sched_yield();
+    if (spin && polled) relax_(transport::may_keep_cpu(transport::cpu_share(), cfg_.polling_threads, 0));
     // At most a day at a time, so no conversion below overflows.
     const std::chrono::nanoseconds left =
         deadline <= now || spin ? std::chrono::nanoseconds{0}
                                 : std::min<std::chrono::nanoseconds>(deadline - now, std::chrono::hours{24});
+    // About to block: say so first, then look at the flag once more, so a wake() that
+    // came in between either is seen here or writes the eventfd.
+    const bool blocks = left.count() > 0;
+    if (blocks) {
+      blocking_.store(true);
+      if (woken_.load()) {
+        blocking_.store(false);
+        continue;
+      }
+    }
     int n = -1;
     bool done = false;
 #if defined(__GLIBC_PREREQ)
@@ -429,6 +448,7 @@ std::optional<Inbound> Endpoint::wait(std::chrono::steady_clock::time_point dead
       const auto ms = std::chrono::ceil<std::chrono::milliseconds>(left).count();
       n = ::epoll_wait(epoll_fd_, events.data(), static_cast<int>(events.size()), static_cast<int>(ms));
     }
+    if (blocks) blocking_.store(false);
     polled = true;
     if (n < 0) {
       if (errno == EINTR) continue;
@@ -444,7 +464,7 @@ std::optional<Inbound> Endpoint::wait(std::chrono::steady_clock::time_point dead
         std::uint64_t count = 0;
         if (::read(wake_fd_, &count, sizeof count) < 0 && errno != EAGAIN)
           fail_sys(errno, "cannot read the endpoint's eventfd", "the endpoint was destroyed while in use");
-        woken_ = true;
+        woken_.store(true);
       } else if (key == kUdpKey) {
         read_datagrams();
       } else if (key == kListenKey) {
@@ -457,31 +477,44 @@ std::optional<Inbound> Endpoint::wait(std::chrono::steady_clock::time_point dead
 }
 
 void Endpoint::read_datagrams() {
-  for (int i = 0; i < kDatagramsPerEvent; ++i) {
-    const ssize_t n = ::recv(udp_fd_, scratch_.data(), cfg_.mtu + 1, MSG_DONTWAIT | MSG_TRUNC);
-    if (n < 0) {
+  const std::size_t slot = cfg_.mtu + 1;
+  for (int taken = 0; taken < kDatagramsPerEvent;) {
+    for (unsigned i = 0; i < kDatagramBatch; ++i) {
+      datagram_iov_[i] = iovec{datagram_buf_.data() + i * slot, slot};
+      datagram_msgs_[i] = mmsghdr{};
+      datagram_msgs_[i].msg_hdr.msg_iov = &datagram_iov_[i];
+      datagram_msgs_[i].msg_hdr.msg_iovlen = 1;
+    }
+    const int got = ::recvmmsg(udp_fd_, datagram_msgs_.data(), kDatagramBatch, MSG_DONTWAIT, nullptr);
+    if (got < 0) {
       const int e = errno;
       if (e == EAGAIN || e == EWOULDBLOCK) return;
       if (e == EINTR) continue;
       fail_sys(e, "cannot receive datagrams of " + cfg_.group_address + ":" + std::to_string(cfg_.group_port),
                "check that the interface " + cfg_.interface_address + " is up");
     }
-    const auto len = static_cast<std::size_t>(n);  // MSG_TRUNC: the datagram's real length
-    if (len > cfg_.mtu) {
-      ++stats_.datagrams_oversized;
-      continue;
-    }
-    const std::span<const std::byte> bytes(scratch_.data(), len);
-    MemberId from = 0;
-    if (len >= wire::kHeaderSize) {
-      from = wire::peek_src(bytes);
-      if (from == id_) {
-        ++stats_.datagrams_own;  // looped back to us: the engine would ignore it anyway
+    HMCAST_ASSERT(static_cast<unsigned>(got) <= kDatagramBatch);
+    for (int i = 0; i < got; ++i) {
+      const mmsghdr& m = datagram_msgs_[static_cast<std::size_t>(i)];
+      const std::size_t len = m.msg_len;
+      if (len > cfg_.mtu || (m.msg_hdr.msg_flags & MSG_TRUNC) != 0) {
+        ++stats_.datagrams_oversized;
         continue;
       }
+      const std::span<const std::byte> bytes(datagram_buf_.data() + static_cast<std::size_t>(i) * slot, len);
+      MemberId from = 0;
+      if (len >= wire::kHeaderSize) {
+        from = wire::peek_src(bytes);
+        if (from == id_) {
+          ++stats_.datagrams_own;  // looped back to us: the engine would ignore it anyway
+          continue;
+        }
+      }
+      ++stats_.datagrams_received;
+      inbox_.push_back(Inbound{true, from, std::vector<std::byte>(bytes.begin(), bytes.end()), false});
     }
-    ++stats_.datagrams_received;
-    inbox_.push_back(Inbound{true, from, std::vector<std::byte>(bytes.begin(), bytes.end()), false});
+    taken += got;
+    if (static_cast<unsigned>(got) < kDatagramBatch) return;  // the socket is empty
   }
 }
 
@@ -595,6 +628,7 @@ bool Endpoint::read_connection(Connection& c) {
       drop(key, true);
       return false;
     }
+    const std::size_t asked = direct.empty() ? scratch_.size() : direct.size();
     const bool ok = !direct.empty()
                         ? c.reader.direct_filled(static_cast<std::size_t>(n), on_frame)
                         : c.reader.feed(std::span<const std::byte>(scratch_.data(), static_cast<std::size_t>(n)), on_frame);
@@ -604,6 +638,9 @@ bool Endpoint::read_connection(Connection& c) {
       drop(key, c.peer.has_value());
       return false;
     }
+    // Less than asked: the socket held no more (level-triggered epoll reports what
+    // comes next), so no call is spent on an EAGAIN.
+    if (static_cast<std::size_t>(n) < asked) return true;
   }
   return true;
 }

@@ -17,7 +17,8 @@
 //   pipe, output over its bound) is broken: unicast() to that peer returns false
 //   from then on, until add_peer() names the peer again.
 // - Everything is non-blocking and driven by one epoll set per endpoint, from
-//   wait() (the caller's progress thread); wake() signals an eventfd.
+//   wait() (the caller's progress thread); wake() signals an eventfd when wait()
+//   may be asleep in epoll, and otherwise only sets a flag wait() looks at.
 //
 // Thread-safety: multicast(), unicast(), add_peer(), wake(), close() and stats()
 // may be called from any thread, also while another thread is in wait(); wait()
@@ -25,6 +26,7 @@
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -39,9 +41,12 @@
 #include <vector>
 
 #include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
 
 #include "hmcast/config.hpp"
 #include "hmcast/types.hpp"
+#include "transport/cpu_share.hpp"
 #include "transport/poll_pacer.hpp"
 #include "transport/transport.hpp"
 #include "transport/socket/framing.hpp"
@@ -89,6 +94,9 @@ struct SocketConfig {
   CompletionMode completion = CompletionMode::hybrid;
   std::chrono::nanoseconds busy_poll{std::chrono::microseconds{200}};
   std::chrono::nanoseconds busy_poll_max{std::chrono::microseconds{5000}};  // see PollPacer
+  /// Threads of this member that poll while traffic is steady (ShmConfig's twin):
+  /// polling keeps a CPU only in a process bound to CPUs of its own (cpu_share.hpp).
+  std::uint32_t polling_threads = 2;
 };
 
 /// Counters for tests and diagnostics (a snapshot).
@@ -124,8 +132,12 @@ class Endpoint {
   [[nodiscard]] MemberId id() const { return id_; }
   /// The port the reliable links listen on (what peers pass to add_peer()).
   [[nodiscard]] std::uint16_t tcp_port() const { return tcp_port_; }
-  /// The epoll set wait() drains: it polls readable while wait() has work.
-  [[nodiscard]] int epoll_fd() const { return epoll_fd_; }
+  /// The epoll set wait() drains: it polls readable while wait() has work. A caller
+  /// that polls it itself is woken by wake() too (the eventfd is written every time).
+  [[nodiscard]] int epoll_fd() const {
+    watched_.store(true);
+    return epoll_fd_;
+  }
   [[nodiscard]] std::size_t mtu() const { return cfg_.mtu; }
 
   /// Where to reach member `id` over a reliable link. Naming a peer again replaces
@@ -221,17 +233,29 @@ class Endpoint {
   int listen_fd_ = -1;
   bool pwait2_ = true;
   transport::PollPacer pacer_;  // when wait() polls rather than sleeps; only wait() touches it
+  transport::Relax relax_;  // between polls (wait)
 
   mutable std::mutex mu_;
   bool closed_ = false;
-  bool woken_ = false;
+  // wake() sets woken_, and writes the eventfd only when wait() may be blocked in
+  // epoll (blocking_): a thread that polls sees the flag on its next turn, so a
+  // sender that wakes a polling progress thread spends no system call on it, nor
+  // does that thread (seq_cst on both: one of them sees the other's store).
+  std::atomic<bool> woken_{false};
+  std::atomic<bool> blocking_{false};
+  mutable std::atomic<bool> watched_{false};  // epoll_fd() was handed out
   std::deque<Inbound> inbox_;
   std::map<MemberId, Peer> peers_;
   std::unordered_map<std::uint64_t, Connection> conns_;
   std::map<MemberId, std::uint64_t> outgoing_;  // peer -> key of the connection we send on
   std::uint64_t next_key_ = kFirstConnectionKey;
   std::size_t accepted_ = 0;
-  std::vector<std::byte> scratch_;  // receive buffer
+  std::vector<std::byte> scratch_;  // receive buffer of the links
+  // Datagrams arrive kDatagramBatch to a recvmmsg() call, each in its own slot of
+  // mtu + 1 bytes (a longer one shows as truncated).
+  std::vector<std::byte> datagram_buf_;
+  std::vector<mmsghdr> datagram_msgs_;
+  std::vector<iovec> datagram_iov_;
   BlockPlacer placer_;
   std::size_t min_placed_ = 4096;
   Stats stats_;

@@ -1,0 +1,49 @@
+#include "transport/cpu_share.hpp"
+
+#include <sched.h>
+#include <unistd.h>
+
+#include <algorithm>
+
+namespace hmcast::transport {
+
+namespace {
+
+CpuShare read_share() {
+  CpuShare s;
+  const long online = ::sysconf(_SC_NPROCESSORS_ONLN);
+  s.online = online > 0 ? static_cast<std::uint32_t>(online) : 1;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  // Unknown affinity counts as every CPU: the rules below then never assume a CPU of our own.
+  s.allowed = ::sched_getaffinity(0, sizeof set, &set) == 0 ? static_cast<std::uint32_t>(CPU_COUNT(&set)) : s.online;
+  s.allowed = std::clamp<std::uint32_t>(s.allowed, 1, s.online);
+  return s;
+}
+
+}  // namespace
+
+const CpuShare& cpu_share() {
+  static const CpuShare share = read_share();
+  return share;
+}
+
+bool may_keep_cpu(const CpuShare& share, std::uint32_t own, std::uint32_t host_pollers) noexcept {
+  if (own == 0 || own > share.allowed) return false;
+  if (host_pollers != 0) return host_pollers <= share.online;
+  return share.allowed < share.online;  // bound by a launcher to CPUs of its own
+}
+
+void Relax::operator()(bool keep_cpu) noexcept {
+  if (keep_cpu && ++calls_ % 64 != 0) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    asm volatile("yield");
+#endif
+    return;
+  }
+  ::sched_yield();
+}
+
+}  // namespace hmcast::transport
