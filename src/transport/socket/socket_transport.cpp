@@ -402,7 +402,7 @@ std::optional<Inbound> Endpoint::wait(std::chrono::steady_clock::time_point dead
       if (!inbox_.empty()) {
         Inbound in = std::move(inbox_.front());
         inbox_.pop_front();
-        woken_.store(false);
+        // woken_ stays: a wake() is never lost, the next wait() returns at once.
         pacer_.on_arrival(std::chrono::steady_clock::now());
         return in;
       }
