@@ -230,7 +230,9 @@ struct SocketOptions {
   /// How the progress thread waits for datagrams and frames. hybrid (the default)
   /// keeps polling, yielding the CPU between polls, for `busy_poll` after the last
   /// arrival and then sleeps: a message that follows soon after another finds the
-  /// thread awake instead of paying a wake-up. interrupt always sleeps (the least
+  /// thread awake instead of paying a wake-up. (Where every polling thread on the
+  /// host has a CPU of its own, it keeps the CPU between polls instead of yielding:
+  /// shm counts the host's members; sockets trust a process bound to some CPUs.) interrupt always sleeps (the least
   /// CPU); poll never does (a core per Node). A sleeping thread takes tens of
   /// microseconds to wake (docs/benchmarks.md), so the window is a few wake-ups.
   CompletionMode completion = CompletionMode::hybrid;
