@@ -93,8 +93,8 @@ void NodeState::round(std::chrono::steady_clock::time_point limit) {
   // caller) runs before the wait, while the network works, not after the next arrival.
   if (queued) run_callbacks(g);
   // From here on a wake-up must reach us again: whatever was queued before this
-  // point is seen below (the eventfd written for it is still readable, at worst
-  // one round too many).
+  // point is seen below (the link still holds the wake-up sent for it, as a flag or
+  // a readable eventfd: at worst one round too many).
   wake_pending.store(false, std::memory_order_release);
   TimeNs next = kNever;
   {
