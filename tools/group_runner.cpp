@@ -179,6 +179,7 @@ nlohmann::json GroupRunReport::to_json() const {
           {"spray_datagrams", spray_datagrams},
           {"spray_tcp_attempts", spray_tcp_attempts},
           {"spray_tcp_disconnected", spray_tcp_disconnected},
+          {"spray_tcp_unreachable", spray_tcp_unreachable},
           {"spray_link_frames", spray_link_frames},
           {"problems", problems},
           {"manager_views", manager_views},
@@ -617,8 +618,11 @@ GroupRunReport run_group(const GroupRunOptions& o) {
   rep.spray_tcp_attempts = spray_stats.tcp_attempts;
   rep.spray_link_frames = spray_stats.link_frames;
   rep.spray_tcp_disconnected = spray_stats.tcp_disconnected;
+  rep.spray_tcp_unreachable = spray_stats.tcp_unreachable;
   if (o.spray && rep.spray_tcp_disconnected != rep.spray_tcp_attempts)
     rep.problems.push_back("a member kept a TCP connection that sent it bad input");
+  if (o.spray && o.transport == "socket" && spray_failure.empty() && rep.spray_tcp_attempts == 0)
+    rep.problems.push_back("no member accepted the sprayer's connections: the bad-stream test did not run");
   if (o.spray && !spray_failure.empty()) rep.problems.push_back("the sprayer failed: " + spray_failure);
   if (o.spray && o.transport == "verbs" && spray_failure.empty() && rep.spray_datagrams == 0)
     rep.problems.push_back("the sprayer sent nothing: the bad-input test did not run");

@@ -213,8 +213,9 @@ struct GroupRunReport {
   std::uint64_t forge_joins_tried = 0; // ...attempts to join through the manager
   std::uint64_t forge_joins_admitted = 0;  // ...that the manager welcomed (with a key: must be 0)
   std::uint64_t spray_datagrams = 0;        // bad datagrams sprayed at the group
-  std::uint64_t spray_tcp_attempts = 0;     // bad TCP streams sent to members' link ports
+  std::uint64_t spray_tcp_attempts = 0;     // bad TCP streams members' link ports accepted
   std::uint64_t spray_tcp_disconnected = 0; // ...that the member hung up on
+  std::uint64_t spray_tcp_unreachable = 0;  // connections refused: the member was gone
   std::uint64_t spray_link_frames = 0;      // verbs: bad frames sent to members over RC links
   std::vector<std::string> problems;  // what went wrong, readable
   nlohmann::json manager_views = nlohmann::json::array();  // each view the manager issued: id, size, who left

@@ -6,6 +6,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <thread>
 
@@ -33,24 +34,33 @@ std::vector<std::byte> random_bytes(Rng& rng, std::size_t n) {
 
 /// Connects to a member's link port, sends `bytes`, and reports whether the member
 /// then closed the connection (as it must for bad input) within a moment.
-bool member_hangs_up(const membership::MemberAddress& m, const std::vector<std::byte>& bytes) {
+/// Sends `bytes` on a new connection to member `m` and counts whether it hangs up
+/// within 2 s; a connection it refuses (it no longer listens) is counted apart.
+void send_and_judge(const membership::MemberAddress& m, const std::vector<std::byte>& bytes, SprayStats& st) {
   const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return false;
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_port = htons(m.port);
-  bool closed = false;
-  if (::inet_pton(AF_INET, m.host.c_str(), &a.sin_addr) == 1 &&
-      ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) {
-    (void)::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL);
-    pollfd p{fd, POLLIN, 0};
-    if (::poll(&p, 1, 2000) > 0) {
-      std::byte sink[256];
-      closed = ::recv(fd, sink, sizeof sink, 0) <= 0;
-    }
+  if (fd < 0 || ::inet_pton(AF_INET, m.host.c_str(), &a.sin_addr) != 1) {
+    ++st.tcp_attempts;  // nothing sent, nothing hung up: judged as kept
+    if (fd >= 0) ::close(fd);
+    return;
+  }
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+    const int e = errno;
+    ::close(fd);
+    if (e == ECONNREFUSED) ++st.tcp_unreachable;
+    else ++st.tcp_attempts;  // a timeout or another failure: judged as kept
+    return;
+  }
+  ++st.tcp_attempts;
+  (void)::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL);
+  pollfd p{fd, POLLIN, 0};
+  if (::poll(&p, 1, 2000) > 0) {
+    std::byte sink[256];
+    if (::recv(fd, sink, sizeof sink, 0) <= 0) ++st.tcp_disconnected;
   }
   ::close(fd);
-  return closed;
 }
 
 }  // namespace
@@ -105,15 +115,14 @@ SprayStats spray(const membership::IssuedView& target, const std::string& interf
   const MemberId member = target.view.members.empty() ? 1 : target.view.members.front();
   // TCP first, once per member: the members must hang up on both.
   for (const auto& m : target.push.members) {
-    st.tcp_attempts += 2;
-    st.tcp_disconnected += member_hangs_up(m, random_bytes(rng, 64)) ? 1U : 0U;  // no valid hello
+    send_and_judge(m, random_bytes(rng, 64), st);  // no valid hello
     // A valid hello (built by hand: socket::encode_hello inlined here trips GCC 12's -Warray-bounds).
     std::vector<std::byte> evil;
     for (auto b : socket::encode_length(static_cast<std::uint32_t>(socket::kHelloSize))) evil.push_back(b);
     for (auto b : socket::kHelloMagic) evil.push_back(b);
     for (auto b : socket::encode_length(member)) evil.push_back(b);
     for (auto b : socket::encode_length(0xfffffff0U)) evil.push_back(b);  // a length over any limit
-    st.tcp_disconnected += member_hangs_up(m, evil) ? 1U : 0U;
+    send_and_judge(m, evil, st);
   }
 
   for (std::uint64_t round = 0; !stop.load(); ++round) {

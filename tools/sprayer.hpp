@@ -19,8 +19,11 @@ namespace hmcast::tools {
 struct SprayStats {
   std::uint64_t datagrams = 0;
   std::uint64_t link_frames = 0;       // verbs: bad frames sent over RC links to members
-  std::uint64_t tcp_attempts = 0;
-  std::uint64_t tcp_disconnected = 0;  // connections the member closed on us after bad input
+  std::uint64_t tcp_attempts = 0;      // bad TCP streams a member accepted
+  std::uint64_t tcp_disconnected = 0;  // ...that the member closed on us
+  /// Connections refused: the member no longer listens (killed, or done and gone
+  /// while the sprayer went round); no bad input reached it.
+  std::uint64_t tcp_unreachable = 0;
 };
 
 /// Sprays at the group `target` describes until `stop` is set (at most every `pause_us`).
