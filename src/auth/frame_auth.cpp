@@ -3,6 +3,7 @@
 #include <sodium.h>
 
 #include "core/assert.hpp"
+#include "core/byte_io.hpp"
 
 namespace hmcast::auth {
 namespace {
@@ -14,20 +15,17 @@ static_assert(crypto_generichash_KEYBYTES_MAX >= kKeyBytes && crypto_generichash
 
 using AeadNonce = std::array<unsigned char, 12>;
 
-void put_le(unsigned char* out, std::uint64_t v, std::size_t n) {
-  for (std::size_t i = 0; i < n; ++i) out[i] = static_cast<unsigned char>(v >> (8 * i));
-}
+static_assert(kCounterBytes == sizeof(std::uint64_t));
 
-std::uint64_t get_le(const std::byte* in, std::size_t n) {
-  std::uint64_t v = 0;
-  for (std::size_t i = 0; i < n; ++i) v |= static_cast<std::uint64_t>(in[i]) << (8 * i);
-  return v;
+template <class T>
+void put_le(unsigned char* out, T v) {
+  wire::store_le(reinterpret_cast<std::byte*>(out), v);
 }
 
 AeadNonce nonce_of(MemberId sender, std::uint64_t counter) {
   AeadNonce n{};
-  put_le(n.data(), sender, 4);
-  put_le(n.data() + 4, counter, 8);
+  put_le(n.data(), std::uint32_t{sender});
+  put_le(n.data() + 4, counter);
   return n;
 }
 
@@ -44,9 +42,9 @@ ChannelKey::ChannelKey(const GroupKey& group_key, GroupId group, ViewId view, st
   std::array<unsigned char, sizeof kLabel - 1 + 1 + 8 + 8 + 4> in{};
   unsigned char* p = std::copy(kLabel, kLabel + sizeof kLabel - 1, in.begin());
   *p++ = static_cast<unsigned char>(cipher_);
-  put_le(p, group, 8);
-  put_le(p + 8, view, 8);
-  put_le(p + 16, channel, 4);
+  put_le(p, std::uint64_t{group});
+  put_le(p + 8, std::uint64_t{view});
+  put_le(p + 16, channel);
   const int rc = crypto_generichash(raw_.data(), raw_.size(), in.data(), in.size(), uc(group_key.bytes.data()),
                                     group_key.bytes.size());
   HMCAST_ASSERT(rc == 0);  // fails only for sizes out of range, which the static_asserts rule out
@@ -62,7 +60,7 @@ void seal(const ChannelKey& key, MemberId sender, std::uint64_t counter, std::ve
   const auto nonce = nonce_of(sender, counter);
   const std::size_t n = frame.size();
   frame.resize(n + kTrailerBytes);
-  put_le(reinterpret_cast<unsigned char*>(frame.data() + n), counter, kCounterBytes);
+  wire::store_le(frame.data() + n, counter);
   auto* tag = reinterpret_cast<unsigned char*>(frame.data() + n + kCounterBytes);
   unsigned long long tag_len = 0;
   unsigned char none = 0;  // nothing is encrypted: the frame is associated data
@@ -84,7 +82,7 @@ void seal(const ChannelKey& key, MemberId sender, std::uint64_t counter, std::ve
 std::optional<Opened> open(const ChannelKey& key, MemberId sender, std::span<const std::byte> sealed) {
   if (sealed.size() < kTrailerBytes) return std::nullopt;
   const std::size_t n = sealed.size() - kTrailerBytes;
-  const std::uint64_t counter = get_le(sealed.data() + n, kCounterBytes);
+  const std::uint64_t counter = wire::load_le<std::uint64_t>(sealed.data() + n);
   if (counter == 0) return std::nullopt;
   const auto nonce = nonce_of(sender, counter);
   const unsigned char* tag = uc(sealed.data() + n + kCounterBytes);

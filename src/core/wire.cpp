@@ -45,7 +45,8 @@ constexpr Type type_of() {
   else return Type::ping;
 }
 
-void encode_body(Writer& w, const Data& d) {
+template <class W>
+void encode_body(W& w, const Data& d) {
   w.u32(d.sender);
   w.u64(d.seq);
   w.u64(d.stable);
@@ -55,8 +56,10 @@ void encode_body(Writer& w, const Data& d) {
   w.u16(d.frag_count);
   w.bytes(d.payload);
 }
-void encode_body(Writer& w, const FragmentRepair& f) { encode_body(w, f.fragment); }
-void encode_body(Writer& w, const Batch& b) {
+template <class W>
+void encode_body(W& w, const FragmentRepair& f) { encode_body(w, f.fragment); }
+template <class W>
+void encode_body(W& w, const Batch& b) {
   // An empty batch encodes (every Body alternative does), and no decoder accepts it.
   HMCAST_ASSERT(b.items.size() <= kMaxBatchItems);
   w.u16(static_cast<std::uint16_t>(b.items.size()));
@@ -66,20 +69,23 @@ void encode_body(Writer& w, const Batch& b) {
     w.bytes(item);
   }
 }
-void encode_body(Writer& w, const Nack& n) {
+template <class W>
+void encode_body(W& w, const Nack& n) {
   w.u32(n.sender);
   w.u64(n.seq);
   w.u16(n.frag_count);
   for (auto b : n.missing) w.u8(b);
 }
-void encode_body(Writer& w, const Repair& r) {
+template <class W>
+void encode_body(W& w, const Repair& r) {
   w.u32(r.sender);
   w.u64(r.seq);
   w.u64(r.stable);
   w.u32(static_cast<std::uint32_t>(r.payload.size()));
   w.bytes(r.payload);
 }
-void encode_body(Writer& w, const Ack& a) {
+template <class W>
+void encode_body(W& w, const Ack& a) {
   w.u32(static_cast<std::uint32_t>(a.entries.size()));
   for (const auto& e : a.entries) {
     w.u32(e.sender);
@@ -88,28 +94,33 @@ void encode_body(Writer& w, const Ack& a) {
     w.u64(e.mask);
   }
 }
-void encode_body(Writer& w, const Stable& s) {
+template <class W>
+void encode_body(W& w, const Stable& s) {
   w.u32(s.sender);
   w.u64(s.stable);
   w.u64(s.highest);
 }
-void encode_body(Writer& w, const AckQuery& p) {
+template <class W>
+void encode_body(W& w, const AckQuery& p) {
   w.u32(p.sender);
   w.u64(p.seq);
 }
-void encode_body(Writer& w, const Announce& a) {
+template <class W>
+void encode_body(W& w, const Announce& a) {
   w.u32(a.sender);
   w.u64(a.seq);
   w.u64(a.size);
   w.u64(a.block_size);
   w.u8(a.algorithm);
 }
-void encode_body(Writer& w, const Ready& r) {
+template <class W>
+void encode_body(W& w, const Ready& r) {
   w.u32(r.sender);
   w.u64(r.seq);
   w.u32(r.credit);
 }
-void encode_body(Writer& w, const Block& b) {
+template <class W>
+void encode_body(W& w, const Block& b) {
   w.u32(b.sender);
   w.u64(b.seq);
   w.u32(b.index);
@@ -117,14 +128,19 @@ void encode_body(Writer& w, const Block& b) {
   w.u32(b.length);
   w.bytes(b.payload);
 }
-void encode_body(Writer&, const Ping&) {}
-void encode_body(Writer& w, const McastProbe& p) { w.u64(p.nonce); }
-void encode_body(Writer& w, const McastConfirm& c) { w.u64(c.nonce); }
-void encode_body(Writer& w, const LargeAck& a) {
+template <class W>
+void encode_body(W&, const Ping&) {}
+template <class W>
+void encode_body(W& w, const McastProbe& p) { w.u64(p.nonce); }
+template <class W>
+void encode_body(W& w, const McastConfirm& c) { w.u64(c.nonce); }
+template <class W>
+void encode_body(W& w, const LargeAck& a) {
   w.u32(a.sender);
   w.u64(a.seq);
 }
-void encode_body(Writer& w, const LargeCommit& c) {
+template <class W>
+void encode_body(W& w, const LargeCommit& c) {
   w.u32(c.sender);
   w.u64(c.seq);
 }
@@ -351,10 +367,10 @@ DecodeError decode_large_commit(Reader& r, Body& out) {
 
 }  // namespace
 
-std::vector<std::byte> encode(const Header& header, const Body& body) {
-  std::vector<std::byte> out;
-  out.reserve(kHeaderSize + 64);
-  Writer w(out);
+namespace {
+
+template <class W>
+void encode_packet(W& w, const Header& header, const Body& body) {
   w.u16(kMagic);
   w.u8(kVersion);
   const Type t = std::visit([](const auto& b) { return type_of<std::decay_t<decltype(b)>>(); }, body);
@@ -363,6 +379,18 @@ std::vector<std::byte> encode(const Header& header, const Body& body) {
   w.u64(header.view);
   w.u32(header.src);
   std::visit([&](const auto& b) { encode_body(w, b); }, body);
+}
+
+}  // namespace
+
+std::vector<std::byte> encode(const Header& header, const Body& body) {
+  // Sized first, then filled: one allocation, no growth while writing.
+  Sizer size;
+  encode_packet(size, header, body);
+  std::vector<std::byte> out(size.size());
+  SpanWriter w(out);
+  encode_packet(w, header, body);
+  HMCAST_ASSERT(w.written() == out.size());
   return out;
 }
 
