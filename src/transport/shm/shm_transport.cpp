@@ -153,7 +153,8 @@ void Endpoint::multicast(std::span<const std::byte> bytes) {
     std::lock_guard lock(multicast_mu_);
     const std::uint64_t head = header_->multicast_head.load(std::memory_order_relaxed);
     const std::uint64_t need = multicast_.span_at(head, bytes.size());
-    if (!evict_stalled(head + need)) {
+    HMCAST_ASSERT(reader_floor_ <= head);
+    if (head + need - reader_floor_ > multicast_.capacity && !evict_stalled(head + need)) {
       std::lock_guard s(stats_mu_);
       ++stats_.multicast_overruns;
       return;
@@ -184,13 +185,18 @@ bool Endpoint::evict_stalled(std::uint64_t new_head) {
   // kLivenessCheck (every multicast meets a full log until one moves or goes).
   const bool check_liveness = now >= next_reader_check_;
   bool checked = false;
+  // A reader that attaches during the scan starts at the head or later.
+  std::uint64_t floor = header_->multicast_head.load(std::memory_order_relaxed);
   const std::uint32_t used = std::min(header_->readers_used.load(std::memory_order_acquire), kMaxReaders);
   for (std::uint32_t i = 0; i < used; ++i) {
     ReaderSlot& slot = header_->readers[i];
     const std::uint32_t member = slot.member.load(std::memory_order_acquire);
     if (member == 0 || member == kClaiming) continue;
     const std::uint64_t pos = slot.position.load(std::memory_order_acquire);
-    if (new_head - pos <= cap) continue;
+    if (new_head - pos <= cap) {
+      floor = std::min(floor, pos);
+      continue;
+    }
     // This reader would lose a record it has not read.
     if (seen_[i].first != pos || seen_[i].second == Clock::time_point{}) seen_[i] = {pos, now};
     checked |= check_liveness;
@@ -201,9 +207,11 @@ bool Endpoint::evict_stalled(std::uint64_t new_head) {
       ++stats_.readers_evicted;
       continue;
     }
+    floor = std::min(floor, pos);
     fits = false;
   }
   if (checked) next_reader_check_ = now + kLivenessCheck;
+  reader_floor_ = floor;
   return fits;
 }
 
@@ -287,7 +295,10 @@ void Endpoint::flush(Peer& p) {
       const std::size_t size = f.size();
       const std::size_t n = std::min(fragment, size - f.offset);
       const std::uint64_t need = p.inbox.span_at(tail, n);
-      if (tail + need - h.inbox_head.load(std::memory_order_acquire) > cap) break;
+      if (tail + need - p.inbox_head_seen > cap) {
+        p.inbox_head_seen = h.inbox_head.load(std::memory_order_acquire);
+        if (tail + need - p.inbox_head_seen > cap) break;
+      }
       RecordHeader rh;
       rh.length = static_cast<std::uint32_t>(n);
       rh.source = self_;
@@ -340,6 +351,7 @@ bool Endpoint::attach(Peer& p) {
     p.inbox = Ring{f.base() + off.inbox, icap};
     p.file = std::move(f);
     p.header = h;
+    p.inbox_head_seen = 0;  // a lower bound of this file's head
   }
   // A reader slot in its log, set up before the writer counts it.
   Header& h = *p.header;

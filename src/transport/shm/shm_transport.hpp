@@ -146,6 +146,10 @@ class Endpoint {
     std::uint64_t generation = 0;
     std::chrono::steady_clock::time_point next_attach{};
     std::chrono::steady_clock::time_point next_liveness_check{};
+    /// Its inbox's head as last read: a lower bound (the head only moves on), so
+    /// a frame that fits below it is written without touching the line the
+    /// owner writes as it reads.
+    std::uint64_t inbox_head_seen = 0;
     std::deque<Pending> out;
     std::size_t out_bytes = 0;
     bool broken = false;
@@ -182,6 +186,10 @@ class Endpoint {
   /// Per reader slot: the position last seen and since when (stall detection).
   std::vector<std::pair<std::uint64_t, std::chrono::steady_clock::time_point>> seen_;
   std::chrono::steady_clock::time_point next_reader_check_{};
+  /// No counted reader of our log is behind this position (the lowest seen at the
+  /// last scan; readers only move on, and attach at the head): while a record fits
+  /// above it, the writer skips the scan and leaves the readers' slots to them.
+  std::uint64_t reader_floor_ = 0;
 
   mutable std::mutex peers_mu_;
   // Departed peers whose process was still exiting when they left the view (its
