@@ -61,7 +61,11 @@ struct Checked {
 /// `sampled`: about 4096 bytes spread over the message and its last one, as the
 /// Open MPI baseline (bench/mpi/mpi_bench.cpp) checks its own: benchmarks compare
 /// like with like, and a stale or misplaced buffer still shows.
-enum class Verify : std::uint8_t { full, sampled };
+/// full: every byte; sampled: about 4096 words spread over the body; stamp: a
+/// received message's header (index and attempt) and size, and the sampled check
+/// of each sender's last message only (members, as Open MPI's stream baseline
+/// checks its buffers: check_message itself treats it as sampled).
+enum class Verify : std::uint8_t { full, sampled, stamp };
 
 /// Reads the header and checks the bytes; nothing if there is no header.
 std::optional<Checked> check_message(std::uint64_t seed, MemberId sender, std::span<const std::byte> bytes,
