@@ -20,7 +20,9 @@ class Reassembly {
 
   explicit Reassembly(const wire::Data& first)
       : msg_len_(first.msg_len), frag_count_(first.frag_count), have_(first.frag_count, false),
-        buffer_(std::make_shared<std::vector<std::byte>>(first.msg_len)) {}
+        buffer_(std::make_shared<std::vector<std::byte>>()) {
+    buffer_->reserve(msg_len_);
+  }
 
   /// Add a fragment. A fragment whose length or count disagrees with the first one is a
   /// `mismatch` (bad input): it is ignored and the partial message is kept.
@@ -34,7 +36,16 @@ class Reassembly {
     if (piece_ == 0) piece_ = piece;
     if (piece != piece_) return Result::mismatch;
     if (have_[frag.frag_index]) return Result::duplicate;
-    std::copy(frag.payload.begin(), frag.payload.end(), buffer_->begin() + frag.offset);
+    // The buffer grows as fragments come in order (no zero fill of bytes about to be
+    // overwritten); one past a hole zero-fills the hole, which its fragment fills later.
+    std::vector<std::byte>& b = *buffer_;
+    if (frag.offset >= b.size()) {
+      b.resize(frag.offset);
+      b.insert(b.end(), frag.payload.begin(), frag.payload.end());
+    } else {
+      HMCAST_ASSERT(frag.offset + frag.payload.size() <= b.size());  // fragments never overlap
+      std::copy(frag.payload.begin(), frag.payload.end(), b.begin() + frag.offset);
+    }
     have_[frag.frag_index] = true;
     highest_ = std::max<std::uint32_t>(highest_, frag.frag_index);
     ++received_;
@@ -74,7 +85,10 @@ class Reassembly {
     return d;
   }
   /// The assembled message (valid once add() returned `complete`).
-  [[nodiscard]] std::shared_ptr<std::vector<std::byte>> take() { return std::move(buffer_); }
+  [[nodiscard]] std::shared_ptr<std::vector<std::byte>> take() {
+    HMCAST_ASSERT(received_ == frag_count_ && buffer_->size() == msg_len_);
+    return std::move(buffer_);
+  }
 
  private:
   std::uint32_t msg_len_;
