@@ -552,7 +552,7 @@ void SmallPath::collect_garbage(Stream& s, Seq stable) {
   if (upto <= s.known_stable) return;
   s.known_stable = upto;
   const std::size_t before = s.held.size();
-  s.held.erase(s.held.begin(), s.held.upper_bound(upto));
+  s.held.erase_through(upto);
   HMCAST_ASSERT(held_count_ >= before - s.held.size());
   held_count_ -= before - s.held.size();
   for (auto& c : s.children) c.owed.erase(c.owed.begin(), c.owed.upper_bound(upto));

@@ -36,6 +36,7 @@
 #include "hmcast/config.hpp"
 #include "hmcast/types.hpp"
 #include "small/reassembly.hpp"
+#include "small/seq_window.hpp"
 
 namespace hmcast::small {
 
@@ -144,7 +145,7 @@ class SmallPath {
     MemberId sender = 0;
     Seq delivered = 0;     // contiguous prefix delivered here
     Seq known_stable = 0;  // every member holds [1, known_stable]: no repair will need it
-    std::map<Seq, Held> held;
+    SeqWindow<Held> held;
     std::map<Seq, Reassembly> partial;
     // Position in this stream's tree under the current view.
     bool is_root = false;
