@@ -8,6 +8,7 @@
 #include <system_error>
 
 #include <arpa/inet.h>
+#include <linux/filter.h>
 #include <features.h>
 #include <netdb.h>
 #include <netinet/tcp.h>
@@ -110,6 +111,7 @@ Endpoint::Endpoint(MemberId id, const SocketConfig& config)
     const unsigned char ttl = cfg_.ttl;
     set_option(udp_fd_, IPPROTO_IP, IP_MULTICAST_TTL, ttl, "cannot set IP_MULTICAST_TTL",
                "choose a SocketConfig::ttl in [0, 255]");
+    drop_own_datagrams_in_kernel();
 
     // The listening socket of the reliable links.
     listen_fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
@@ -474,6 +476,29 @@ std::optional<Inbound> Endpoint::wait(std::chrono::steady_clock::time_point dead
       }
     }
   }
+}
+
+void Endpoint::drop_own_datagrams_in_kernel() {
+  // Multicast loopback hands every datagram we send to our own socket too. A socket
+  // filter drops those before they are queued: no wake-up, no read, and a sender
+  // of a stream reads only what others send. A filter sees the UDP header first;
+  // classic BPF loads words in network order, and the wire format is little-endian.
+  constexpr std::uint32_t kUdpHeader = 8;
+  constexpr std::uint32_t kSrcAt = kUdpHeader + 20;  // wire::peek_src's offset
+  static_assert(wire::kHeaderSize >= 24);
+  std::array<sock_filter, 8> code{{
+      BPF_STMT(BPF_LD | BPF_W | BPF_LEN, 0),
+      BPF_JUMP(BPF_JMP | BPF_JGE | BPF_K, kUdpHeader + wire::kHeaderSize, 0, 4),  // short: keep (user space counts it)
+      BPF_STMT(BPF_LD | BPF_H | BPF_ABS, kUdpHeader),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __builtin_bswap16(wire::kMagic), 0, 2),  // not ours: keep
+      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, kSrcAt),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __builtin_bswap32(id_), 1, 0),  // from us: drop
+      BPF_STMT(BPF_RET | BPF_K, 0xFFFFFFFFU),  // keep
+      BPF_STMT(BPF_RET | BPF_K, 0),            // drop
+  }};
+  sock_fprog prog{static_cast<unsigned short>(code.size()), code.data()};
+  // Without it (a kernel that refuses filters) read_datagrams() drops them instead.
+  own_filtered_in_kernel_ = ::setsockopt(udp_fd_, SOL_SOCKET, SO_ATTACH_FILTER, &prog, sizeof prog) == 0;
 }
 
 void Endpoint::read_datagrams() {

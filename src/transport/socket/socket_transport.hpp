@@ -181,6 +181,9 @@ class Endpoint {
   void close();
 
   [[nodiscard]] Stats stats() const;
+  /// Whether the kernel drops our own looped-back datagrams (a socket filter) before
+  /// they are queued; if not, reading drops them (Stats::datagrams_own).
+  [[nodiscard]] bool drops_own_in_kernel() const { return own_filtered_in_kernel_; }
 
  private:
   struct OutFrame {
@@ -220,6 +223,7 @@ class Endpoint {
   void on_connection_event(std::uint64_t key, std::uint32_t events);
   bool read_connection(Connection& c);  // false: the connection was dropped
   void read_datagrams();
+  void drop_own_datagrams_in_kernel();
   void accept_connections();
   void close_locked();
 
@@ -230,6 +234,7 @@ class Endpoint {
   int epoll_fd_ = -1;
   int wake_fd_ = -1;
   int udp_fd_ = -1;
+  bool own_filtered_in_kernel_ = false;  // a socket filter drops our own looped datagrams
   int listen_fd_ = -1;
   bool pwait2_ = true;
   transport::PollPacer pacer_;  // when wait() polls rather than sleeps; only wait() touches it
