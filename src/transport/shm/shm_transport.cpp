@@ -3,6 +3,7 @@
 #include <optional>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -155,8 +156,7 @@ void Endpoint::multicast(std::span<const std::byte> bytes) {
     const std::uint64_t need = multicast_.span_at(head, bytes.size());
     HMCAST_ASSERT(reader_floor_ <= head);
     if (head + need - reader_floor_ > multicast_.capacity && !evict_stalled(head + need)) {
-      std::lock_guard s(stats_mu_);
-      ++stats_.multicast_overruns;
+      count(&ShmStats::multicast_overruns);
       return;
     }
     RecordHeader h;
@@ -173,8 +173,7 @@ void Endpoint::multicast(std::span<const std::byte> bytes) {
       if (p->header != nullptr) ring(*p->header);
     }
   }
-  std::lock_guard s(stats_mu_);
-  ++stats_.datagrams_sent;
+  count(&ShmStats::datagrams_sent);
 }
 
 bool Endpoint::evict_stalled(std::uint64_t new_head) {
@@ -203,8 +202,7 @@ bool Endpoint::evict_stalled(std::uint64_t new_head) {
     const bool dead = check_liveness && !process_alive(slot.pid.load(std::memory_order_relaxed));
     if (dead || now - seen_[i].second >= cfg_.options.reader_stall) {
       evict(i);
-      std::lock_guard s(stats_mu_);
-      ++stats_.readers_evicted;
+      count(&ShmStats::readers_evicted);
       continue;
     }
     floor = std::min(floor, pos);
@@ -281,8 +279,7 @@ void Endpoint::flush(Peer& p) {
     p.broken = true;
   } else if (const Locked locked = p.out.empty() ? Locked::no : lock_inbox(h); locked != Locked::no) {
     if (locked == Locked::recovered) {
-      std::lock_guard s(stats_mu_);
-      ++stats_.inbox_locks_recovered;
+      count(&ShmStats::inbox_locks_recovered);
     }
     std::uint64_t tail = h.inbox_tail.load(std::memory_order_relaxed);
     const std::uint64_t cap = p.inbox.capacity;
@@ -321,9 +318,8 @@ void Endpoint::flush(Peer& p) {
     if (wrote) ring(h);
     if (!wrote && owner_dead(p)) p.broken = true;  // no room, and nobody left to make it
     if (frames > 0) {
-      std::lock_guard s(stats_mu_);
-      stats_.frames_sent += frames;
-      stats_.link_bytes_sent += bytes;
+      count(&ShmStats::frames_sent, frames);
+      count(&ShmStats::link_bytes_sent, bytes);
     }
   } else if (!p.out.empty()) {
     p.broken = true;  // the lock is unrecoverable
@@ -402,8 +398,7 @@ void Endpoint::add_peer(MemberId id) {
     if (ok) p->broken = false;
   }
   if (!ok) {
-    std::lock_guard s(stats_mu_);
-    ++stats_.peers_unreachable;
+    count(&ShmStats::peers_unreachable);
   }
   peers_version_.fetch_add(1);
 }
@@ -455,8 +450,7 @@ void Endpoint::refresh_snapshot() {
   for (auto& [id, p] : peers_) snapshot_.push_back(p);
   snapshot_version_ = v;
   if (dropped > 0) {
-    std::lock_guard s(stats_mu_);
-    stats_.partial_frames_dropped += dropped;
+    count(&ShmStats::partial_frames_dropped, dropped);
   }
 }
 
@@ -469,8 +463,7 @@ std::optional<Inbound> Endpoint::read_inbox() {
     if (!inbox_.read(head, tail, r)) {  // cannot be trusted past here: drop what is there
       header_->inbox_head.store(tail, std::memory_order_release);
       partial_.clear();
-      std::lock_guard s(stats_mu_);
-      ++stats_.bad_input;
+      count(&ShmStats::bad_input);
       return std::nullopt;
     }
     const MemberId from = r.header.source;
@@ -513,8 +506,7 @@ std::optional<Inbound> Endpoint::read_inbox() {
     header_->inbox_head.store(r.next, std::memory_order_release);
     if (!keep) {
       partial_.erase(from);
-      std::lock_guard s(stats_mu_);
-      ++stats_.bad_input;
+      count(&ShmStats::bad_input);
       continue;
     }
     if (r.header.flags & kLast) {
@@ -525,13 +517,12 @@ std::optional<Inbound> Endpoint::read_inbox() {
       const std::size_t placed = part.placed;
       const bool whole = !part.place || placed == part.place->dest.size();
       partial_.erase(from);
-      std::lock_guard s(stats_mu_);
       if (!whole) {  // a placed frame shorter than it said: never hand on a torn payload
-        ++stats_.bad_input;
+        count(&ShmStats::bad_input);
         continue;
       }
-      ++stats_.frames_received;
-      stats_.bytes_placed += placed;
+      count(&ShmStats::frames_received);
+      count(&ShmStats::bytes_placed, placed);
       return in;
     }
   }
@@ -566,8 +557,7 @@ std::optional<Inbound> Endpoint::read_multicast(Peer& p) {
   }
   if (evicted()) {  // what we read may have been overwritten: start again at the head
     {
-      std::lock_guard s(stats_mu_);
-      ++stats_.evicted_from_peers;
+      count(&ShmStats::evicted_from_peers);
     }
     p.slot = kMaxReaders;
     attach(p);
@@ -576,14 +566,12 @@ std::optional<Inbound> Endpoint::read_multicast(Peer& p) {
   if (!ok) {  // a malformed log: skip to its head
     p.read_pos = head;
     slot.position.store(head, std::memory_order_release);
-    std::lock_guard s(stats_mu_);
-    ++stats_.bad_input;
+    count(&ShmStats::bad_input);
     return std::nullopt;
   }
   p.read_pos = r.next;
   slot.position.store(r.next, std::memory_order_release);
-  std::lock_guard s(stats_mu_);
-  ++stats_.datagrams_received;
+  count(&ShmStats::datagrams_received);
   return in;
 }
 
@@ -660,9 +648,22 @@ void Endpoint::close() {
   ring(*header_);  // a thread in wait() sees closed_
 }
 
+void Endpoint::count(std::uint64_t ShmStats::*field, std::uint64_t n) {
+  std::atomic_ref<std::uint64_t>(stats_.*field).fetch_add(n, std::memory_order_relaxed);
+}
+
 ShmStats Endpoint::stats() const {
-  std::lock_guard s(stats_mu_);
-  return stats_;
+  static constexpr std::array kFields{
+      &ShmStats::datagrams_sent,  &ShmStats::datagrams_received,   &ShmStats::frames_sent,
+      &ShmStats::frames_received, &ShmStats::link_bytes_sent,      &ShmStats::multicast_overruns,
+      &ShmStats::readers_evicted, &ShmStats::evicted_from_peers,   &ShmStats::bad_input,
+      &ShmStats::peers_unreachable, &ShmStats::bytes_placed,       &ShmStats::inbox_locks_recovered,
+      &ShmStats::partial_frames_dropped};
+  static_assert(sizeof(ShmStats) == kFields.size() * sizeof(std::uint64_t), "a counter is missing here");
+  ShmStats out;
+  auto& counters = const_cast<ShmStats&>(stats_);  // NOLINT: read through atomic_ref, as count() writes
+  for (auto f : kFields) out.*f = std::atomic_ref<std::uint64_t>(counters.*f).load(std::memory_order_relaxed);
+  return out;
 }
 
 }  // namespace hmcast::shm

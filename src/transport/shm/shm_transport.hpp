@@ -211,8 +211,10 @@ class Endpoint {
   std::atomic<bool> woken_{false};
   std::atomic<bool> closed_{false};
 
-  mutable std::mutex stats_mu_;
-  ShmStats stats_;
+  // Counted with relaxed atomic adds (count()), read by stats(): a counter is
+  // bumped on every datagram and frame, where a mutex cost more than the count.
+  void count(std::uint64_t ShmStats::*field, std::uint64_t n = 1);
+  alignas(std::atomic_ref<std::uint64_t>::required_alignment) ShmStats stats_;
 };
 
 }  // namespace hmcast::shm
