@@ -115,9 +115,13 @@ void NodeState::round(std::chrono::steady_clock::time_point limit) {
     // application's deliveries, which wait below.
     for (std::size_t n = 1; in && n < kDrainRound; ++n) {
       dispatch(g, *in);
+      link->recycle(std::move(in->bytes));  // the engine copied what it keeps
       in = link->wait(std::chrono::steady_clock::now());
     }
-    if (in) dispatch(g, *in);
+    if (in) {
+      dispatch(g, *in);
+      link->recycle(std::move(in->bytes));
+    }
     if (had_input) {
       std::lock_guard lock(g.mu);
       AppEvents app;

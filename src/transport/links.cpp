@@ -72,6 +72,9 @@ class EndpointLink : public Link {
     }
   }
   void wake() override { endpoint_->wake(); }
+  void recycle(std::vector<std::byte>&& bytes) override {
+    if constexpr (requires { endpoint_->recycle(std::move(bytes)); }) endpoint_->recycle(std::move(bytes));
+  }
   void add_peer(MemberId id, const std::string& host, std::uint16_t port) override {
     endpoint_->add_peer(id, host, port);
   }

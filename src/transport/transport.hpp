@@ -93,6 +93,10 @@ class Link : public Transport {
   /// hmcast::Error(transport_failed) if the transport itself failed.
   virtual std::optional<Inbound> wait(std::chrono::steady_clock::time_point deadline) = 0;
   virtual void wake() = 0;
+  /// Hands back an Inbound's bytes once nothing refers to them: a transport may
+  /// receive into them again (socket: large datagrams arrive in buffers of their
+  /// own, without a copy). Others let them go.
+  virtual void recycle(std::vector<std::byte>&& /*bytes*/) {}
   /// Where Block payloads go, for transports that can read them straight into their
   /// final buffer (socket). Others ignore it.
   virtual void set_block_placer(BlockPlacer /*placer*/) {}

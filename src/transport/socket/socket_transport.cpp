@@ -35,6 +35,9 @@ constexpr int kDatagramsPerEvent = 64;
 // returns fewer found the socket empty, so no call is spent to learn that (epoll is
 // level-triggered: it reports what comes later).
 constexpr unsigned kDatagramBatch = 8;
+// Spare slot buffers kept (recycle()): a burst of large datagrams in flight between
+// read_datagrams() and the engine, at most this many times the MTU held in reserve.
+constexpr std::size_t kSpareSlots = 2 * kDatagramBatch;
 constexpr int kAcceptsPerEvent = 64;
 constexpr std::size_t kScratch = 256U << 10;
 constexpr std::size_t kMaxUdpPayload = 65507;
@@ -62,7 +65,7 @@ Endpoint::Endpoint(MemberId id, const SocketConfig& config)
   group_ = make_addr(group, cfg_.group_port);
   const std::string group_text = cfg_.group_address + ":" + std::to_string(cfg_.group_port);
   scratch_.resize(std::max(kScratch, cfg_.mtu + 1));
-  datagram_buf_.resize(kDatagramBatch * (cfg_.mtu + 1));
+  datagram_slots_.resize(kDatagramBatch, std::vector<std::byte>(cfg_.mtu + 1));
   datagram_msgs_.resize(kDatagramBatch);
   datagram_iov_.resize(kDatagramBatch);
 
@@ -478,6 +481,24 @@ std::optional<Inbound> Endpoint::wait(std::chrono::steady_clock::time_point dead
   }
 }
 
+std::vector<std::byte> Endpoint::take_spare(std::size_t slot) {
+  std::vector<std::byte> v;
+  if (!spare_.empty()) {
+    v = std::move(spare_.back());
+    spare_.pop_back();
+  }
+  v.resize(slot);  // a spare has the capacity (recycle() checked): only its tail is zeroed
+  return v;
+}
+
+void Endpoint::recycle(std::vector<std::byte>&& bytes) {
+  // Only a slot's worth: a link's frame of megabytes would hold its memory here.
+  const std::size_t slot = cfg_.mtu + 1;
+  if (bytes.capacity() < slot || bytes.capacity() > 2 * slot) return;
+  std::lock_guard lock(mu_);
+  if (spare_.size() < kSpareSlots) spare_.push_back(std::move(bytes));
+}
+
 void Endpoint::drop_own_datagrams_in_kernel() {
   // Multicast loopback hands every datagram we send to our own socket too. A socket
   // filter drops those before they are queued: no wake-up, no read, and a sender
@@ -505,7 +526,8 @@ void Endpoint::read_datagrams() {
   const std::size_t slot = cfg_.mtu + 1;
   for (int taken = 0; taken < kDatagramsPerEvent;) {
     for (unsigned i = 0; i < kDatagramBatch; ++i) {
-      datagram_iov_[i] = iovec{datagram_buf_.data() + i * slot, slot};
+      HMCAST_ASSERT(datagram_slots_[i].size() == slot);
+      datagram_iov_[i] = iovec{datagram_slots_[i].data(), slot};
       datagram_msgs_[i] = mmsghdr{};
       datagram_msgs_[i].msg_hdr.msg_iov = &datagram_iov_[i];
       datagram_msgs_[i].msg_hdr.msg_iovlen = 1;
@@ -526,7 +548,8 @@ void Endpoint::read_datagrams() {
         ++stats_.datagrams_oversized;
         continue;
       }
-      const std::span<const std::byte> bytes(datagram_buf_.data() + static_cast<std::size_t>(i) * slot, len);
+      std::vector<std::byte>& buf = datagram_slots_[static_cast<std::size_t>(i)];
+      const std::span<const std::byte> bytes(buf.data(), len);
       MemberId from = 0;
       if (len >= wire::kHeaderSize) {
         from = wire::peek_src(bytes);
@@ -536,7 +559,15 @@ void Endpoint::read_datagrams() {
         }
       }
       ++stats_.datagrams_received;
-      inbox_.push_back(Inbound{true, from, std::vector<std::byte>(bytes.begin(), bytes.end()), false});
+      // Past half a slot, the buffer itself goes (a spare's refill then zeroes less
+      // than a copy would move); below, a copy of its size, not a whole slot held.
+      if (len > slot / 2) {
+        buf.resize(len);
+        inbox_.push_back(Inbound{true, from, std::move(buf), false});
+        buf = take_spare(slot);
+      } else {
+        inbox_.push_back(Inbound{true, from, std::vector<std::byte>(bytes.begin(), bytes.end()), false});
+      }
     }
     taken += got;
     if (static_cast<unsigned>(got) < kDatagramBatch) return;  // the socket is empty

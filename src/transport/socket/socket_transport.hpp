@@ -184,6 +184,9 @@ class Endpoint {
   /// Whether the kernel drops our own looped-back datagrams (a socket filter) before
   /// they are queued; if not, reading drops them (Stats::datagrams_own).
   [[nodiscard]] bool drops_own_in_kernel() const { return own_filtered_in_kernel_; }
+  /// Takes back an Inbound's bytes for a datagram slot (Link::recycle): kept if it
+  /// holds a slot and not much more, up to a few (bounded memory), else freed.
+  void recycle(std::vector<std::byte>&& bytes);
 
  private:
   struct OutFrame {
@@ -224,6 +227,7 @@ class Endpoint {
   bool read_connection(Connection& c);  // false: the connection was dropped
   void read_datagrams();
   void drop_own_datagrams_in_kernel();
+  std::vector<std::byte> take_spare(std::size_t slot);  // mu_ held
   void accept_connections();
   void close_locked();
 
@@ -257,8 +261,11 @@ class Endpoint {
   std::size_t accepted_ = 0;
   std::vector<std::byte> scratch_;  // receive buffer of the links
   // Datagrams arrive kDatagramBatch to a recvmmsg() call, each in its own slot of
-  // mtu + 1 bytes (a longer one shows as truncated).
-  std::vector<std::byte> datagram_buf_;
+  // mtu + 1 bytes (a longer one shows as truncated). A large one leaves in its slot's
+  // buffer (no copy) and the slot takes a spare (recycle()) or a new one; a small one
+  // is copied out.
+  std::vector<std::vector<std::byte>> datagram_slots_;
+  std::vector<std::vector<std::byte>> spare_;  // under mu_
   std::vector<mmsghdr> datagram_msgs_;
   std::vector<iovec> datagram_iov_;
   BlockPlacer placer_;
