@@ -29,6 +29,7 @@ class ForwardingLink : public Link {
     return inner_->wait(deadline);
   }
   void wake() override { inner_->wake(); }
+  void recycle(std::vector<std::byte>&& bytes) override { inner_->recycle(std::move(bytes)); }
   void remove_peer(MemberId id) override { inner_->remove_peer(id); }
   void set_local_peers(std::vector<MemberId> local) override { inner_->set_local_peers(std::move(local)); }
   [[nodiscard]] int readiness_fd() const override { return inner_->readiness_fd(); }

@@ -56,6 +56,8 @@ class HostLink final : public Link {
 
   std::optional<Inbound> wait(std::chrono::steady_clock::time_point deadline) override;
   void wake() override;
+  /// The network side receives large datagrams into buffers of their own (socket).
+  void recycle(std::vector<std::byte>&& bytes) override { network_->recycle(std::move(bytes)); }
   void set_block_placer(BlockPlacer placer) override;
   [[nodiscard]] std::uint64_t regions_held() const override { return network_->regions_held(); }
   [[nodiscard]] std::uint64_t bytes_placed() const override {
