@@ -8,8 +8,8 @@
 #include <system_error>
 
 #include <arpa/inet.h>
-#include <linux/filter.h>
 #include <features.h>
+#include <linux/filter.h>
 #include <netdb.h>
 #include <netinet/tcp.h>
 #include <sched.h>
@@ -559,8 +559,10 @@ void Endpoint::read_datagrams() {
         }
       }
       ++stats_.datagrams_received;
-      // Past half a slot, the buffer itself goes (a spare's refill then zeroes less
-      // than a copy would move); below, a copy of its size, not a whole slot held.
+      // Past half a slot, the buffer itself goes and the slot takes a spare, of which
+      // only the tail past its last datagram is zeroed (with no spare, a new slot is
+      // zeroed: about what the copy moved); below, a copy of its size, so a small
+      // datagram does not hold a whole slot.
       if (len > slot / 2) {
         buf.resize(len);
         inbox_.push_back(Inbound{true, from, std::move(buf), false});
