@@ -258,9 +258,8 @@ int run_member(const MemberOptions& o) {
     // from its own buffer), and checking them here, on the progress thread, would
     // delay the ACKs that complete them; so only their header (index) is read, as
     // the Open MPI baseline never checks the root's buffer. Everything received is
-    // checked in full.
-    // With --verify stamp, a received message's header is read too (and its size
-    // checked below), and each sender's last message in full, sampled.
+    // checked as --verify says: with `stamp`, only its header (its size is checked
+    // below), and each sender's last message sampled.
     const bool header_only = d.sender == self || verify == Verify::stamp;
     const auto checked = header_only ? d.bytes.first(std::min(d.bytes.size(), kMessageHeader)) : d.bytes;
     auto c = check_message(o.seed, d.sender, checked, verify == Verify::full ? Verify::full : Verify::sampled);

@@ -58,13 +58,12 @@ struct Checked {
   bool intact = false;  // every byte is what (seed, sender, index, attempt) gives
 };
 /// How much of a message a member checks. `full`: every byte (soaks, the demo).
-/// `sampled`: about 4096 bytes spread over the message and its last one, as the
-/// Open MPI baseline (bench/mpi/mpi_bench.cpp) checks its own: benchmarks compare
-/// like with like, and a stale or misplaced buffer still shows.
-/// full: every byte; sampled: about 4096 words spread over the body; stamp: a
-/// received message's header (index and attempt) and size, and the sampled check
-/// of each sender's last message only (members, as Open MPI's stream baseline
-/// checks its buffers: check_message itself treats it as sampled).
+/// `sampled`: about 4096 words spread over the body and its last one, as the Open
+/// MPI baseline's latency runs (bench/mpi/mpi_bench.cpp) check theirs: benchmarks
+/// compare like with like, and a stale or misplaced buffer still shows. `stamp`:
+/// a received message's header (index and attempt) and size, and the sampled check
+/// of each sender's last message only, as the baseline's streams check theirs (the
+/// member decides which; check_message treats it as `sampled`).
 enum class Verify : std::uint8_t { full, sampled, stamp };
 
 /// Reads the header and checks the bytes; nothing if there is no header.
