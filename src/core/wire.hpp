@@ -16,6 +16,7 @@
 #include <variant>
 #include <vector>
 
+#include "core/byte_io.hpp"
 #include "hmcast/types.hpp"
 
 namespace hmcast::wire {
@@ -238,9 +239,9 @@ inline std::uint64_t peek_le(std::span<const std::byte> b, std::size_t at, int b
   return v;
 }
 inline Type peek_type(std::span<const std::byte> packet) { return static_cast<Type>(packet[3]); }
-inline GroupId peek_group(std::span<const std::byte> packet) { return peek_le(packet, 4, 8); }
-inline ViewId peek_view(std::span<const std::byte> packet) { return peek_le(packet, 12, 8); }
-inline MemberId peek_src(std::span<const std::byte> packet) { return static_cast<MemberId>(peek_le(packet, 20, 4)); }
+inline GroupId peek_group(std::span<const std::byte> packet) { return load_le<std::uint64_t>(packet.data() + 4); }
+inline ViewId peek_view(std::span<const std::byte> packet) { return load_le<std::uint64_t>(packet.data() + 12); }
+inline MemberId peek_src(std::span<const std::byte> packet) { return load_le<std::uint32_t>(packet.data() + 20); }
 
 /// Decode one packet. The returned spans point into `bytes`, which must outlive their use.
 DecodeResult decode(std::span<const std::byte> bytes);
