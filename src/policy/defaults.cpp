@@ -33,17 +33,32 @@ ProtocolConfig transport_defaults(std::string_view transport, std::uint32_t mtu)
   // bounds the memory.
   p.batch_delay_ns = 20'000;
   p.window_messages = 256;
-  // A batch holds at most a quarter of the window (GroupEngine::batch_items), so with
-  // 64 KiB datagrams (loopback sockets) 256 messages capped a batch of 64-byte ones
-  // at a quarter of a datagram; 1024 fills it better, fewer datagrams and ACKs per
-  // message. Not on shm yet, where 2 KiB streams went either way
-  // (docs/benchmarks.md, "A window for 64 KiB datagrams").
-  if (transport == "socket" && mtu >= kLargeDatagram) p.window_messages = 1024;
   // Every receiver's socket must hold what is in flight while it is descheduled: with
   // 16 MiB a stream of 64 KiB messages overran the 4 MiB receive buffers (696 repairs
   // for 800 messages to 7 members; 2 MiB: none, and 1.5x the rate; 1 and 4 MiB were
   // slower: docs/benchmarks.md, "Streaming").
   p.window_bytes = 2U << 20;
+  // Where members share few cores, a receiver is descheduled for milliseconds at a
+  // time, and a stream moves at most a window per such pause: bytes, not a count of
+  // messages, are what bound the receivers' buffers and the sender's memory, so the
+  // count is high enough for small messages to fill the byte window. A batch holds
+  // at most a quarter of the count (GroupEngine::batch_items). Loopback sockets (64
+  // KiB datagrams) and shm, where a smaller byte window than the 2 MiB above also
+  // streamed 2 KiB and 64 KiB messages faster once the count no longer held small
+  // ones back; not verbs, whose 512 posted receives must hold a window of datagrams
+  // that are not batched (docs/benchmarks.md, "Windows of bytes, open from the start").
+  if (transport == "socket" && mtu >= kLargeDatagram) {
+    p.window_messages = 4096;
+    p.window_bytes = 1U << 20;
+  } else if (transport == "shm") {
+    p.window_messages = 4096;
+    p.window_bytes = 512U << 10;
+  }
+  // The window opens whole: it never shrinks (SmallPath grows it by one per
+  // completion up to window_messages), so a slow start held back only a group's first
+  // thousand or so messages, while a burst after any pause later goes at the full
+  // window anyway. window_bytes bounds every burst, the first included.
+  p.initial_window_messages = p.window_messages;
   p.stable_announce_ns = 1'000'000;
   if (transport != "inproc") {
     // Processes on shared cores can be descheduled for many milliseconds (and
