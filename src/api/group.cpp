@@ -182,12 +182,23 @@ std::unique_lock<std::mutex> wait_for_room(detail::GroupState& g, SendMode mode,
   }
 }
 
+/// Completions ahead of a new one (not yet reported to the application) from which
+/// its waiter no longer polls.
+constexpr std::size_t kSpinAhead = 16;
+
 /// A Completion for `seq`, registered in `pending`; what the broadcast produced goes
 /// to the progress thread, which is woken once the lock is released.
 Completion register_completion(detail::GroupState& g, std::map<Seq, std::promise<void>>& pending, Seq seq,
                                AppEvents& app, std::unique_lock<std::mutex>& lock) {
   std::promise<void> p;
-  Completion c(seq, p.get_future().share(), g.node->completion_spin(&pending == &g.pending_large),
+  // A completion behind many of this member's messages in flight comes after all of
+  // them are acked, well past any polling window: its waiter sleeps at once, and
+  // leaves the CPU to the members whose ACKs it waits for (a stream's waiter spun on
+  // every window and starved them). Completions then come in bursts, and those after
+  // the first of a burst are ready when asked.
+  const auto spin = pending.size() < kSpinAhead ? g.node->completion_spin(&pending == &g.pending_large)
+                                                 : std::chrono::nanoseconds{0};
+  Completion c(seq, p.get_future().share(), spin,
                g.node->caller_progress() ? g.node->self : std::weak_ptr<detail::NodeState>{});
   pending.emplace(seq, std::move(p));
   detail::NodeState::queue_for_app(g, app);
