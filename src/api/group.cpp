@@ -237,7 +237,8 @@ Completion Group::broadcast(OutgoingMessage&& message, SendMode mode) {
 
 Completion Group::send_small(std::shared_ptr<const std::vector<std::byte>> msg, SendMode mode) {
   auto lock = wait_for_room(*state_, mode, false, [&] { return state_->runtime->engine().can_broadcast(msg->size()); });
-  AppEvents app;
+  AppEvents& app = state_->produced;  // register_completion() queues it for the progress thread
+  app.clear();
   const auto res = state_->runtime->broadcast(msg, detail::now_ns(), app);
   HMCAST_ASSERT(res.error == small::BroadcastError::none);  // can_broadcast() said so, under the same lock
   return register_completion(*state_, state_->pending, res.seq, app, lock);

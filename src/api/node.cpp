@@ -43,7 +43,7 @@ std::chrono::nanoseconds NodeState::completion_spin(bool large) const {
 
 void NodeState::queue_for_app(GroupState& g, AppEvents& app) {
   for (auto& a : app) g.to_app.push_back(std::move(a));
-  app.clear();
+  app.clear();  // keeps its capacity: app is GroupState::produced, or one broadcast's
 }
 
 namespace {
@@ -124,9 +124,7 @@ void NodeState::round(std::chrono::steady_clock::time_point limit) {
     }
     if (had_input) {
       std::lock_guard lock(g.mu);
-      AppEvents app;
-      g.runtime->on_drained(now_ns(), app);
-      queue_for_app(g, app);
+      feed(g, [&](AppEvents& app) { g.runtime->on_drained(now_ns(), app); });
     }
   } catch (const Error& e) {
     // The transport is gone; nothing can complete any more.
@@ -139,9 +137,7 @@ void NodeState::round(std::chrono::steady_clock::time_point limit) {
     std::lock_guard lock(g.mu);
     const TimeNs now = now_ns();
     if (now >= g.runtime->engine().next_wakeup()) {
-      AppEvents app;
-      g.runtime->on_timer(now, app);
-      queue_for_app(g, app);
+      feed(g, [&](AppEvents& app) { g.runtime->on_timer(now, app); });
     }
   }
   run_callbacks(g);
@@ -149,10 +145,10 @@ void NodeState::round(std::chrono::steady_clock::time_point limit) {
 
 void NodeState::dispatch(GroupState& g, transport::Inbound& in) {
   std::lock_guard lock(g.mu);
-  AppEvents app;
-  if (in.datagram) g.runtime->on_datagram(in.bytes, now_ns(), app);
-  else g.runtime->on_frame(in.from, in.bytes, in.placed, now_ns(), app);
-  queue_for_app(g, app);
+  feed(g, [&](AppEvents& app) {
+    if (in.datagram) g.runtime->on_datagram(in.bytes, now_ns(), app);
+    else g.runtime->on_frame(in.from, in.bytes, in.placed, now_ns(), app);
+  });
 }
 
 std::optional<transport::Placement> NodeState::place_block(MemberId from, std::span<const std::byte> head,
@@ -176,7 +172,7 @@ void NodeState::run_callbacks(GroupState& g) {
     InCallbacks(const InCallbacks&) = delete;
     InCallbacks& operator=(const InCallbacks&) = delete;
   } in_callbacks(g);
-  std::deque<AppEvent> todo;
+  AppEvents todo;
   Group::DeliverFn deliver;
   Group::ViewFn view;
   {
@@ -185,7 +181,7 @@ void NodeState::run_callbacks(GroupState& g) {
     view = g.on_view;
     if (!deliver && !g.callbacks_stopped) {
       // Hold deliveries until the application listens; pass the rest on.
-      std::deque<AppEvent> keep;
+      AppEvents keep;
       for (auto& a : g.to_app)
         (std::holds_alternative<action::Deliver>(a) || std::holds_alternative<action::DeliverLarge>(a) ? keep : todo)
             .push_back(std::move(a));
@@ -224,8 +220,11 @@ void NodeState::run_callbacks(GroupState& g) {
   // The group stopped for this member by no choice of its own: say so, once.
   Group::StoppedFn stopped;
   std::optional<Error> why;
+  todo.clear();
   {
     std::lock_guard lock(g.mu);
+    // Our buffer goes back for the next events to reuse, unless one as large is there.
+    if (g.to_app.empty() && g.to_app.capacity() < todo.capacity()) g.to_app.swap(todo);
     if (g.closed && !g.stop_reported && g.closed_code != ErrorCode::closed && g.on_stopped) {
       g.stop_reported = true;
       stopped = g.on_stopped;
@@ -412,9 +411,7 @@ Group Node::join(const std::string& name) {
     // Does our multicast reach everyone? (group/multicast_probe.hpp) The answers
     // come while the group already runs: until then, what multicast loses is repaired.
     std::lock_guard lock(g->mu);
-    AppEvents app;
-    g->runtime->start_multicast_probe(detail::now_ns(), app);
-    detail::NodeState::queue_for_app(*g, app);
+    detail::NodeState::feed(*g, [&](AppEvents& app) { g->runtime->start_multicast_probe(detail::now_ns(), app); });
   }
   s.group = g;
   detail::NodeState* node = &s;
@@ -425,9 +422,7 @@ Group Node::join(const std::string& name) {
         if (!group) return;
         {
           std::lock_guard lock(group->mu);
-          AppEvents app;
-          group->runtime->on_control(m, detail::now_ns(), app);
-          detail::NodeState::queue_for_app(*group, app);
+          detail::NodeState::feed(*group, [&](AppEvents& app) { group->runtime->on_control(m, detail::now_ns(), app); });
           group->room.notify_all();  // a view that ends a flush lets broadcasts go on
         }
         node->link->wake();

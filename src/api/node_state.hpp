@@ -13,7 +13,6 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
-#include <deque>
 #include <future>
 #include <map>
 #include <memory>
@@ -49,7 +48,10 @@ struct GroupState {
   std::unique_ptr<runtime::Runtime> runtime;
   std::map<Seq, std::promise<void>> pending;
   std::map<Seq, std::promise<void>> pending_large;
-  std::deque<AppEvent> to_app;  // deliveries, completions, views: for the progress thread
+  AppEvents to_app;  // deliveries, completions, views: for the progress thread
+  /// What one call into the runtime produced, until queue_for_app() moves it to
+  /// to_app: kept, like to_app, so their capacity is reused (no allocation per message).
+  AppEvents produced;
   Group::DeliverFn on_deliver;
   Group::ViewFn on_view;
   Group::StoppedFn on_stopped;
@@ -103,8 +105,16 @@ struct NodeState {
   /// (small messages: as far as the progress thread's polling may stretch), so an
   /// application thread waiting on a broadcast is as awake as the progress thread.
   [[nodiscard]] std::chrono::nanoseconds completion_spin(bool large) const;
-  /// Hands `app` (what the runtime produced) to the progress thread. g.mu held.
+  /// Hands `app` (what the runtime produced) to the progress thread, and clears it. g.mu held.
   static void queue_for_app(GroupState& g, AppEvents& app);
+  /// Calls `feed(events)` (a call into g's runtime) with g.produced, and hands what
+  /// it produced to the progress thread. g.mu held.
+  template <class Feed>
+  static void feed(GroupState& g, Feed&& feed) {
+    g.produced.clear();  // left over when a transport threw: dropped, as before
+    feed(g.produced);
+    queue_for_app(g, g.produced);
+  }
   /// The progress thread (Progress::thread): rounds until the Node stops.
   void run();
   /// One round: waits on the link until input or `limit` (or the next timer), feeds

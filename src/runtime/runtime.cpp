@@ -33,10 +33,23 @@ Runtime::Runtime(transport::Transport& transport, membership::ControlSink& contr
     if (m.id != self) transport_.add_peer(m.id, m.host, m.port);
 }
 
+template <class Step>
+void Runtime::step(TimeNs now, AppEvents& app, Step&& feed) {
+  HMCAST_ASSERT(!stepping_);
+  stepping_ = true;
+  struct Done {
+    Runtime& r;
+    ~Done() {
+      r.scratch_.clear();  // also when a transport throws: what was left is dropped, as before
+      r.stepping_ = false;
+    }
+  } done{*this};
+  feed(scratch_);
+  execute(scratch_, now, app);
+}
+
 void Runtime::on_datagram(std::span<const std::byte> bytes, TimeNs now, AppEvents& app) {
-  Outbox out;
-  engine_.on_datagram(bytes, now, out);
-  execute(out, now, app);
+  step(now, app, [&](Outbox& out) { engine_.on_datagram(bytes, now, out); });
 }
 
 void Runtime::on_frame(MemberId from, std::span<const std::byte> bytes, bool placed, TimeNs now, AppEvents& app) {
@@ -53,28 +66,20 @@ void Runtime::on_frame(MemberId from, std::span<const std::byte> bytes, bool pla
       inbound_payload_ = b.payload;
     }
   }
-  Outbox out;
-  engine_.on_frame(from, bytes, now, out);
-  execute(out, now, app);
+  step(now, app, [&](Outbox& out) { engine_.on_frame(from, bytes, now, out); });
   inbound_payload_ = {};
 }
 
 void Runtime::on_timer(TimeNs now, AppEvents& app) {
-  Outbox out;
-  engine_.on_timer(now, out);
-  execute(out, now, app);
+  step(now, app, [&](Outbox& out) { engine_.on_timer(now, out); });
 }
 
 void Runtime::on_drained(TimeNs now, AppEvents& app) {
-  Outbox out;
-  engine_.on_drained(now, out);
-  execute(out, now, app);
+  step(now, app, [&](Outbox& out) { engine_.on_drained(now, out); });
 }
 
 void Runtime::on_link_failed(MemberId peer, TimeNs now, AppEvents& app) {
-  Outbox out;
-  engine_.on_link_failed(peer, now, out);
-  execute(out, now, app);
+  step(now, app, [&](Outbox& out) { engine_.on_link_failed(peer, now, out); });
 }
 
 void Runtime::on_control(const membership::ControlMessage& m, TimeNs now, AppEvents& app) {
@@ -117,15 +122,12 @@ void Runtime::on_control(const membership::ControlMessage& m, TimeNs now, AppEve
 }
 
 void Runtime::start_multicast_probe(TimeNs now, AppEvents& app) {
-  Outbox out;
-  engine_.start_multicast_probe(now, out);
-  execute(out, now, app);
+  step(now, app, [&](Outbox& out) { engine_.start_multicast_probe(now, out); });
 }
 
 small::BroadcastResult Runtime::broadcast(MessageBuffer message, TimeNs now, AppEvents& app) {
-  Outbox out;
-  const auto r = engine_.broadcast(std::move(message), now, out);
-  execute(out, now, app);
+  small::BroadcastResult r;
+  step(now, app, [&](Outbox& out) { r = engine_.broadcast(std::move(message), now, out); });
   return r;
 }
 

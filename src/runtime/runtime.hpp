@@ -78,6 +78,10 @@ class Runtime {
  private:
   /// Carries out `actions` (and what they lead to) in order.
   void execute(Outbox& actions, TimeNs now, AppEvents& app);
+  /// An entry point's body: `step(out)` feeds the engine, then what it output is
+  /// carried out. `out` is scratch_, so a message costs no allocation for it.
+  template <class Step>
+  void step(TimeNs now, AppEvents& app, Step&& feed);
 
   transport::Transport& transport_;
   membership::ControlSink& control_;
@@ -89,6 +93,9 @@ class Runtime {
   std::vector<MemberId> probe_silent_;
   membership::HostLayout hosts_;
   RuntimeStats stats_;
+  // The engine's output for one entry point, cleared after use (its capacity stays).
+  Outbox scratch_;
+  bool stepping_ = false;  // entry points do not nest: execute() never calls one
 };
 
 }  // namespace hmcast::runtime
