@@ -14,7 +14,6 @@
 #include <cerrno>
 #include <climits>
 #include <cstdlib>
-#include <cstdio>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -892,17 +891,7 @@ GroupRunReport run_group(const GroupRunOptions& o) {
       const auto& d = c.done_report;
       if (c.member == 1u) sent = d["send_ns"].get<std::vector<std::int64_t>>();
       const auto dl = d["deliver_ns"].get<std::vector<std::int64_t>>();
-      if (const char* dump = std::getenv("HMCAST_TS_DUMP")) {  // DEBUG-ONLY
-        std::FILE* f = std::fopen((std::string(dump) + ".m" + std::to_string(c.member.value_or(0))).c_str(), "w");
-        for (auto x : dl) std::fprintf(f, "%lld\n", static_cast<long long>(x));
-        std::fclose(f);
-      }
       for (std::size_t i = 0; i < dl.size() && i < last.size(); ++i) last[i] = std::max(last[i], dl[i]);
-    }
-    if (const char* dump = std::getenv("HMCAST_TS_DUMP")) {  // DEBUG-ONLY
-      std::FILE* f = std::fopen(dump, "w");
-      for (std::size_t i = 0; i < sent.size() && i < last.size(); ++i) std::fprintf(f, "%lld %lld\n", static_cast<long long>(sent[i]), static_cast<long long>(last[i]));
-      std::fclose(f);
     }
     std::vector<double> spans;
     for (std::size_t i = 0; i < sent.size() && i < last.size(); ++i)
