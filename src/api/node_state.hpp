@@ -107,12 +107,12 @@ struct NodeState {
   [[nodiscard]] std::chrono::nanoseconds completion_spin(bool large) const;
   /// Hands `app` (what the runtime produced) to the progress thread, and clears it. g.mu held.
   static void queue_for_app(GroupState& g, AppEvents& app);
-  /// Calls `feed(events)` (a call into g's runtime) with g.produced, and hands what
+  /// Calls `call(events)` (a call into g's runtime) with g.produced, and hands what
   /// it produced to the progress thread. g.mu held.
-  template <class Feed>
-  static void feed(GroupState& g, Feed&& feed) {
+  template <class Call>
+  static void feed(GroupState& g, Call&& call) {
     g.produced.clear();  // left over when a transport threw: dropped, as before
-    feed(g.produced);
+    call(g.produced);
     queue_for_app(g, g.produced);
   }
   /// The progress thread (Progress::thread): rounds until the Node stops.

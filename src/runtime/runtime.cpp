@@ -33,8 +33,8 @@ Runtime::Runtime(transport::Transport& transport, membership::ControlSink& contr
     if (m.id != self) transport_.add_peer(m.id, m.host, m.port);
 }
 
-template <class Step>
-void Runtime::step(TimeNs now, AppEvents& app, Step&& feed) {
+template <class Feed>
+void Runtime::step(TimeNs now, AppEvents& app, Feed&& feed) {
   HMCAST_ASSERT(!stepping_);
   stepping_ = true;
   struct Done {

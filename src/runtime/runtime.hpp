@@ -78,10 +78,10 @@ class Runtime {
  private:
   /// Carries out `actions` (and what they lead to) in order.
   void execute(Outbox& actions, TimeNs now, AppEvents& app);
-  /// An entry point's body: `step(out)` feeds the engine, then what it output is
-  /// carried out. `out` is scratch_, so a message costs no allocation for it.
-  template <class Step>
-  void step(TimeNs now, AppEvents& app, Step&& feed);
+  /// An entry point's body: `feed(out)` hands the engine its input, then what it
+  /// output is carried out. `out` is scratch_, so a message costs no allocation for it.
+  template <class Feed>
+  void step(TimeNs now, AppEvents& app, Feed&& feed);
 
   transport::Transport& transport_;
   membership::ControlSink& control_;
