@@ -140,8 +140,13 @@ void MemNet::deliver_all() {
     if (drop && drop(Frame{from, to, f.bytes})) continue;
     if (observe) observe(Frame{from, to, f.bytes}, true);
     AppEvents app;
-    if (f.datagram) at(to).on_datagram(f.bytes, now_, app);
-    else at(to).on_frame(from, f.bytes, false, now_, app);
+    if (f.datagram) {
+      // Shared, as a transport hands it over: small messages may stay in it.
+      const auto owner = std::make_shared<const std::vector<std::byte>>(std::move(f.bytes));
+      at(to).on_datagram(*owner, now_, app, owner);
+    } else {
+      at(to).on_frame(from, f.bytes, false, now_, app);
+    }
     record(to, app);
   }
 }

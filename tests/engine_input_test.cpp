@@ -25,6 +25,7 @@ using hmcast::MessageBuffer;
 using hmcast::Outbox;
 using hmcast::ProtocolConfig;
 using hmcast::Seq;
+using hmcast::SharedBytes;
 using hmcast::TimeNs;
 using hmcast::View;
 using hmcast::ViewId;
@@ -72,8 +73,8 @@ MessageBuffer message(std::size_t n, std::uint32_t salt) {
 }
 
 // "" if equal, else where they differ (short failure messages instead of dumps of bytes).
-std::string diff(const std::vector<std::byte>& got, const std::vector<std::byte>& want) {
-  if (got == want) return {};
+std::string diff(std::span<const std::byte> got, std::span<const std::byte> want) {
+  if (std::equal(got.begin(), got.end(), want.begin(), want.end())) return {};
   std::size_t i = 0;
   while (i < got.size() && i < want.size() && got[i] == want[i]) ++i;
   return "got " + std::to_string(got.size()) + " bytes, want " + std::to_string(want.size()) +
@@ -545,6 +546,59 @@ TEST_CASE("engine: a streaming sender batches its small messages; a quiet one se
   const auto held = wire::decode(sent[0].bytes);
   REQUIRE(held.ok());
   CHECK(held.packet.header.view == kView);
+}
+
+TEST_CASE("engine: messages that arrive whole stay in their datagram, and a batch's share one buffer",
+          "[engine][batch]") {
+  ProtocolConfig cfg;
+  cfg.mtu = 1024;
+  cfg.batch_delay_ns = 5'000;
+  cfg.initial_window_messages = cfg.window_messages;
+  GroupEngine tx(kGroup, 1, first(view3()), cfg, 0);
+  Outbox out;
+  for (std::uint32_t s = 1; s <= 3; ++s) REQUIRE(tx.broadcast(message(100, s), 0, out).error == BroadcastError::none);
+  tx.on_timer(cfg.batch_delay_ns, out);
+  const auto sent = actions<action::SendDatagram>(out);
+  REQUIRE(sent.size() == 2);  // 1 alone, then 2 and 3 batched
+  REQUIRE(wire::peek_type(sent[1].bytes) == wire::Type::batch);
+
+  // With an owner (as a Node and the simulators hand datagrams over): slices of it.
+  GroupEngine rx(kGroup, 2, first(view3()), cfg, 0);
+  std::vector<action::Deliver> got;
+  std::vector<SharedBytes> owners;
+  for (const auto& d : sent) {
+    owners.push_back(std::make_shared<const Bytes>(d.bytes));
+    Outbox o;
+    rx.on_datagram(*owners.back(), 10, o, owners.back());
+    for (auto& x : delivers(o)) got.push_back(x);
+  }
+  REQUIRE(got.size() == 3);
+  for (std::uint32_t i = 0; i < 3; ++i) {
+    CHECK(got[i].seq == i + 1);
+    CHECK(diff(*got[i].message, *message(100, i + 1)) == "");
+  }
+  CHECK(got[0].message.owner() == owners[0]);
+  CHECK(got[1].message.owner() == owners[1]);
+  CHECK(got[2].message.owner() == owners[1]);
+  CHECK(got[1].message->data() != got[2].message->data());
+  // The deliveries and the stream's window hold the datagrams, not the caller.
+  CHECK(owners[1].use_count() > 1);
+  owners.clear();
+  CHECK(diff(*got[2].message, *message(100, 3)) == "");
+
+  // Without one (a test's bytes, a reliable link's frame): copies of their own.
+  GroupEngine copy(kGroup, 3, first(view3()), cfg, 0);
+  std::vector<action::Deliver> copied;
+  for (const auto& d : sent) {
+    Outbox o;
+    copy.on_datagram(d.bytes, 10, o);
+    for (auto& x : delivers(o)) copied.push_back(x);
+  }
+  REQUIRE(copied.size() == 3);
+  for (std::uint32_t i = 0; i < 3; ++i) {
+    CHECK(copied[i].message->size() == copied[i].message.owner()->size());
+    CHECK(diff(*copied[i].message, *message(100, i + 1)) == "");
+  }
 }
 
 TEST_CASE("engine: a batch holds at most a quarter of the sender's window", "[engine][batch]") {

@@ -58,7 +58,11 @@ struct Delivery {
   Seq seq = 0;     // per sender and path: small and large messages are numbered apart
   bool large = false;
   std::span<const std::byte> bytes;
-  std::shared_ptr<const std::vector<std::byte>> buffer;  // owns `bytes`
+  /// Owns `bytes`, which stay valid while any copy of it lives. A small message that
+  /// arrived whole in one datagram is a slice of that datagram, shared with the
+  /// messages batched with it: holding `buffer` keeps the whole datagram (up to the
+  /// transport's MTU). Copy `bytes` to keep a few small messages for long.
+  std::shared_ptr<const std::vector<std::byte>> buffer;
 };
 
 /// A message written in place before it is broadcast (Group::prepare): its buffer

@@ -145,10 +145,16 @@ void NodeState::round(std::chrono::steady_clock::time_point limit) {
 
 void NodeState::dispatch(GroupState& g, transport::Inbound& in) {
   std::lock_guard lock(g.mu);
-  feed(g, [&](AppEvents& app) {
-    if (in.datagram) g.runtime->on_datagram(in.bytes, now_ns(), app);
-    else g.runtime->on_frame(in.from, in.bytes, in.placed, now_ns(), app);
-  });
+  if (!in.datagram) {
+    feed(g, [&](AppEvents& app) { g.runtime->on_frame(in.from, in.bytes, in.placed, now_ns(), app); });
+    return;
+  }
+  // The datagram becomes shared: the small messages that arrived whole in it stay in
+  // it until their last holder (the stream's window, the application) lets go. When
+  // nobody kept it (an ACK, a duplicate), its buffer goes back to the link.
+  auto owner = std::make_shared<std::vector<std::byte>>(std::move(in.bytes));
+  feed(g, [&](AppEvents& app) { g.runtime->on_datagram(*owner, now_ns(), app, owner); });
+  if (owner.use_count() == 1) in.bytes = std::move(*owner);
 }
 
 std::optional<transport::Placement> NodeState::place_block(MemberId from, std::span<const std::byte> head,
@@ -198,9 +204,11 @@ void NodeState::run_callbacks(GroupState& g) {
     };
     std::visit(
         Overloaded{
-            [&](action::Deliver& d) { user([&] { deliver(Delivery{d.sender, d.seq, false, *d.message, d.message}); }); },
+            [&](action::Deliver& d) {
+              user([&] { deliver(Delivery{d.sender, d.seq, false, d.message.bytes(), d.message.owner()}); });
+            },
             [&](action::DeliverLarge& d) {
-              user([&] { deliver(Delivery{d.sender, d.seq, true, *d.message, d.message}); });
+              user([&] { deliver(Delivery{d.sender, d.seq, true, d.message.bytes(), d.message.owner()}); });
             },
             [&](action::Completed& c) { settle(g, g.pending, c.seq, nullptr); },
             [&](action::CompletedLarge& c) { settle(g, g.pending_large, c.seq, nullptr); },

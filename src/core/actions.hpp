@@ -12,13 +12,10 @@
 #include <variant>
 #include <vector>
 
+#include "core/message_buffer.hpp"
 #include "hmcast/types.hpp"
 
 namespace hmcast {
-
-/// A complete message payload. Immutable and shared: the same buffer is retained
-/// for repairs, handed to delivery, and dropped when the last holder lets go.
-using MessageBuffer = std::shared_ptr<const std::vector<std::byte>>;
 
 namespace action {
 struct SendDatagram {

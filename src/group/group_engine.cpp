@@ -88,7 +88,7 @@ std::optional<wire::Packet> GroupEngine::decoded(std::span<const std::byte> byte
   return std::move(res.packet);
 }
 
-void GroupEngine::on_datagram(std::span<const std::byte> bytes, TimeNs now, Outbox& out) {
+void GroupEngine::on_datagram(std::span<const std::byte> bytes, TimeNs now, Outbox& out, const SharedBytes& owner) {
   const auto packet = decoded(bytes);
   if (!packet) return;
   const auto& h = packet->header;
@@ -98,7 +98,7 @@ void GroupEngine::on_datagram(std::span<const std::byte> bytes, TimeNs now, Outb
     return;
   }
   if (!admit(h, h.src)) return;
-  dispatch(*packet, h.src, now, out);
+  dispatch(*packet, h.src, now, out, owner);
   settle(now, out);
 }
 
@@ -152,14 +152,14 @@ bool GroupEngine::admit(const wire::Header& h, MemberId from) {
   return true;
 }
 
-void GroupEngine::dispatch(const wire::Packet& p, MemberId from, TimeNs now, Outbox& out) {
+void GroupEngine::dispatch(const wire::Packet& p, MemberId from, TimeNs now, Outbox& out, const SharedBytes& owner) {
   // Any frame of the large path is activity: the stall timer pings only when none came.
   auto large = [&](auto&& handle) {
     large_activity_ = now;
     handle();
   };
   std::visit(Overloaded{
-                 [&](const wire::Data& d) { small_.on_data(from, d, now, out); },
+                 [&](const wire::Data& d) { small_.on_data(from, d, now, out, owner); },
                  [&](const wire::Repair& r) { small_.on_repair(from, r, now, out); },
                  [&](const wire::Nack& n) { small_.on_nack(from, n, now, out); },
                  [&](const wire::FragmentRepair& f) { small_.on_fragment_repair(from, f.fragment, now, out); },
@@ -173,7 +173,7 @@ void GroupEngine::dispatch(const wire::Packet& p, MemberId from, TimeNs now, Out
                  [&](const wire::LargeCommit& c) { large([&] { pipeline_.on_commit(from, c, out); }); },
                  [&](const wire::Ping&) {},  // nothing to do: that it arrived is the answer
                  [&](const wire::McastProbe& pr) { emit_.frame(from, wire::McastConfirm{pr.nonce}, out); },
-                 [&](const wire::Batch& b) { dispatch_batch(p.header, b, from, now, out); },
+                 [&](const wire::Batch& b) { dispatch_batch(p.header, b, from, now, out, owner); },
                  [&](const wire::McastConfirm&) {
                    if (probe_enabled_) apply_probe(probe_.on_confirm(from, now), out);
                  },
@@ -188,7 +188,7 @@ void GroupEngine::on_drained(TimeNs now, Outbox& out) {
 }
 
 void GroupEngine::dispatch_batch(const wire::Header& outer, const wire::Batch& b, MemberId from, TimeNs now,
-                                 Outbox& out) {
+                                 Outbox& out, const SharedBytes& owner) {
   // Each item is a datagram its sender could have sent alone: the same admission,
   // and it must name the batch's group, view and sender (a batch speaks for one member).
   for (const auto item : b.items) {
@@ -203,7 +203,7 @@ void GroupEngine::dispatch_batch(const wire::Header& outer, const wire::Batch& b
       ++admission_.misrouted_dropped;
       continue;
     }
-    dispatch(res.packet, from, now, out);
+    dispatch(res.packet, from, now, out, owner);
     if (removed_) return;
   }
 }

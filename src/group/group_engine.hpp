@@ -90,8 +90,9 @@ class GroupEngine {
   [[nodiscard]] bool may_place_segment(MemberId from, const wire::Header& h, const wire::Block& b) const;
 
   // Input.
-  /// A datagram arrived from the multicast group (may be garbage).
-  void on_datagram(std::span<const std::byte> bytes, TimeNs now, Outbox& out);
+  /// A datagram arrived from the multicast group (may be garbage). `owner`, when
+  /// given, holds `bytes`: messages that arrived whole are kept in it, not copied.
+  void on_datagram(std::span<const std::byte> bytes, TimeNs now, Outbox& out, const SharedBytes& owner = {});
   /// A frame arrived on the reliable link from `from` (the transport vouches for `from`).
   void on_frame(MemberId from, std::span<const std::byte> bytes, TimeNs now, Outbox& out);
   /// Fires every timer due at `now`.
@@ -135,9 +136,11 @@ class GroupEngine {
   /// The packet `bytes` hold, or nothing (counted) if they do not decode or we are out.
   [[nodiscard]] std::optional<wire::Packet> decoded(std::span<const std::byte> bytes);
   [[nodiscard]] bool admit(const wire::Header& h, MemberId from);
-  void dispatch(const wire::Packet& p, MemberId from, TimeNs now, Outbox& out);
+  /// `owner`: what holds the bytes `p` was decoded from, if anyone may keep them.
+  void dispatch(const wire::Packet& p, MemberId from, TimeNs now, Outbox& out, const SharedBytes& owner = {});
   /// The datagrams a Batch carries, each admitted as if it came alone.
-  void dispatch_batch(const wire::Header& outer, const wire::Batch& b, MemberId from, TimeNs now, Outbox& out);
+  void dispatch_batch(const wire::Header& outer, const wire::Batch& b, MemberId from, TimeNs now, Outbox& out,
+                      const SharedBytes& owner);
   /// After every input: merged ACKs, the flush answer, the stall and probe timers.
   void settle(TimeNs now, Outbox& out);
   void apply_probe(const MulticastProbe::Step& step, Outbox& out);

@@ -313,7 +313,7 @@ void Pipeline::hand_over(MemberId sender, Seq seq, std::uint64_t size, bool deli
   }
   delivered_[sender] = std::max(delivered_[sender], seq);
   ++stats_.delivered;
-  out.emplace_back(action::DeliverLarge{sender, seq, size, nullptr});
+  out.emplace_back(action::DeliverLarge{sender, seq, size, {}});
 }
 
 void Pipeline::on_ack(MemberId from, const wire::LargeAck& a, Outbox& out) {

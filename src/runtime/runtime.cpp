@@ -48,8 +48,8 @@ void Runtime::step(TimeNs now, AppEvents& app, Feed&& feed) {
   execute(scratch_, now, app);
 }
 
-void Runtime::on_datagram(std::span<const std::byte> bytes, TimeNs now, AppEvents& app) {
-  step(now, app, [&](Outbox& out) { engine_.on_datagram(bytes, now, out); });
+void Runtime::on_datagram(std::span<const std::byte> bytes, TimeNs now, AppEvents& app, const SharedBytes& owner) {
+  step(now, app, [&](Outbox& out) { engine_.on_datagram(bytes, now, out, owner); });
 }
 
 void Runtime::on_frame(MemberId from, std::span<const std::byte> bytes, bool placed, TimeNs now, AppEvents& app) {

@@ -41,7 +41,9 @@ class Runtime {
           const membership::ViewPush& first, const ProtocolConfig& config, TimeNs now);
 
   // Input. What the application must see is appended to `app`.
-  void on_datagram(std::span<const std::byte> bytes, TimeNs now, AppEvents& app);
+  /// `owner`, when given, holds `bytes` and may be kept: small messages that arrived
+  /// whole are delivered as slices of it (a batch of them shares it), not copies.
+  void on_datagram(std::span<const std::byte> bytes, TimeNs now, AppEvents& app, const SharedBytes& owner = {});
   /// A frame from `from`'s link; `placed`: a Block frame whose payload the
   /// transport already wrote into its final buffer (placement()).
   void on_frame(MemberId from, std::span<const std::byte> bytes, bool placed, TimeNs now, AppEvents& app);

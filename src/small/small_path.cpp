@@ -253,12 +253,12 @@ SmallPath::Stream* SmallPath::stream_for(MemberId sender) {
 // ---------------------------------------------------------------------------
 // Receiving messages
 
-void SmallPath::on_data(MemberId from, const wire::Data& d, TimeNs now, Outbox& out) {
+void SmallPath::on_data(MemberId from, const wire::Data& d, TimeNs now, Outbox& out, const SharedBytes& arrived_in) {
   if (d.sender != from) {
     ++stats_.invalid_dropped;  // only a sender multicasts its own messages
     return;
   }
-  on_fragment(stream(d.sender), d, now, out);
+  on_fragment(stream(d.sender), d, now, out, arrived_in);
 }
 
 void SmallPath::on_fragment_repair(MemberId, const wire::Data& d, TimeNs now, Outbox& out) {
@@ -268,10 +268,10 @@ void SmallPath::on_fragment_repair(MemberId, const wire::Data& d, TimeNs now, Ou
     ++stats_.invalid_dropped;
     return;
   }
-  on_fragment(*s, d, now, out);
+  on_fragment(*s, d, now, out, {});
 }
 
-void SmallPath::on_fragment(Stream& s, const wire::Data& d, TimeNs now, Outbox& out) {
+void SmallPath::on_fragment(Stream& s, const wire::Data& d, TimeNs now, Outbox& out, const SharedBytes& arrived_in) {
   last_datagram_ns_ = now;
   if (d.stable > s.known_stable) collect_garbage(s, d.stable);
   if (d.seq <= s.delivered || s.held.count(d.seq) != 0) {
@@ -287,8 +287,12 @@ void SmallPath::on_fragment(Stream& s, const wire::Data& d, TimeNs now, Outbox& 
     return;
   }
   if (d.frag_count == 1) {
-    accept_message(s, d.seq, std::make_shared<const std::vector<std::byte>>(d.payload.begin(), d.payload.end()),
-                   now, out);
+    // A whole message stays in the datagram it came in (batched messages share it);
+    // without one (a frame, a test) it is copied.
+    MessageBuffer msg = arrived_in ? MessageBuffer(arrived_in, d.payload)
+                                   : MessageBuffer(std::make_shared<const std::vector<std::byte>>(d.payload.begin(),
+                                                                                                  d.payload.end()));
+    accept_message(s, d.seq, std::move(msg), now, out);
     note_gaps(s, d, now);  // a later message shows the earlier ones we lack were lost
     return;
   }

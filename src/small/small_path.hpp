@@ -79,7 +79,9 @@ class SmallPath {
   [[nodiscard]] bool window_has_room(std::size_t bytes) const;
 
   // Admitted input (group, view and member already checked by the group engine).
-  void on_data(MemberId from, const wire::Data& d, TimeNs now, Outbox& out);
+  /// `arrived_in`, when given, owns the bytes `d` was decoded from (the datagram): a
+  /// whole message in it is kept there instead of being copied out.
+  void on_data(MemberId from, const wire::Data& d, TimeNs now, Outbox& out, const SharedBytes& arrived_in = {});
   void on_repair(MemberId from, const wire::Repair& r, TimeNs now, Outbox& out);
   /// A child lacks fragments of a message: send those we hold.
   void on_nack(MemberId from, const wire::Nack& n, TimeNs now, Outbox& out);
@@ -187,7 +189,7 @@ class SmallPath {
   [[nodiscard]] static bool known_sent(const Stream& s, Seq seq);
   void accept_message(Stream& s, Seq seq, MessageBuffer msg, TimeNs now, Outbox& out);
   /// A fragment from the sender's multicast or a repairer (checked for its stream).
-  void on_fragment(Stream& s, const wire::Data& d, TimeNs now, Outbox& out);
+  void on_fragment(Stream& s, const wire::Data& d, TimeNs now, Outbox& out, const SharedBytes& arrived_in);
   /// Arms the nack timer if we now know of fragments we lack.
   void note_gaps(Stream& s, const wire::Data& d, TimeNs now);
   void send_nacks(Stream& s, TimeNs now, Outbox& out);

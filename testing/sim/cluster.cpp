@@ -120,14 +120,15 @@ large::LargeResult Cluster::broadcast_large(std::uint32_t node, std::uint64_t si
 // ---------------------------------------------------------------------------
 // Events
 
-void Cluster::on_datagram(std::uint32_t node, std::span<const std::byte> bytes, TimeNs now) {
+void Cluster::on_datagram(std::uint32_t node, const std::shared_ptr<const std::vector<std::byte>>& bytes,
+                          TimeNs now) {
   if (node == coordinator_node()) return;
   if (!nodes_[node].runtime) {
-    hold_early(node, std::nullopt, bytes);
+    hold_early(node, std::nullopt, *bytes);
     return;
   }
   AppEvents app;
-  nodes_[node].runtime->on_datagram(bytes, now, app);
+  nodes_[node].runtime->on_datagram(*bytes, now, app, bytes);
   after(node, app);
 }
 

@@ -84,7 +84,8 @@ class Cluster final : public Host {
   NodeFn after_event;
 
   // Host
-  void on_datagram(std::uint32_t node, std::span<const std::byte> bytes, TimeNs now) override;
+  void on_datagram(std::uint32_t node, const std::shared_ptr<const std::vector<std::byte>>& bytes,
+                   TimeNs now) override;
   void on_p2p(std::uint32_t node, std::uint32_t from, std::span<const std::byte> bytes, TimeNs now) override;
   void on_timer(std::uint32_t node, TimeNs now) override;
   void on_link_failed(std::uint32_t node, std::uint32_t peer, TimeNs now) override;

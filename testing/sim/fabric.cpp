@@ -190,7 +190,7 @@ void Fabric::run(Host& host, TimeNs until) {
                                (std::uint64_t{e.node} << 32) | e.from),
                       mix_hash(static_cast<std::uint64_t>(e.kind), content));
     switch (e.kind) {
-      case Kind::datagram: host.on_datagram(e.node, *e.bytes, now_); break;
+      case Kind::datagram: host.on_datagram(e.node, e.bytes, now_); break;
       case Kind::p2p: host.on_p2p(e.node, e.from, *e.bytes, now_); break;
       case Kind::timer: host.on_timer(e.node, now_); break;
       case Kind::link_failed: host.on_link_failed(e.node, e.from, now_); break;

@@ -43,7 +43,10 @@ struct NetworkModel {
 class Host {
  public:
   virtual ~Host() = default;
-  virtual void on_datagram(std::uint32_t node, std::span<const std::byte> bytes, TimeNs now) = 0;
+  /// `bytes` is shared by every receiver of the multicast, as a NIC's receive buffer
+  /// would be its own: the node may keep slices of it (small messages delivered in place).
+  virtual void on_datagram(std::uint32_t node, const std::shared_ptr<const std::vector<std::byte>>& bytes,
+                           TimeNs now) = 0;
   virtual void on_p2p(std::uint32_t node, std::uint32_t from, std::span<const std::byte> bytes, TimeNs now) = 0;
   virtual void on_timer(std::uint32_t node, TimeNs now) = 0;
   /// A reliable send from `node` to `peer` failed (the peer crashed).
