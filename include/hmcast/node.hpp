@@ -187,6 +187,7 @@ enum class SendMode : std::uint8_t {
 namespace detail {
 struct GroupState;
 struct NodeState;
+class CompletionBoard;
 }  // namespace detail
 
 /// The outcome of one broadcast.
@@ -200,15 +201,16 @@ class Completion {
   Completion(Seq seq, std::shared_future<void> f, std::chrono::nanoseconds spin = {},
              std::weak_ptr<detail::NodeState> driver = {})
       : seq_(seq), done_(std::move(f)), spin_(spin), driver_(std::move(driver)) {}
+  /// A small message's: `board` tells when its group's small messages up to `seq` are done.
+  Completion(Seq seq, std::shared_ptr<const detail::CompletionBoard> board, std::chrono::nanoseconds spin,
+             std::weak_ptr<detail::NodeState> driver)
+      : seq_(seq), board_(std::move(board)), spin_(spin), driver_(std::move(driver)) {}
   [[nodiscard]] Seq seq() const { return seq_; }
   /// Blocks until every member of the view has the message; throws hmcast::Error if it
   /// never will (this member was removed, or the group was closed). With
   /// Progress::caller the group makes progress meanwhile, on this thread; then it must
   /// not be called from a callback (hmcast::Error invalid_config).
-  void get() const {
-    (void)wait_ns(std::chrono::nanoseconds::max());
-    done_.get();
-  }
+  void get() const;
   /// Waits at most `d` for the outcome; true if there is one (get() then returns or throws at once).
   template <class Rep, class Period>
   [[nodiscard]] bool wait_for(std::chrono::duration<Rep, Period> d) const {
@@ -221,8 +223,11 @@ class Completion {
  private:
   /// wait_for() in nanoseconds (max(): for ever).
   [[nodiscard]] bool wait_ns(std::chrono::nanoseconds d) const;
+  /// Whether there is an outcome (false for a default-constructed Completion).
+  [[nodiscard]] bool settled() const;
 
   Seq seq_ = 0;
+  std::shared_ptr<const detail::CompletionBoard> board_;  // small messages; else done_
   std::shared_future<void> done_;
   std::chrono::nanoseconds spin_{0};
   std::weak_ptr<detail::NodeState> driver_;

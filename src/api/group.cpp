@@ -2,6 +2,7 @@
 // group's runtime (api/node_state.hpp says who locks what).
 #include <thread>
 
+#include "api/completion_board.hpp"
 #include "api/node_state.hpp"
 #include "api/spin_wait.hpp"
 #include "core/assert.hpp"
@@ -127,9 +128,20 @@ void Group::poll(std::chrono::nanoseconds max_wait) {
   }
 }
 
+bool Completion::settled() const {
+  if (board_) return board_->settled(seq_);
+  return done_.valid() && done_.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
+}
+
+void Completion::get() const {
+  (void)wait_ns(std::chrono::nanoseconds::max());
+  if (board_) board_->outcome(seq_);
+  else done_.get();  // a default-constructed Completion throws std::future_error here
+}
+
 bool Completion::wait_ns(std::chrono::nanoseconds d) const {
-  if (!done_.valid()) return false;  // get() then says so (std::future_error)
-  auto ready = [&] { return done_.wait_for(std::chrono::seconds(0)) == std::future_status::ready; };
+  if (!board_ && !done_.valid()) return false;  // get() then says so (std::future_error)
+  auto ready = [&] { return settled(); };
   const auto start = std::chrono::steady_clock::now();
   if (auto node = driver_.lock()) {
     // Progress::caller: this thread makes the progress it waits for, in rounds short
@@ -144,7 +156,12 @@ bool Completion::wait_ns(std::chrono::nanoseconds d) const {
     }
   }
   if (detail::spin_until(ready, std::min(spin_, d))) return true;
-  if (d == std::chrono::nanoseconds::max()) {
+  const bool forever = d == std::chrono::nanoseconds::max();
+  if (board_) {
+    if (forever) return board_->sleep_until(seq_, std::nullopt);
+    return board_->sleep_until(seq_, start + d);
+  }
+  if (forever) {
     done_.wait();
     return true;
   }
@@ -186,24 +203,34 @@ std::unique_lock<std::mutex> wait_for_room(detail::GroupState& g, SendMode mode,
 /// its waiter no longer polls.
 constexpr std::size_t kSpinAhead = 16;
 
-/// A Completion for `seq`, registered in `pending`; what the broadcast produced goes
-/// to the progress thread, which is woken once the lock is released.
+/// A Completion's polling window: none when it is behind many of this member's
+/// messages in flight. It comes after all of them are acked, well past any polling
+/// window: its waiter sleeps at once, and leaves the CPU to the members whose ACKs it
+/// waits for (a stream's waiter spun on every window and starved them). Completions
+/// then come in bursts, and those after the first of a burst are ready when asked.
+std::chrono::nanoseconds spin_for(const detail::GroupState& g, std::size_t ahead, bool large) {
+  return ahead < kSpinAhead ? g.node->completion_spin(large) : std::chrono::nanoseconds{0};
+}
+
+/// Hands what the broadcast produced to the progress thread, which is woken once the
+/// lock is released (it runs the self-delivery and the completion).
+void hand_over(detail::GroupState& g, AppEvents& app, std::unique_lock<std::mutex>& lock) {
+  detail::NodeState::queue_for_app(g, app);
+  lock.unlock();
+  g.node->wake_progress();
+}
+
+std::weak_ptr<detail::NodeState> driver_of(const detail::GroupState& g) {
+  return g.node->caller_progress() ? g.node->self : std::weak_ptr<detail::NodeState>{};
+}
+
+/// A large message's Completion for `seq`, registered in `pending`.
 Completion register_completion(detail::GroupState& g, std::map<Seq, std::promise<void>>& pending, Seq seq,
                                AppEvents& app, std::unique_lock<std::mutex>& lock) {
   std::promise<void> p;
-  // A completion behind many of this member's messages in flight comes after all of
-  // them are acked, well past any polling window: its waiter sleeps at once, and
-  // leaves the CPU to the members whose ACKs it waits for (a stream's waiter spun on
-  // every window and starved them). Completions then come in bursts, and those after
-  // the first of a burst are ready when asked.
-  const auto spin = pending.size() < kSpinAhead ? g.node->completion_spin(&pending == &g.pending_large)
-                                                 : std::chrono::nanoseconds{0};
-  Completion c(seq, p.get_future().share(), spin,
-               g.node->caller_progress() ? g.node->self : std::weak_ptr<detail::NodeState>{});
+  Completion c(seq, p.get_future().share(), spin_for(g, pending.size(), true), driver_of(g));
   pending.emplace(seq, std::move(p));
-  detail::NodeState::queue_for_app(g, app);
-  lock.unlock();
-  g.node->wake_progress();  // the progress thread runs the self-delivery and completion
+  hand_over(g, app, lock);
   return c;
 }
 
@@ -241,7 +268,12 @@ Completion Group::send_small(std::shared_ptr<const std::vector<std::byte>> msg, 
   app.clear();
   const auto res = state_->runtime->broadcast(msg, detail::now_ns(), app);
   HMCAST_ASSERT(res.error == small::BroadcastError::none);  // can_broadcast() said so, under the same lock
-  return register_completion(*state_, state_->pending, res.seq, app, lock);
+  // Small messages complete in order: the group's board tells when this one is.
+  const auto& board = state_->small_done;
+  const std::size_t ahead = res.seq - 1 - std::min<Seq>(board->done(), res.seq - 1);
+  Completion c(res.seq, board, spin_for(*state_, ahead, false), driver_of(*state_));
+  hand_over(*state_, app, lock);
+  return c;
 }
 
 Completion Group::broadcast_large(std::span<const std::byte> bytes, SendMode mode) {

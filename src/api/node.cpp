@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <optional>
 
+#include "api/completion_board.hpp"
 #include "api/node_state.hpp"
 #include "api/spin_wait.hpp"
 #include "core/overloaded.hpp"
@@ -196,6 +197,7 @@ void NodeState::run_callbacks(GroupState& g) {
       todo.swap(g.to_app);
     }
   }
+  bool room = false;  // a small message completed: its window space is free
   for (auto& a : todo) {
     // A user callback runs with callbacks_mu held, and only until Group::leave().
     auto user = [&](auto&& call) {
@@ -210,7 +212,10 @@ void NodeState::run_callbacks(GroupState& g) {
             [&](action::DeliverLarge& d) {
               user([&] { deliver(Delivery{d.sender, d.seq, true, d.message.bytes(), d.message.owner()}); });
             },
-            [&](action::Completed& c) { settle(g, g.pending, c.seq, nullptr); },
+            [&](action::Completed& c) {
+              g.small_done->complete_through(c.seq);
+              room = true;
+            },
             [&](action::CompletedLarge& c) { settle(g, g.pending_large, c.seq, nullptr); },
             [&](action::FailedLarge& f) {
               settle(g, g.pending_large, f.seq, std::make_exception_ptr(Error(ErrorCode::removed, f.reason)));
@@ -233,6 +238,7 @@ void NodeState::run_callbacks(GroupState& g) {
     std::lock_guard lock(g.mu);
     // Our buffer goes back for the next events to reuse, unless one as large is there.
     if (g.to_app.empty() && g.to_app.capacity() < todo.capacity()) g.to_app.swap(todo);
+    if (room) g.room.notify_all();  // under g.mu: a sender between its check and its wait is not missed
     if (g.closed && !g.stop_reported && g.closed_code != ErrorCode::closed && g.on_stopped) {
       g.stop_reported = true;
       stopped = g.on_stopped;
@@ -264,9 +270,8 @@ void NodeState::fail_all(GroupState& g, ErrorCode code, const std::string& why) 
     g.closed_why = why;
   }
   g.closed = true;
-  for (auto& [seq, p] : g.pending) p.set_exception(std::make_exception_ptr(Error(code, why)));
+  g.small_done->fail(std::make_exception_ptr(Error(code, why)));
   for (auto& [seq, p] : g.pending_large) p.set_exception(std::make_exception_ptr(Error(code, why)));
-  g.pending.clear();
   g.pending_large.clear();
   g.room.notify_all();
 }

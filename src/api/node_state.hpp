@@ -21,6 +21,7 @@
 #include <string>
 #include <thread>
 
+#include "api/completion_board.hpp"
 #include "auth/group_key.hpp"
 #include "core/actions.hpp"
 #include "hmcast/node.hpp"
@@ -46,7 +47,8 @@ struct GroupState {
   std::mutex mu;
   std::condition_variable room;  // signalled when a completion frees window space, or the group closes
   std::unique_ptr<runtime::Runtime> runtime;
-  std::map<Seq, std::promise<void>> pending;
+  /// The small path's completions (in order: one number); the large path's, each its own.
+  std::shared_ptr<CompletionBoard> small_done = std::make_shared<CompletionBoard>();
   std::map<Seq, std::promise<void>> pending_large;
   AppEvents to_app;  // deliveries, completions, views: for the progress thread
   /// What one call into the runtime produced, until queue_for_app() moves it to
