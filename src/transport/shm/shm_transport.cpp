@@ -162,6 +162,7 @@ void Endpoint::multicast(std::span<const std::byte> bytes) {
     RecordHeader h;
     h.length = static_cast<std::uint32_t>(bytes.size());
     h.source = self_;
+    multicast_ahead_.before_write(multicast_, head, need);
     if (crash_due(bytes.size(), 0)) die_mid_record(multicast_, head, h, bytes, {}, 0, bytes.size(), 0);
     const std::uint64_t tail = multicast_.write(head, h, bytes);
     header_->multicast_head.store(tail, std::memory_order_release);

@@ -33,6 +33,7 @@
 #include "transport/poll_pacer.hpp"
 #include "transport/shm/shared_file.hpp"
 #include "transport/shm/shm_layout.hpp"
+#include "transport/shm/write_ahead.hpp"
 #include "transport/transport.hpp"
 
 namespace hmcast::shm {
@@ -180,6 +181,7 @@ class Endpoint {
   SharedFile file_;
   Header* header_ = nullptr;
   Ring multicast_;
+  WriteAhead multicast_ahead_;  // under multicast_mu_
   Ring inbox_;
 
   std::mutex multicast_mu_;  // the one writer of our log
