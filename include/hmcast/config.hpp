@@ -254,7 +254,7 @@ struct SocketOptions {
 };
 
 /// The shared-memory transport (TransportKind::shm). Each member's file holds
-/// both areas below, touched page by page as they fill.
+/// both areas below, touched as they fill (the log 128 KiB ahead of its writer).
 struct ShmOptions {
   /// Largest datagram (hmcast header included; at most 65507, as on the other
   /// transports). No network fragments it here, so the default is the largest:

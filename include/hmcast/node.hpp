@@ -33,8 +33,9 @@
 //   Completion::get() / wait_for() and a broadcast() waiting for room.
 // - Memory: broadcast() copies the bytes; the caller may reuse its buffer at once.
 //   Delivery::bytes is valid during the callback; keep Delivery::buffer to hold on
-//   to the message without a copy. Deliveries that arrive before on_deliver() is
-//   set are held and handed over when it is set.
+//   to the message without a copy (for a small message, the datagram it came in,
+//   shared with the messages batched with it). Deliveries that arrive before
+//   on_deliver() is set are held and handed over when it is set.
 #pragma once
 
 #include <algorithm>
