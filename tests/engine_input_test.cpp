@@ -119,6 +119,15 @@ std::vector<MemberId> children_of(const View& v, MemberId sender, MemberId self,
   return ids;
 }
 
+// A sender that batches: 1 KiB datagrams, a 5 µs batch delay, the window open whole.
+ProtocolConfig batching_config() {
+  ProtocolConfig cfg;
+  cfg.mtu = 1024;
+  cfg.batch_delay_ns = 5'000;
+  cfg.initial_window_messages = cfg.window_messages;
+  return cfg;
+}
+
 }  // namespace
 
 TEST_CASE("engine: a valid Data datagram is delivered exactly once", "[engine]") {
@@ -492,10 +501,7 @@ TEST_CASE("engine: a cut or padded fragment is not reassembled into a corrupt me
 }
 
 TEST_CASE("engine: a streaming sender batches its small messages; a quiet one sends at once", "[engine][batch]") {
-  ProtocolConfig cfg;
-  cfg.mtu = 1024;
-  cfg.batch_delay_ns = 5'000;
-  cfg.initial_window_messages = cfg.window_messages;
+  const ProtocolConfig cfg = batching_config();
   GroupEngine e(kGroup, 1, first(view3()), cfg, 0);
   Outbox out;
   // Nothing in flight: the first message goes at once, alone.
@@ -550,10 +556,7 @@ TEST_CASE("engine: a streaming sender batches its small messages; a quiet one se
 
 TEST_CASE("engine: messages that arrive whole stay in their datagram, and a batch's share one buffer",
           "[engine][batch]") {
-  ProtocolConfig cfg;
-  cfg.mtu = 1024;
-  cfg.batch_delay_ns = 5'000;
-  cfg.initial_window_messages = cfg.window_messages;
+  const ProtocolConfig cfg = batching_config();
   GroupEngine tx(kGroup, 1, first(view3()), cfg, 0);
   Outbox out;
   for (std::uint32_t s = 1; s <= 3; ++s) REQUIRE(tx.broadcast(message(100, s), 0, out).error == BroadcastError::none);
