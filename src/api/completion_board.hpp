@@ -23,7 +23,7 @@ class CompletionBoard {
   /// Every message up to `seq` is all-acked (the next in order: `seq` is past done()).
   void complete_through(Seq seq) {
     HMCAST_ASSERT(seq > done_.load(std::memory_order_relaxed));  // in order, each once
-    // seq_cst, paired with sleep()'s count: either the sleeper sees the new value
+    // seq_cst, paired with sleep_until()'s count: either the sleeper sees the new value
     // before it waits, or this sees the sleeper and wakes it.
     done_.store(seq, std::memory_order_seq_cst);
     if (sleepers_.load(std::memory_order_seq_cst) > 0) wake_all();

@@ -157,10 +157,7 @@ bool Completion::wait_ns(std::chrono::nanoseconds d) const {
   }
   if (detail::spin_until(ready, std::min(spin_, d))) return true;
   const bool forever = d == std::chrono::nanoseconds::max();
-  if (board_) {
-    if (forever) return board_->sleep_until(seq_, std::nullopt);
-    return board_->sleep_until(seq_, start + d);
-  }
+  if (board_) return board_->sleep_until(seq_, forever ? std::nullopt : std::optional(start + d));
   if (forever) {
     done_.wait();
     return true;
@@ -224,12 +221,12 @@ std::weak_ptr<detail::NodeState> driver_of(const detail::GroupState& g) {
   return g.node->caller_progress() ? g.node->self : std::weak_ptr<detail::NodeState>{};
 }
 
-/// A large message's Completion for `seq`, registered in `pending`.
-Completion register_completion(detail::GroupState& g, std::map<Seq, std::promise<void>>& pending, Seq seq,
-                               AppEvents& app, std::unique_lock<std::mutex>& lock) {
+/// A large message's Completion for `seq`, registered in g.pending_large.
+Completion register_large_completion(detail::GroupState& g, Seq seq, AppEvents& app,
+                                     std::unique_lock<std::mutex>& lock) {
   std::promise<void> p;
-  Completion c(seq, p.get_future().share(), spin_for(g, pending.size(), true), driver_of(g));
-  pending.emplace(seq, std::move(p));
+  Completion c(seq, p.get_future().share(), spin_for(g, g.pending_large.size(), true), driver_of(g));
+  g.pending_large.emplace(seq, std::move(p));
   hand_over(g, app, lock);
   return c;
 }
@@ -264,7 +261,7 @@ Completion Group::broadcast(OutgoingMessage&& message, SendMode mode) {
 
 Completion Group::send_small(std::shared_ptr<const std::vector<std::byte>> msg, SendMode mode) {
   auto lock = wait_for_room(*state_, mode, false, [&] { return state_->runtime->engine().can_broadcast(msg->size()); });
-  AppEvents& app = state_->produced;  // register_completion() queues it for the progress thread
+  AppEvents& app = state_->produced;  // hand_over() queues it for the progress thread
   app.clear();
   const auto res = state_->runtime->broadcast(msg, detail::now_ns(), app);
   HMCAST_ASSERT(res.error == small::BroadcastError::none);  // can_broadcast() said so, under the same lock
@@ -295,7 +292,7 @@ Completion Group::send_large(std::shared_ptr<std::vector<std::byte>> buf, SendMo
                 "a message of " + std::to_string(size) + " bytes needs more blocks than receivers accept (" +
                     std::to_string(wire::kMaxBlocks) + "): raise ProtocolConfig::min_block_size and block_size");
   HMCAST_ASSERT(res.error == large::LargeError::none);  // can_broadcast_large() said so, under the same lock
-  return register_completion(*state_, state_->pending_large, res.seq, app, lock);
+  return register_large_completion(*state_, res.seq, app, lock);
 }
 
 }  // namespace hmcast

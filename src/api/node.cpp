@@ -216,9 +216,9 @@ void NodeState::run_callbacks(GroupState& g) {
               g.small_done->complete_through(c.seq);
               room = true;
             },
-            [&](action::CompletedLarge& c) { settle(g, g.pending_large, c.seq, nullptr); },
+            [&](action::CompletedLarge& c) { settle_large(g, c.seq, nullptr); },
             [&](action::FailedLarge& f) {
-              settle(g, g.pending_large, f.seq, std::make_exception_ptr(Error(ErrorCode::removed, f.reason)));
+              settle_large(g, f.seq, std::make_exception_ptr(Error(ErrorCode::removed, f.reason)));
             },
             [&](action::ViewInstalled& v) {
               if (view) user([&] { view(v.view, v.left); });
@@ -251,14 +251,13 @@ void NodeState::run_callbacks(GroupState& g) {
   }
 }
 
-void NodeState::settle(GroupState& g, std::map<Seq, std::promise<void>>& pending, Seq seq,
-                       std::exception_ptr error) {
+void NodeState::settle_large(GroupState& g, Seq seq, std::exception_ptr error) {
   std::lock_guard lock(g.mu);
-  auto it = pending.find(seq);
-  if (it != pending.end()) {
+  auto it = g.pending_large.find(seq);
+  if (it != g.pending_large.end()) {
     if (error) it->second.set_exception(error);
     else it->second.set_value();
-    pending.erase(it);
+    g.pending_large.erase(it);
   }
   g.room.notify_all();
 }

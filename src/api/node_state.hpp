@@ -140,8 +140,9 @@ struct NodeState {
   std::optional<transport::Placement> place_block(MemberId from, std::span<const std::byte> head, std::size_t size);
   /// Runs the callbacks and settles the Completions for what the runtime queued.
   void run_callbacks(GroupState& g);
-  /// Fulfils (or fails, with `error`) the Completion of `seq`, and wakes senders waiting for room.
-  static void settle(GroupState& g, std::map<Seq, std::promise<void>>& pending, Seq seq, std::exception_ptr error);
+  /// Fulfils (or fails, with `error`) the Completion of large message `seq`, and wakes
+  /// senders waiting for room.
+  static void settle_large(GroupState& g, Seq seq, std::exception_ptr error);
   /// Fails every pending Completion and later broadcast with `code` and `why`.
   static void fail_all(GroupState& g, ErrorCode code, const std::string& why);
 };
