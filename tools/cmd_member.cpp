@@ -466,12 +466,20 @@ int run_member(const MemberOptions& o) {
   if (send_thread.joinable()) send_thread.join();
   if (wait_thread.joinable()) wait_thread.join();
   // Verbs: final buffers stay registered until the message is stable here and every
-  // peer that could write into them confirmed it stopped. Give that a moment, so the
-  // report shows whether they are all freed (a leak shows as large_regions_held > 0).
+  // peer that could write into them confirmed it stopped. A receiver can also have all
+  // its messages before the view that drops a killed peer is installed, with its
+  // multicast probe still waiting for that peer's confirmation: the view settles the
+  // round (the dead are not waited for), the probe's deadline fails it. Give both a
+  // moment, so the report shows whether buffers are all freed (a leak shows as
+  // large_regions_held > 0) and how the probe ended, not a race with failure detection.
   auto st = g.stats();
-  const auto drain_until = std::chrono::steady_clock::now() + std::chrono::seconds(3);
-  while (st.large_regions_held > 0 && !stdin_closed && std::chrono::steady_clock::now() < drain_until) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  const auto unsettled = [&] { return st.large_regions_held > 0 || st.multicast_probe == "probing"; };
+  const auto drain_until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (unsettled() && !stdin_closed && std::chrono::steady_clock::now() < drain_until) {
+    if (cfg.progress == Progress::caller)
+      g.poll(std::chrono::milliseconds(10));
+    else
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
     st = g.stats();
   }
   const auto cpu = process_cpu_seconds();
