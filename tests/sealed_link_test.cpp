@@ -277,3 +277,69 @@ TEST_CASE("sealed link: where the Node finds its key, and what it refuses", "[au
   CHECK(default_protocol(cfg).mtu == ProtocolConfig{}.mtu);
   std::remove(path.c_str());
 }
+
+namespace {
+
+/// The transport under a SealedLink: keeps what it is given to multicast, and
+/// where its bytes lay.
+class RecordingLink final : public Link {
+ public:
+  [[nodiscard]] MemberId id() const override { return 1; }
+  void multicast(std::span<const std::byte> bytes) override { frames.emplace_back(bytes.begin(), bytes.end()); }
+  void multicast_owned(std::vector<std::byte>&& frame) override {
+    owned_data.push_back(frame.data());
+    frames.push_back(std::move(frame));
+  }
+  bool unicast(MemberId /*to*/, std::vector<std::byte> frame) override {
+    frames.push_back(std::move(frame));
+    return true;
+  }
+  void add_peer(MemberId /*id*/, const std::string& /*host*/, std::uint16_t /*port*/) override {}
+  std::optional<Inbound> wait(std::chrono::steady_clock::time_point /*deadline*/) override { return std::nullopt; }
+  void wake() override {}
+  void close() override {}
+
+  std::vector<std::vector<std::byte>> frames;
+  std::vector<const std::byte*> owned_data;
+};
+
+}  // namespace
+
+TEST_CASE("sealed link: a frame wire::encode() made is sealed where it lies", "[auth]") {
+  const auto key = auth::generate_key();
+  auto inner = std::make_unique<RecordingLink>();
+  auto* rec = inner.get();
+  transport::SealedLink sealed(std::move(inner), key, kGroupId);
+
+  auto made = frame(5, 1, 42);
+  REQUIRE(made.capacity() >= made.size() + wire::kTailRoom);  // encode() leaves the trailer's room
+  const auto plain = made;
+  const std::byte* where = made.data();
+  sealed.multicast_owned(std::move(made));
+  REQUIRE(rec->owned_data.size() == 1);
+  CHECK(rec->owned_data[0] == where);  // no copy into a larger buffer
+  REQUIRE(rec->frames.size() == 1);
+  REQUIRE(rec->frames[0].size() == plain.size() + auth::kTrailerBytes);
+  CHECK(std::equal(plain.begin(), plain.end(), rec->frames[0].begin()));
+
+  // A frame given as a span (the caller keeps it) is copied, then sealed the same way.
+  sealed.multicast(plain);
+  REQUIRE(rec->frames.size() == 2);
+  CHECK(rec->frames[1].size() == plain.size() + auth::kTrailerBytes);
+  // Both are genuine, with counters 1 and 2 on the multicast channel of view 5.
+  const auth::ChannelKey ck(key, kGroupId, 5, auth::kMulticastChannel);
+  const auto first = auth::open(ck, 1, rec->frames[0]);
+  const auto second = auth::open(ck, 1, rec->frames[1]);
+  REQUIRE(first);
+  REQUIRE(second);
+  CHECK(first->counter == 1);
+  CHECK(second->counter == 2);
+  CHECK(first->frame_size == plain.size());
+
+  // Unicast frames from encode() are sealed in place too.
+  auto uni = frame(5, 1, 43);
+  const std::byte* uni_at = uni.data();
+  REQUIRE(sealed.unicast(2, std::move(uni)));
+  REQUIRE(rec->frames.size() == 3);
+  CHECK(rec->frames[2].data() == uni_at);
+}

@@ -387,7 +387,9 @@ std::vector<std::byte> encode(const Header& header, const Body& body) {
   // Sized first, then filled: one allocation, no growth while writing.
   Sizer size;
   encode_packet(size, header, body);
-  std::vector<std::byte> out(size.size());
+  std::vector<std::byte> out;
+  out.reserve(size.size() + kTailRoom);
+  out.resize(size.size());
   SpanWriter w(out);
   encode_packet(w, header, body);
   HMCAST_ASSERT(w.written() == out.size());

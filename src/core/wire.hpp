@@ -246,7 +246,14 @@ inline MemberId peek_src(std::span<const std::byte> packet) { return load_le<std
 /// Decode one packet. The returned spans point into `bytes`, which must outlive their use.
 DecodeResult decode(std::span<const std::byte> bytes);
 
-/// Encode a packet; header.type is taken from the body's alternative.
+/// Capacity encode() leaves free behind every frame it returns: the sealing layer
+/// (transport/sealed/) appends its trailer there in place, where a frame of exactly
+/// its own size would be moved to a larger buffer first (an allocation and a copy
+/// per frame sent under a group key).
+inline constexpr std::size_t kTailRoom = 24;
+
+/// Encode a packet; header.type is taken from the body's alternative. The result has
+/// kTailRoom bytes of spare capacity.
 std::vector<std::byte> encode(const Header& header, const Body& body);
 
 /// Bytes of header and fixed fields in front of a Data fragment's payload.

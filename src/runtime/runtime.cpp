@@ -165,7 +165,7 @@ void Runtime::execute(Outbox& actions, TimeNs now, AppEvents& app) {
   for (auto& a : actions) {
     std::visit(
         Overloaded{
-            [&](action::SendDatagram& d) { transport_.multicast(d.bytes); },
+            [&](action::SendDatagram& d) { transport_.multicast_owned(std::move(d.bytes)); },
             [&](action::SendP2P& p) {
               if (!transport_.unicast(p.to, std::move(p.bytes))) broken.push_back(p.to);
             },

@@ -52,6 +52,11 @@ class Transport {
   virtual ~Transport() = default;
   [[nodiscard]] virtual MemberId id() const = 0;
   virtual void multicast(std::span<const std::byte> bytes) = 0;
+  /// The same, for a frame the caller gives up: a layer that appends to what it
+  /// sends (sealed/) does so in place rather than into a copy. By default multicast();
+  /// ForwardingLink keeps that default, so a layer that overrides only multicast()
+  /// (faulty/) still sees every datagram.
+  virtual void multicast_owned(std::vector<std::byte>&& frame) { multicast(frame); }
   /// False: the link to `to` is broken (the protocol then suspects it).
   virtual bool unicast(MemberId to, std::vector<std::byte> frame) = 0;
   /// One segment of a large message: `head` is its encoded Block frame without

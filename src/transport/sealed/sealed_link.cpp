@@ -8,6 +8,7 @@
 namespace hmcast::transport {
 
 static_assert(kKeyTrailerBytes == auth::kTrailerBytes, "Config's figure for the tag's room");
+static_assert(wire::kTailRoom >= auth::kTrailerBytes, "encoded frames are sealed in place");
 static_assert(std::tuple_size_v<decltype(Config::key)::value_type> == auth::kKeyBytes);
 
 SealedLink::SealedLink(std::unique_ptr<Link> inner, const auth::GroupKey& key, GroupId group)
@@ -51,7 +52,12 @@ void SealedLink::multicast(std::span<const std::byte> bytes) {
   std::vector<std::byte> frame;
   frame.reserve(bytes.size() + auth::kTrailerBytes);
   frame.assign(bytes.begin(), bytes.end());
-  if (seal(auth::kMulticastChannel, frame)) inner_->multicast(frame);
+  multicast_owned(std::move(frame));
+}
+
+void SealedLink::multicast_owned(std::vector<std::byte>&& frame) {
+  frame.reserve(frame.size() + auth::kTrailerBytes);  // no-op for what wire::encode() made
+  if (seal(auth::kMulticastChannel, frame)) inner_->multicast_owned(std::move(frame));
 }
 
 bool SealedLink::unicast(MemberId to, std::vector<std::byte> bytes) {

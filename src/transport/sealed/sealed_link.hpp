@@ -52,6 +52,8 @@ class SealedLink final : public ForwardingLink {
   SealedLink& operator=(const SealedLink&) = delete;
 
   void multicast(std::span<const std::byte> bytes) override;
+  /// Sealed in place: the frame's spare capacity takes the trailer (wire::kTailRoom).
+  void multicast_owned(std::vector<std::byte>&& frame) override;
   bool unicast(MemberId to, std::vector<std::byte> bytes) override;
   /// Head and payload travel as one sealed frame (the payload copied behind the head).
   bool send_block(MemberId to, std::vector<std::byte> head, std::span<const std::byte> payload, std::uint64_t length,
