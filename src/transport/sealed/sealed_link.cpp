@@ -11,6 +11,15 @@ static_assert(kKeyTrailerBytes == auth::kTrailerBytes, "Config's figure for the 
 static_assert(wire::kTailRoom >= auth::kTrailerBytes, "encoded frames are sealed in place");
 static_assert(std::tuple_size_v<decltype(Config::key)::value_type> == auth::kKeyBytes);
 
+namespace {
+
+/// One more on a counter that has one writer at a time (see sealed_link.hpp).
+void bump(std::atomic<std::uint64_t>& counter) {
+  counter.store(counter.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+}
+
+}  // namespace
+
 SealedLink::SealedLink(std::unique_ptr<Link> inner, const auth::GroupKey& key, GroupId group)
     : ForwardingLink(std::move(inner)), key_(key), group_(group) {
   HMCAST_ASSERT(inner_ != nullptr);
@@ -25,27 +34,38 @@ bool SealedLink::seal(std::uint32_t channel, std::vector<std::byte>& frame) {
   HMCAST_ASSERT(wire::peek_group(frame) == group_);
   const ViewId view = wire::peek_view(frame);
   std::lock_guard lock(send_mu_);
+  SendHint& hint = send_hints_[channel % kHints];
+  SendChannel* sc = hint.ch;
+  if (sc == nullptr || hint.view != view || hint.channel != channel) {
+    sc = send_channel(view, channel);
+    if (sc == nullptr) {
+      bump(stale_unsent_);
+      return false;
+    }
+    send_hints_[channel % kHints] = SendHint{view, channel, sc};  // send_channel() may have cleared them
+  }
+  ++sc->last_counter;
+  auth::seal(sc->key, id(), sc->last_counter, frame);
+  bump(sealed_);
+  return true;
+}
+
+SealedLink::SendChannel* SealedLink::send_channel(ViewId view, std::uint32_t channel) {
   auto it = send_views_.find(view);
   if (it == send_views_.end()) {
     // A view whose counters we forgot would start them again at 1 under the same
     // key (a nonce used twice). Views only grow and every view forgotten is older
     // than those kept, so a frame stamped with a view older than the oldest kept
     // (which its receivers refuse as too old anyway) is dropped, as if lost.
-    if (!send_views_.empty() && view < send_views_.begin()->first) {
-      stale_unsent_.fetch_add(1, std::memory_order_relaxed);
-      return false;
-    }
+    if (!send_views_.empty() && view < send_views_.begin()->first) return nullptr;
     it = send_views_.emplace(view, SendView{}).first;
+    if (send_views_.size() > kViewsKept) send_hints_ = {};  // they may point into a view erased here
     while (send_views_.size() > kViewsKept) send_views_.erase(send_views_.begin());
   }
   auto ch = it->second.find(channel);
   if (ch == it->second.end())
     ch = it->second.emplace(channel, SendChannel{auth::ChannelKey(key_, group_, view, channel), 0}).first;
-  SendChannel& sc = ch->second;
-  ++sc.last_counter;
-  auth::seal(sc.key, id(), sc.last_counter, frame);
-  sealed_.fetch_add(1, std::memory_order_relaxed);
-  return true;
+  return &ch->second;
 }
 
 void SealedLink::multicast(std::span<const std::byte> bytes) {
@@ -79,12 +99,29 @@ bool SealedLink::send_block(MemberId to, std::vector<std::byte> head, std::span<
 
 SealedLink::ReceiveView* SealedLink::receive_view(ViewId view) {
   if (newest_view_ >= kViewsKept && view <= newest_view_ - kViewsKept) return nullptr;
-  return &receive_views_[view];
+  if (hot_rv_ == nullptr || hot_view_ != view) {
+    hot_rv_ = &receive_views_[view];
+    hot_view_ = view;
+  }
+  return hot_rv_;
+}
+
+auth::ReplayWindow& SealedLink::window(ReceiveView& rv, ViewId view, MemberId src, std::uint32_t channel) {
+  WindowHint& hint = window_hints_[src % kHints];
+  if (hint.window == nullptr || hint.view != view || hint.src != src || hint.channel != channel)
+    hint = WindowHint{view, src, channel, &rv.windows[{src, channel}]};
+  return *hint.window;
+}
+
+void SealedLink::forget_receive_view(std::map<ViewId, ReceiveView>::iterator it) {
+  hot_rv_ = nullptr;
+  window_hints_ = {};
+  receive_views_.erase(it);
 }
 
 bool SealedLink::admit(Inbound& in) {
   if (in.bytes.size() < wire::kHeaderSize + auth::kTrailerBytes) {
-    auth_failures_.fetch_add(1, std::memory_order_relaxed);
+    bump(auth_failures_);
     return false;
   }
   const MemberId src = wire::peek_src(in.bytes);
@@ -92,13 +129,13 @@ bool SealedLink::admit(Inbound& in) {
   // A link's frames are its peer's own (the tag names the sender the header names,
   // and the link hello names the peer: the two must agree).
   if (!in.datagram && src != in.from) {
-    auth_failures_.fetch_add(1, std::memory_order_relaxed);
+    bump(auth_failures_);
     return false;
   }
   const std::uint32_t channel = in.datagram ? auth::kMulticastChannel : id();
   ReceiveView* rv = receive_view(view);
   if (rv == nullptr) {
-    replays_refused_.fetch_add(1, std::memory_order_relaxed);
+    bump(replays_refused_);
     return false;
   }
   std::optional<auth::ChannelKey>& key = in.datagram ? rv->multicast : rv->link;
@@ -107,22 +144,22 @@ bool SealedLink::admit(Inbound& in) {
   if (!opened) {
     // A view nobody genuine has spoken in yet is not remembered: forgeries naming
     // ever new views must not fill the table.
-    if (rv->windows.empty()) receive_views_.erase(view);
-    auth_failures_.fetch_add(1, std::memory_order_relaxed);
+    if (rv->windows.empty()) forget_receive_view(receive_views_.find(view));
+    bump(auth_failures_);
     return false;
   }
-  if (!rv->windows[{src, channel}].accept(opened->counter)) {
-    replays_refused_.fetch_add(1, std::memory_order_relaxed);
+  if (!window(*rv, view, src, channel).accept(opened->counter)) {
+    bump(replays_refused_);
     return false;
   }
   if (view > newest_view_) {
     newest_view_ = view;
     while (!receive_views_.empty() && newest_view_ >= kViewsKept &&
            receive_views_.begin()->first <= newest_view_ - kViewsKept)
-      receive_views_.erase(receive_views_.begin());
+      forget_receive_view(receive_views_.begin());
   }
   in.bytes.resize(opened->frame_size);
-  opened_.fetch_add(1, std::memory_order_relaxed);
+  bump(opened_);
   return true;
 }
 

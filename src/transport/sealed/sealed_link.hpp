@@ -18,6 +18,7 @@
 // included, from any thread.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <map>
@@ -79,24 +80,53 @@ class SealedLink final : public ForwardingLink {
     std::map<std::pair<MemberId, std::uint32_t>, auth::ReplayWindow> windows;  // per (sender, channel)
   };
 
+  /// The channel or replay window a recent frame used, found again without walking
+  /// two maps per frame (a member sends and hears on a few channels, over and over).
+  /// Map nodes stay put until their view is forgotten; forgetting one clears these.
+  static constexpr std::size_t kHints = 8;  // indexed by channel or sender, modulo
+  struct SendHint {
+    ViewId view = 0;
+    std::uint32_t channel = 0;
+    SendChannel* ch = nullptr;
+  };
+  struct WindowHint {
+    ViewId view = 0;
+    MemberId src = 0;
+    std::uint32_t channel = 0;
+    auth::ReplayWindow* window = nullptr;
+  };
+
   /// Appends counter and tag to one of our frames (its header names our id and the
   /// view); false: the frame is of a view too old to seal (see seal_stats).
   bool seal(std::uint32_t channel, std::vector<std::byte>& frame);
+  /// Our channel `channel` of `view`, set up at its first frame; nullptr: a view
+  /// whose counters are forgotten. Under send_mu_.
+  SendChannel* send_channel(ViewId view, std::uint32_t channel);
   /// Whether `in` is genuine and new; strips its trailer if so.
   bool admit(Inbound& in);
   /// ReceiveView of `view` if a frame of it may still be judged (nullptr: too old).
   ReceiveView* receive_view(ViewId view);
+  /// The replay window of (src, channel) in `rv`, the ReceiveView of `view`.
+  auth::ReplayWindow& window(ReceiveView& rv, ViewId view, MemberId src, std::uint32_t channel);
+  /// Drops receive view `view` (and every hint into receive_views_).
+  void forget_receive_view(std::map<ViewId, ReceiveView>::iterator it);
 
   const auth::GroupKey key_;
   const GroupId group_;
 
   std::mutex send_mu_;
   std::map<ViewId, SendView> send_views_;  // the newest kViewsKept views we sent in
+  std::array<SendHint, kHints> send_hints_{};
 
   // Only wait() touches these (one thread at a time).
   std::map<ViewId, ReceiveView> receive_views_;  // the newest kViewsKept views seen genuine
   ViewId newest_view_ = 0;
+  ViewId hot_view_ = 0;              // the view of the last frame admitted...
+  ReceiveView* hot_rv_ = nullptr;    // ...and its ReceiveView (nullptr: none)
+  std::array<WindowHint, kHints> window_hints_{};
 
+  // Each has one writer at a time (seal() under send_mu_, admit() in wait()), so
+  // they are bumped with a plain load and store, not a locked add; atomic for stats().
   std::atomic<std::uint64_t> auth_failures_{0};
   std::atomic<std::uint64_t> replays_refused_{0};
   std::atomic<std::uint64_t> sealed_{0};
