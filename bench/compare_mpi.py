@@ -319,20 +319,31 @@ def key_env(out):
     return {"HMCAST_KEY_FILE": path}
 
 
+# Messages per 2 KiB run of auth_runs(). Between identical plain runs at 8 processes
+# a run's p50 moved by 16% (standard deviation over mean) at 1,000 messages, 11% at
+# 4,000 and 5.6% at 16,000 (2026-11-28): slow swings of the 2 cores' scheduling make
+# neighbouring messages alike, so a run's p50 is only as steady as it is long.
+AUTH_2K_MESSAGES = 16000
+
+
 def auth_runs(rounds, keyed):
     """The group key's cost, plain and keyed alternated: 2 KiB all-acked latency at 8
-    processes (`rounds` times: a run is a second or two and noisy), and 64 MiB throughput
-    at 4 processes on loopback, where the CPU and not a link is the limit (twice).
+    processes (`rounds` pairs of AUTH_2K_MESSAGES-message runs), then 64 MiB throughput
+    at 4 processes on loopback, where the CPU and not a link is the limit (2 pairs). A
+    pair runs its two modes in the order opposite to the pair before it, so whatever
+    drifts along the sequence falls on both modes alike.
     rows: mode, what, round, value, cpu_s_per_gb."""
+    def modes(rnd):
+        pair = (("plain", None), ("keyed", keyed))
+        return pair if rnd % 2 == 0 else pair[::-1]
+
     rows = []
     for rnd in range(rounds):
-        for mode, env in (("plain", None), ("keyed", keyed)):
-            # 4,000 messages a run: at the default 400 the p50 of one run moved by half
-            # between runs on this shared machine, more than the cost being measured.
-            r = hmcast_small(8, [2048], messages=4000, env=env)[2048]
+        for mode, env in modes(rnd):
+            r = hmcast_small(8, [2048], messages=AUTH_2K_MESSAGES, env=env)[2048]
             rows.append({"mode": mode, "what": "2k_all_acked_p50_us", "round": rnd, "value": r["all"], "ok": r["ok"]})
-            if rnd >= 2:
-                continue
+    for rnd in range(2):
+        for mode, env in modes(rnd):
             t = last_json(run([HM, "bench", "--transport", "socket", "--procs", "4", "--sizes", str(64 * MIB),
                                "--throughput-only", "--json"], 900, env))["rows"][0]
             rows.append({"mode": mode, "what": "64m_loopback_mb_s", "round": rnd, "value": t["throughput_mb_s"],
@@ -797,7 +808,7 @@ def main():
     keyed = key_env(args.out)
     with open(keyed["HMCAST_KEY_FILE"]) as f:
         summary["auth_cipher"] = f.read().split()[1]  # `hmcast keygen` picks the one this CPU runs best
-    auth = auth_runs(9, keyed)
+    auth = auth_runs(13, keyed)
     for what, name, slower in (("2k_all_acked_p50_us", "2k", lambda p, k: k / p),
                                ("64m_loopback_mb_s", "64m_loopback", lambda p, k: p / k)):
         p, k = auth_median(auth, "plain", what), auth_median(auth, "keyed", what)
