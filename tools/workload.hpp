@@ -58,9 +58,10 @@ struct Checked {
   bool intact = false;  // every byte is what (seed, sender, index, attempt) gives
 };
 /// How much of a message a member checks. `full`: every byte (soaks, the demo).
-/// `sampled`: about 4096 words spread over the body and its last one, as the Open
-/// MPI baseline's latency runs (bench/mpi/mpi_bench.cpp) check theirs: benchmarks
-/// compare like with like, and a stale or misplaced buffer still shows. `stamp`:
+/// `sampled`: about 512 words (4 KiB) spread over the body, its last word and its
+/// tail, as the Open MPI baseline's latency runs (bench/mpi/mpi_bench.cpp) check up
+/// to 4096 bytes of theirs: benchmarks compare like with like, and a stale or
+/// misplaced buffer still shows. `stamp`:
 /// a received message's header (index and attempt) and size, and the sampled check
 /// of each sender's last message only, as the baseline's streams check theirs (the
 /// member decides which; check_message treats it as `sampled`).
