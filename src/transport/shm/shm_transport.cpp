@@ -34,6 +34,9 @@ constexpr std::size_t kMaxFragment = std::size_t{256} << 10;
 /// (the peer does not ring us when it frees room).
 constexpr std::int64_t kPendingRecheckNs = 200'000;
 
+/// Empty polls between two readings of the clock while spinning (Endpoint::wait).
+constexpr int kPollsPerClock = 8;
+
 /// How often a reader tries again to open a peer's file it could not open.
 constexpr std::chrono::milliseconds kAttachRetry{10};
 
@@ -227,6 +230,7 @@ void Endpoint::leave_log(Peer& p) {
     p.header->readers[p.slot].member.compare_exchange_strong(me, 0, std::memory_order_acq_rel);
   }
   p.slot = kMaxReaders;
+  p.read_seen.store(kNotReading, std::memory_order_release);
 }
 
 void Endpoint::break_link(Peer& p) {
@@ -375,6 +379,8 @@ bool Endpoint::attach(Peer& p) {
     p.read_pos = h.multicast_head.load(std::memory_order_acquire);
     slot.position.store(p.read_pos, std::memory_order_release);
     p.slot = i;
+    p.header_seen.store(p.header, std::memory_order_release);
+    p.read_seen.store(p.read_pos, std::memory_order_release);
     return true;
   }
   return false;  // kMaxReaders members already read this log
@@ -530,6 +536,13 @@ std::optional<Inbound> Endpoint::read_inbox() {
 }
 
 std::optional<Inbound> Endpoint::read_multicast(Peer& p) {
+  // Nothing new since our last read: said without the lock, which a sender to p (its
+  // inbox) may hold. A position published before a leave or an eviction only says
+  // "nothing new" once more, which the locked path below would also have said.
+  if (const std::uint64_t seen = p.read_seen.load(std::memory_order_acquire); seen != kNotReading) {
+    const Header* ph = p.header_seen.load(std::memory_order_acquire);
+    if (ph != nullptr && ph->multicast_head.load(std::memory_order_acquire) == seen) return std::nullopt;
+  }
   std::lock_guard lock(p.mu);
   if (p.header == nullptr || p.slot >= kMaxReaders) {
     const auto now = Clock::now();
@@ -561,16 +574,19 @@ std::optional<Inbound> Endpoint::read_multicast(Peer& p) {
       count(&ShmStats::evicted_from_peers);
     }
     p.slot = kMaxReaders;
+    p.read_seen.store(kNotReading, std::memory_order_release);
     attach(p);
     return std::nullopt;
   }
   if (!ok) {  // a malformed log: skip to its head
     p.read_pos = head;
+    p.read_seen.store(head, std::memory_order_release);
     slot.position.store(head, std::memory_order_release);
     count(&ShmStats::bad_input);
     return std::nullopt;
   }
   p.read_pos = r.next;
+  p.read_seen.store(r.next, std::memory_order_release);
   slot.position.store(r.next, std::memory_order_release);
   count(&ShmStats::datagrams_received);
   return in;
@@ -609,7 +625,17 @@ std::optional<Inbound> Endpoint::wait(Clock::time_point deadline) {
     if (pacer_.spin(now)) {
       // Every member on this host is in snapshot_ (ours is not).
       const auto pollers = static_cast<std::uint32_t>(snapshot_.size() + 1) * cfg_.polling_threads;
-      relax_(transport::may_keep_cpu(transport::cpu_share(), cfg_.polling_threads, pollers));
+      const bool keep_cpu = transport::may_keep_cpu(transport::cpu_share(), cfg_.polling_threads, pollers);
+      // A few polls per clock reading: an empty poll costs about what reading the
+      // clock does, and the pacer's window and the deadline are not that fine.
+      for (int i = 0; i < kPollsPerClock; ++i) {
+        relax_(keep_cpu);
+        if (closed_.load(std::memory_order_relaxed) || woken_.load(std::memory_order_relaxed)) break;
+        if (auto in = poll_once()) {
+          pacer_.on_arrival(Clock::now());
+          return in;
+        }
+      }
       continue;
     }
     const std::uint32_t bell = header_->doorbell.load(std::memory_order_seq_cst);

@@ -155,7 +155,13 @@ class Endpoint {
     std::size_t out_bytes = 0;
     bool broken = false;
     std::atomic<bool> has_pending{false};
+    /// Its header, and how far we read its log while attached (kNotReading when not),
+    /// published for read_multicast() to see that nothing is new without taking `mu`,
+    /// as most polls find. The header never moves once mapped.
+    std::atomic<Header*> header_seen{nullptr};
+    std::atomic<std::uint64_t> read_seen{kNotReading};
   };
+  static constexpr std::uint64_t kNotReading = ~std::uint64_t{0};
 
   static void ring(Header& h);
   bool attach(Peer& p);  // p.mu held
