@@ -1,11 +1,10 @@
 #include "workload.hpp"
 
 #include <algorithm>
-#include <bit>
-#include <cstring>
 #include <cctype>
 #include <stdexcept>
 
+#include "core/byte_io.hpp"
 #include "core/rng.hpp"
 
 namespace hmcast::tools {
@@ -33,18 +32,6 @@ std::uint32_t get_u32(const std::byte* p) {
 /// buffers (a multiply-add per sampled byte), where a hash per word had cost a receiver
 /// several microseconds per 64 KiB inside the timed loop that the baseline checks outside.
 std::uint64_t body_word(std::uint64_t stream, std::size_t i) { return stream + i * 0x9e3779b97f4a7c15ULL; }
-
-/// A body word's bytes, little-endian on every host.
-void store_word(std::byte* p, std::uint64_t w) {
-  if constexpr (std::endian::native == std::endian::big) w = __builtin_bswap64(w);
-  std::memcpy(p, &w, 8);
-}
-std::uint64_t load_word(const std::byte* p) {
-  std::uint64_t w = 0;
-  std::memcpy(&w, p, 8);
-  if constexpr (std::endian::native == std::endian::big) w = __builtin_bswap64(w);
-  return w;
-}
 
 }  // namespace
 
@@ -102,7 +89,7 @@ void fill_message(std::span<std::byte> out, std::uint64_t seed, MemberId sender,
   const std::uint64_t stream = stream_seed(seed, sender, index, attempt);
   const auto body = out.subspan(kMessageHeader);
   const std::size_t whole = body.size() / 8;
-  for (std::size_t i = 0; i < whole; ++i) store_word(body.data() + 8 * i, body_word(stream, i));
+  for (std::size_t i = 0; i < whole; ++i) wire::store_le(body.data() + 8 * i, body_word(stream, i));
   std::uint64_t w = body_word(stream, whole);  // the tail: the first bytes of the next word
   for (std::size_t pos = 8 * whole; pos < body.size(); ++pos, w >>= 8) body[pos] = static_cast<std::byte>(w & 0xffU);
 }
@@ -125,8 +112,11 @@ std::optional<Checked> check_message(std::uint64_t seed, MemberId sender, std::s
   // or-ed together rather than tested one by one: no branch per word.
   const std::size_t step = verify != Verify::full ? std::max<std::size_t>(1, whole / 512) : 1;
   std::uint64_t diff = 0;
-  for (std::size_t i = 0; i < whole; i += step) diff |= load_word(body.data() + 8 * i) ^ body_word(stream, i);
-  if (whole > 0) diff |= load_word(body.data() + 8 * (whole - 1)) ^ body_word(stream, whole - 1);
+  const auto differs = [&](std::size_t i) {
+    return wire::load_le<std::uint64_t>(body.data() + 8 * i) ^ body_word(stream, i);
+  };
+  for (std::size_t i = 0; i < whole; i += step) diff |= differs(i);
+  if (whole > 0) diff |= differs(whole - 1);
   std::uint64_t w = body_word(stream, whole);
   for (std::size_t pos = 8 * whole; pos < body.size(); ++pos, w >>= 8)
     diff |= std::to_integer<std::uint64_t>(body[pos]) ^ (w & 0xffU);

@@ -42,7 +42,7 @@ bool SealedLink::seal(std::uint32_t channel, std::vector<std::byte>& frame) {
       bump(stale_unsent_);
       return false;
     }
-    send_hints_[channel % kHints] = SendHint{view, channel, sc};  // send_channel() may have cleared them
+    hint = SendHint{view, channel, sc};  // after send_channel(), which may have cleared them all
   }
   ++sc->last_counter;
   auth::seal(sc->key, id(), sc->last_counter, frame);
