@@ -31,6 +31,13 @@ constexpr std::uint32_t kConnEvents = EPOLLIN | EPOLLRDHUP;
 constexpr int kMaxIov = 64;
 constexpr int kReadRounds = 4;         // recv() calls per connection per event: no link starves the others
 constexpr int kDatagramsPerEvent = 64;
+/// How soon after an epoll that found input a wait() that cannot block skips the next
+/// one (wait()): about what the call costs, so what arrives meanwhile waits no longer
+/// than a round.
+constexpr std::chrono::nanoseconds kRepollAfter{2'000};
+/// Of such looks while they find nothing, how many in a row are skipped before one is
+/// made again (to notice a stream starting).
+constexpr std::uint32_t kRelooksSkipped = 7;
 // recvmmsg() slots: one call takes what a burst left (up to this many), and a call that
 // returns fewer found the socket empty, so no call is spent to learn that (epoll is
 // level-triggered: it reports what comes later).
@@ -414,6 +421,18 @@ std::optional<Inbound> Endpoint::wait(std::chrono::steady_clock::time_point dead
       if (woken_.exchange(false)) return std::nullopt;
     }
     const auto now = std::chrono::steady_clock::now();
+    // A look that cannot wait (the progress thread draining what came, its deadline
+    // now) right after an epoll that found input. While such looks find nothing (one
+    // message at a time, each waiting for its ACK), most are skipped: the system call
+    // is a good part of what an all-acked message costs at two processes, and what the
+    // kernel got meanwhile is read by the next wait, a round later. While they find
+    // more (a stream), every one is made: they gather a burst under one ACK.
+    const bool relook = !polled && now >= deadline && now - last_epoll_ < kRepollAfter;
+    if (relook && !relook_found_ && relooks_skipped_ < kRelooksSkipped) {
+      ++relooks_skipped_;
+      return std::nullopt;
+    }
+    if (relook) relooks_skipped_ = 0;
     pacer_.on_empty(now);
     if (polled && now >= deadline) return std::nullopt;
     // Busy-polling right after traffic saves the wake-up of a sleeping thread (tens of
@@ -455,6 +474,8 @@ std::optional<Inbound> Endpoint::wait(std::chrono::steady_clock::time_point dead
     }
     if (blocks) blocking_.store(false);
     polled = true;
+    if (relook) relook_found_ = n > 0;
+    if (n > 0) last_epoll_ = std::chrono::steady_clock::now();
     if (n < 0) {
       if (errno == EINTR) continue;
       fail_sys(errno, "cannot wait on the endpoint's epoll set", "the endpoint was destroyed while in use");

@@ -243,6 +243,12 @@ class Endpoint {
   bool pwait2_ = true;
   transport::PollPacer pacer_;  // when wait() polls rather than sleeps; only wait() touches it
   transport::Relax relax_;  // between polls (wait)
+  /// When the last epoll that found input returned, whether the last look right
+  /// after one found more, and how many such looks were skipped since one was made
+  /// (wait() only; see kRepollAfter).
+  std::chrono::steady_clock::time_point last_epoll_{};
+  bool relook_found_ = true;
+  std::uint32_t relooks_skipped_ = 0;
 
   mutable std::mutex mu_;
   bool closed_ = false;
