@@ -15,6 +15,8 @@
 #include <random>
 #include <string>
 #include <thread>
+#include <utility>
+#include <variant>
 #include <vector>
 
 #include <catch2/catch.hpp>
@@ -366,6 +368,157 @@ TEST_CASE("shm: wake() ends a wait at once, from another thread", "[shm]") {
   CHECK_FALSE(eps[0]->wait(start + 10s));
   CHECK(Clock::now() - start < 5s);
   t.join();
+}
+
+namespace {
+
+Bytes ack_frame(hmcast::GroupId group, hmcast::ViewId view, std::vector<hmcast::wire::AckEntry> entries) {
+  hmcast::wire::Header h;
+  h.group = group;
+  h.view = view;
+  h.src = 1;
+  return hmcast::wire::encode(h, hmcast::wire::Ack{std::move(entries)});
+}
+
+/// The view and entries of the ACK frame `in` carries (fails the test if it is none).
+std::pair<hmcast::ViewId, std::vector<hmcast::wire::AckEntry>> ack_of(const shm::Inbound& in) {
+  auto d = hmcast::wire::decode(in.bytes);
+  REQUIRE(d.ok());
+  REQUIRE(std::holds_alternative<hmcast::wire::Ack>(d.packet.body));
+  return {d.packet.header.view, std::get<hmcast::wire::Ack>(d.packet.body).entries};
+}
+
+}  // namespace
+
+TEST_CASE("shm: an ACK goes by mail slot, merged by stream with the unread one, never across views", "[shm]") {
+  using E = hmcast::wire::AckEntry;
+  const auto group = test_group(21);
+  auto eps = group_of(2, config(group));
+  REQUIRE(eps[0]->unicast(2, ack_frame(group, 4, {E{1, 0, 5, 0}})));
+  auto in = next(*eps[1]);
+  REQUIRE(in);
+  CHECK_FALSE(in->datagram);
+  CHECK(in->from == 1);
+  CHECK(ack_of(*in) == std::pair<hmcast::ViewId, std::vector<E>>{4, {E{1, 0, 5, 0}}});
+  CHECK(eps[0]->stats().acks_mailed == 1);
+  CHECK(eps[1]->stats().acks_mail_received == 1);
+  CHECK_FALSE(next(*eps[1], 20ms));  // read once
+
+  // Two before the reader looks: one frame, the newer entry of stream 1 and stream 3's.
+  REQUIRE(eps[0]->unicast(2, ack_frame(group, 4, {E{3, 2, 4, 0}})));
+  REQUIRE(eps[0]->unicast(2, ack_frame(group, 4, {E{1, 0, 6, 2}})));
+  in = next(*eps[1]);
+  REQUIRE(in);
+  CHECK(ack_of(*in) == std::pair<hmcast::ViewId, std::vector<E>>{4, {E{1, 0, 6, 2}, E{3, 2, 4, 0}}});
+  CHECK_FALSE(next(*eps[1], 20ms));
+
+  // Another view's tree: its first frame carries its own entries only.
+  REQUIRE(eps[0]->unicast(2, ack_frame(group, 5, {E{1, 6, 7, 0}})));
+  in = next(*eps[1]);
+  REQUIRE(in);
+  CHECK(ack_of(*in) == std::pair<hmcast::ViewId, std::vector<E>>{5, {E{1, 6, 7, 0}}});
+  CHECK(eps[0]->stats().acks_mailed == 4);
+  CHECK(eps[1]->stats().acks_mail_received == 3);
+
+  // More streams than a slot holds: that frame, as sent, through the inbox.
+  std::vector<E> many;
+  for (std::uint32_t s = 1; s <= 20; ++s) many.push_back(E{s, 1, 2, 0});
+  const Bytes big = ack_frame(group, 5, many);
+  REQUIRE(big.size() > shm::kMailBytes);
+  REQUIRE(eps[0]->unicast(2, big));
+  in = next(*eps[1]);
+  REQUIRE(in);
+  CHECK(in->bytes == big);
+  CHECK(eps[0]->stats().acks_mailed == 4);
+  // The merged set of this view holds those streams now: the inbox again, until the next view.
+  const Bytes small = ack_frame(group, 5, {E{1, 7, 8, 0}});
+  REQUIRE(eps[0]->unicast(2, small));
+  in = next(*eps[1]);
+  REQUIRE(in);
+  CHECK(in->bytes == small);
+  CHECK(eps[0]->stats().acks_mailed == 4);
+  REQUIRE(eps[0]->unicast(2, ack_frame(group, 6, {E{1, 8, 9, 0}})));
+  in = next(*eps[1]);
+  REQUIRE(in);
+  CHECK(ack_of(*in) == std::pair<hmcast::ViewId, std::vector<E>>{6, {E{1, 8, 9, 0}}});
+  CHECK(eps[0]->stats().acks_mailed == 5);
+  CHECK_FALSE(next(*eps[1], 20ms));
+}
+
+TEST_CASE("shm: a mail slot whose entry count is past any ACK's is counted and dropped", "[shm]") {
+  const auto group = test_group(24);
+  auto eps = group_of(2, config(group));
+  const int fd = ::shm_open(shm::file_name(group, 1).c_str(), O_RDWR, 0);
+  REQUIRE(fd >= 0);
+  const std::size_t size = sizeof(shm::Header);
+  void* at = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  ::close(fd);
+  REQUIRE(at != MAP_FAILED);
+  auto* h = static_cast<shm::Header*>(at);
+  std::uint32_t slot = shm::kMaxReaders;
+  for (std::uint32_t i = 0; i < shm::kMaxReaders; ++i)
+    if (h->readers[i].member.load() == 2) slot = i;
+  REQUIRE(slot < shm::kMaxReaders);
+  // As a writer would leave it, but with 1,000 entries counted (the count follows the
+  // group, view and source: bytes 20 to 23 of what the slot holds).
+  shm::MailSlot& m = h->mail[slot];
+  m.to.store(2);
+  m.words[2].store(std::uint64_t{1000} << 32);
+  m.seq.store(2, std::memory_order_release);
+  CHECK_FALSE(next(*eps[1], 20ms));
+  CHECK(eps[1]->stats().bad_input == 1);
+  CHECK(eps[1]->stats().acks_mail_received == 0);
+  // A good frame after it still arrives.
+  REQUIRE(eps[0]->unicast(2, ack_frame(group, 1, {hmcast::wire::AckEntry{1, 0, 2, 0}})));
+  CHECK(next(*eps[1]));
+  ::munmap(at, size);
+}
+
+TEST_CASE("shm: an ACK to a member that does not read our log goes through its inbox", "[shm]") {
+  const auto group = test_group(22);
+  const auto cfg = config(group);
+  shm::Endpoint a(1, cfg);
+  shm::Endpoint b(2, cfg);
+  a.add_peer(2);  // b never attaches to a's log
+  const Bytes ack = ack_frame(group, 1, {hmcast::wire::AckEntry{1, 0, 3, 0}});
+  REQUIRE(a.unicast(2, ack));
+  auto in = next(b);
+  REQUIRE(in);
+  CHECK(in->from == 1);
+  CHECK(in->bytes == ack);
+  CHECK(a.stats().acks_mailed == 0);
+}
+
+TEST_CASE("shm: ACKs mailed from one thread while another reads: none torn, none older than the last", "[shm]") {
+  using E = hmcast::wire::AckEntry;
+  const auto group = test_group(23);
+  auto eps = group_of(2, config(group));
+  constexpr hmcast::Seq kLast = 20'000;
+  std::atomic<bool> refused{false};  // Catch's assertions are not for other threads
+  std::thread writer([&] {
+    for (hmcast::Seq have = 1; have <= kLast; ++have)
+      if (!eps[0]->unicast(2, ack_frame(group, 1, {E{1, have / 2, have, 0}, E{7, 0, have, 0}}))) refused = true;
+  });
+  hmcast::Seq seen = 0;
+  std::uint64_t frames = 0;
+  const auto until = Clock::now() + 30s;
+  while (seen < kLast && Clock::now() < until) {
+    auto in = next(*eps[1], 100ms);
+    if (!in) continue;
+    ++frames;
+    const auto [view, entries] = ack_of(*in);
+    CHECK(view == 1);
+    REQUIRE(entries.size() == 2);
+    CHECK(entries[0] == E{1, entries[0].have / 2, entries[0].have, 0});  // a torn copy would mix two frames
+    CHECK(entries[1] == E{7, 0, entries[0].have, 0});
+    CHECK(entries[0].have > seen);  // each one read is newer than the last
+    seen = entries[0].have;
+  }
+  writer.join();
+  CHECK_FALSE(refused);
+  CHECK(seen == kLast);
+  CHECK(frames <= kLast);
+  CHECK(eps[1]->stats().bad_input == 0);
 }
 
 TEST_CASE("shm: a Block's payload goes from the sender's buffer straight into the receiver's", "[shm]") {

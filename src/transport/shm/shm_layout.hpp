@@ -13,6 +13,10 @@
 //   mutex and one reader (the owner). A writer publishes a record by moving the
 //   tail only after writing it, so a writer that dies mid-record leaves nothing
 //   torn: the next writer overwrites it.
+// - A mail slot per reader slot holds the latest ACK frame the owner sends that
+//   reader: one writer (the owner) and one reader, no lock, a newer frame replaces
+//   an unread one (ACKs are cumulative, and the writer merges the streams it acked
+//   there), so an ACK costs one cache line's trip instead of a frame in the inbox.
 // - Records in both: a 16-byte header and the payload, padded to 16 bytes; a record
 //   that would run past the end of the buffer is preceded by a padding record.
 #pragma once
@@ -28,7 +32,7 @@
 namespace hmcast::shm {
 
 inline constexpr std::uint64_t kMagic = 0x6873'6d63'6d68'0001ULL;
-inline constexpr std::uint32_t kVersion = 1;
+inline constexpr std::uint32_t kVersion = 2;
 inline constexpr std::uint32_t kMaxReaders = 256;
 /// A reader slot being set up: the writer ignores it until it names its member.
 inline constexpr std::uint32_t kClaiming = 0xFFFF'FFFFU;
@@ -44,6 +48,24 @@ struct alignas(64) ReaderSlot {
   std::atomic<std::uint64_t> position{0};
   /// Bumped when the writer evicts the reader (its reads since are void).
   std::atomic<std::uint64_t> generation{0};
+};
+
+/// The largest ACK frame a mail slot holds (a larger one goes through the inbox),
+/// and the words that hold all of it but its first four bytes.
+inline constexpr std::size_t kMailBytes = 448;
+inline constexpr std::size_t kMailWords = (kMailBytes - 4 + 7) / 8;
+
+/// The latest ACK frame for the reader in the same slot of the log (readers[i]),
+/// addressed `to` that member: its bytes after the first four (magic, version and
+/// type, the same in every ACK) in `words`, so a frame of one entry fills one cache
+/// line with `seq` and `to`. Written under `seq` (odd while the owner writes, bumped
+/// by 2 per frame; 0: never written), read without a lock: a reader keeps what it
+/// copied only if `seq` was even and unchanged across the copy. Words are atomics so
+/// that a copy racing a write is defined (torn copies are thrown away by the check).
+struct alignas(64) MailSlot {
+  std::atomic<std::uint32_t> seq{0};
+  std::atomic<std::uint32_t> to{0};
+  std::atomic<std::uint64_t> words[kMailWords];
 };
 
 struct Header {
@@ -66,6 +88,7 @@ struct Header {
   alignas(64) std::atomic<std::uint64_t> inbox_head{0};      // moved by the owner as it reads
   alignas(64) pthread_mutex_t inbox_mu;
   ReaderSlot readers[kMaxReaders];
+  MailSlot mail[kMaxReaders];
 };
 
 enum RecordFlags : std::uint32_t {

@@ -44,6 +44,12 @@ constexpr std::chrono::milliseconds kAttachRetry{10};
 /// log) asks the kernel whether that peer's process still lives (kill + /proc).
 constexpr std::chrono::milliseconds kLivenessCheck{10};
 
+/// Mail frames to one peer between two lookups of its reader slot in our log
+/// (mail_ack): a reader that left and came back elsewhere without our evicting it is
+/// found again within this many ACKs (those between go unread; the protocol asks
+/// for late ACKs again).
+constexpr std::uint32_t kMailRecheck = 64;
+
 /// False once process `pid` has exited, also while it is a zombie its parent has
 /// not reaped yet (it will never read or write again).
 bool process_alive(std::uint32_t pid) {
@@ -218,6 +224,7 @@ bool Endpoint::evict_stalled(std::uint64_t new_head) {
 }
 
 void Endpoint::evict(std::uint32_t i) {
+  evictions_.fetch_add(1, std::memory_order_acq_rel);
   ReaderSlot& slot = header_->readers[i];
   slot.generation.fetch_add(1, std::memory_order_acq_rel);
   slot.member.store(0, std::memory_order_release);
@@ -230,6 +237,7 @@ void Endpoint::leave_log(Peer& p) {
     p.header->readers[p.slot].member.compare_exchange_strong(me, 0, std::memory_order_acq_rel);
   }
   p.slot = kMaxReaders;
+  p.slot_seen.store(kMaxReaders, std::memory_order_release);
   p.read_seen.store(kNotReading, std::memory_order_release);
 }
 
@@ -266,6 +274,7 @@ bool Endpoint::unicast(MemberId to, std::vector<std::byte> head, std::span<const
   std::lock_guard lock(p->mu);
   if (p->header == nullptr) attach(*p);  // its file may not have been there at add_peer()
   if (p->broken || p->header == nullptr) return false;
+  if (payload.empty() && mail_ack(*p, head)) return true;
   Pending f{std::move(head), payload, std::move(keep), 0};
   if (f.size() > cfg_.max_frame || f.size() > std::numeric_limits<std::uint32_t>::max()) return false;
   p->out_bytes += f.size();
@@ -333,6 +342,123 @@ void Endpoint::flush(Peer& p) {
   p.has_pending.store(!p.out.empty());
 }
 
+namespace {
+
+constexpr std::size_t kAckEntry = 28;                      // wire::AckEntry: sender, stable, have, mask
+constexpr std::size_t kAckFront = wire::kHeaderSize + 4;  // the header and the entry count
+constexpr std::size_t kMailSkip = 4;                      // magic, version, type: not stored
+
+/// The first four bytes of every ACK frame this build encodes.
+std::array<std::byte, kMailSkip> ack_start() {
+  std::array<std::byte, kMailSkip> b{};
+  wire::store_le<std::uint16_t>(b.data(), wire::kMagic);
+  b[2] = std::byte{wire::kVersion};
+  b[3] = static_cast<std::byte>(wire::Type::ack);
+  return b;
+}
+
+}  // namespace
+
+bool Endpoint::mail_ack(Peer& p, std::span<const std::byte> frame) {
+  static const auto kStart = ack_start();
+  if (frame.size() < kAckFront || std::memcmp(frame.data(), kStart.data(), kMailSkip) != 0) return false;
+  const std::uint32_t entries = wire::load_le<std::uint32_t>(frame.data() + wire::kHeaderSize);
+  if (frame.size() != kAckFront + std::size_t{entries} * kAckEntry) return false;
+  // Its reader slot in our log, where it looks for our mail: looked up again after we
+  // evicted a reader (it may come back in another slot), and every kMailRecheck
+  // frames (the slot's line is the one the reader writes as it reads).
+  const std::uint64_t evictions = evictions_.load(std::memory_order_acquire);
+  if (p.mail_slot >= kMaxReaders || p.mail_evictions != evictions || ++p.mail_unchecked >= kMailRecheck) {
+    const std::uint32_t was = p.mail_slot;
+    const std::uint32_t used = std::min(header_->readers_used.load(std::memory_order_acquire), kMaxReaders);
+    p.mail_slot = kMaxReaders;
+    for (std::uint32_t i = 0; i < used && p.mail_slot == kMaxReaders; ++i)
+      if (header_->readers[i].member.load(std::memory_order_acquire) == p.id) p.mail_slot = i;
+    p.mail_evictions = evictions;
+    p.mail_unchecked = 0;
+    if (p.mail_slot != was) p.mail_entries.clear();  // a new slot starts empty: only this frame's streams
+    if (p.mail_slot == kMaxReaders) return false;
+  }
+  // Entries of another view name other trees: never merged with this one's.
+  const ViewId view = wire::peek_view(frame);
+  if (view != p.mail_view) p.mail_entries.clear();
+  p.mail_view = view;
+  for (std::uint32_t e = 0; e < entries; ++e) {
+    const std::byte* entry = frame.data() + kAckFront + std::size_t{e} * kAckEntry;
+    std::size_t at = 0;
+    while (at < p.mail_entries.size() && std::memcmp(p.mail_entries.data() + at, entry, 4) != 0) at += kAckEntry;
+    if (at == p.mail_entries.size()) p.mail_entries.resize(at + kAckEntry);
+    std::memcpy(p.mail_entries.data() + at, entry, kAckEntry);
+  }
+  const std::size_t length = kAckFront + p.mail_entries.size();
+  // More streams than a slot holds: this frame goes whole by the inbox, and so will
+  // the next ones of this view (the merged set only grows). The slot keeps what it
+  // holds, unread or not: replacing it with fewer streams could lose one.
+  if (length > kMailBytes) return false;
+  MailSlot& slot = header_->mail[p.mail_slot];
+  std::array<std::uint64_t, kMailWords> words{};
+  auto* bytes = reinterpret_cast<std::byte*>(words.data());
+  std::memcpy(bytes, frame.data() + kMailSkip, wire::kHeaderSize - kMailSkip);
+  wire::store_le<std::uint32_t>(bytes + wire::kHeaderSize - kMailSkip,
+                                static_cast<std::uint32_t>(p.mail_entries.size() / kAckEntry));
+  std::memcpy(bytes + kAckFront - kMailSkip, p.mail_entries.data(), p.mail_entries.size());
+  // One writer per slot: this member, under p.mu.
+  const std::uint32_t seq = slot.seq.load(std::memory_order_relaxed);
+  slot.seq.store(seq + 1, std::memory_order_relaxed);
+  // Release stores (plain stores on x86): a reader whose acquire load sees a new word
+  // sees the odd count after it, and drops its copy. No fence: TSan models none.
+  slot.to.store(p.id, std::memory_order_release);
+  for (std::size_t w = 0; w < (length - kMailSkip + 7) / 8; ++w)
+    slot.words[w].store(words[w], std::memory_order_release);
+  slot.seq.store(seq + 2, std::memory_order_release);
+  if (p.header != nullptr) ring(*p.header);
+  count(&ShmStats::acks_mailed);
+  count(&ShmStats::frames_sent);
+  count(&ShmStats::link_bytes_sent, frame.size());
+  return true;
+}
+
+std::optional<Inbound> Endpoint::read_mail(Peer& p) {
+  static const auto kStart = ack_start();
+  const Header* ph = p.header_seen.load(std::memory_order_acquire);
+  const std::uint32_t i = p.slot_seen.load(std::memory_order_acquire);
+  if (ph == nullptr || i >= kMaxReaders) return std::nullopt;
+  if (i != p.mail_read_slot) {  // another slot (attached again): its count is another's
+    p.mail_read_slot = i;
+    p.mail_seen = 0;
+  }
+  const MailSlot& slot = ph->mail[i];
+  const std::uint32_t seq = slot.seq.load(std::memory_order_acquire);
+  if (seq == p.mail_seen || (seq & 1U) != 0) return std::nullopt;
+  // Acquire loads: the count's second reading below cannot move before them.
+  const std::uint32_t to = slot.to.load(std::memory_order_acquire);
+  std::array<std::uint64_t, kMailWords> words{};
+  auto* bytes = reinterpret_cast<std::byte*>(words.data());
+  constexpr std::size_t kFrontWords = (kAckFront - kMailSkip + 7) / 8;
+  for (std::size_t w = 0; w < kFrontWords; ++w) words[w] = slot.words[w].load(std::memory_order_acquire);
+  // The count may be torn: bounded before it sizes anything, and checked below.
+  const std::size_t length = kAckFront + std::size_t{std::min<std::uint32_t>(
+                                             wire::load_le<std::uint32_t>(bytes + wire::kHeaderSize - kMailSkip),
+                                             kMailBytes / kAckEntry)} * kAckEntry;
+  const std::size_t n = std::min((length - kMailSkip + 7) / 8, words.size());
+  for (std::size_t w = kFrontWords; w < n; ++w) words[w] = slot.words[w].load(std::memory_order_acquire);
+  if (slot.seq.load(std::memory_order_relaxed) != seq) return std::nullopt;  // rewritten meanwhile: next poll
+  p.mail_seen = seq;
+  if (to != self_) return std::nullopt;  // left for the slot's last reader, not us
+  if (length > kMailBytes) {
+    count(&ShmStats::bad_input);
+    return std::nullopt;
+  }
+  Inbound in;
+  in.from = p.id;
+  in.bytes.resize(length);
+  std::memcpy(in.bytes.data(), kStart.data(), kMailSkip);
+  std::memcpy(in.bytes.data() + kMailSkip, bytes, length - kMailSkip);
+  count(&ShmStats::acks_mail_received);
+  count(&ShmStats::frames_received);
+  return in;
+}
+
 bool Endpoint::attach(Peer& p) {
   if (p.header == nullptr) {
     SharedFile f = SharedFile::open(file_name(cfg_.group_id, p.id));
@@ -379,6 +505,7 @@ bool Endpoint::attach(Peer& p) {
     p.read_pos = h.multicast_head.load(std::memory_order_acquire);
     slot.position.store(p.read_pos, std::memory_order_release);
     p.slot = i;
+    p.slot_seen.store(i, std::memory_order_release);
     p.header_seen.store(p.header, std::memory_order_release);
     p.read_seen.store(p.read_pos, std::memory_order_release);
     return true;
@@ -574,6 +701,7 @@ std::optional<Inbound> Endpoint::read_multicast(Peer& p) {
       count(&ShmStats::evicted_from_peers);
     }
     p.slot = kMaxReaders;
+    p.slot_seen.store(kMaxReaders, std::memory_order_release);
     p.read_seen.store(kNotReading, std::memory_order_release);
     attach(p);
     return std::nullopt;
@@ -600,6 +728,8 @@ std::optional<Inbound> Endpoint::poll_once() {
     if (!p->broken) flush(*p);
   }
   if (auto in = read_inbox()) return in;
+  for (auto& p : snapshot_)
+    if (auto in = read_mail(*p)) return in;
   const std::size_t n = snapshot_.size();
   for (std::size_t i = 0; i < n; ++i) {
     Peer& p = *snapshot_[(next_peer_ + i) % n];
@@ -685,7 +815,7 @@ ShmStats Endpoint::stats() const {
       &ShmStats::frames_received, &ShmStats::link_bytes_sent,      &ShmStats::multicast_overruns,
       &ShmStats::readers_evicted, &ShmStats::evicted_from_peers,   &ShmStats::bad_input,
       &ShmStats::peers_unreachable, &ShmStats::bytes_placed,       &ShmStats::inbox_locks_recovered,
-      &ShmStats::partial_frames_dropped};
+      &ShmStats::partial_frames_dropped, &ShmStats::acks_mailed, &ShmStats::acks_mail_received};
   static_assert(sizeof(ShmStats) == kFields.size() * sizeof(std::uint64_t), "a counter is missing here");
   ShmStats out;
   auto& counters = const_cast<ShmStats&>(stats_);  // NOLINT: read through atomic_ref, as count() writes

@@ -79,6 +79,10 @@ struct ShmStats {
   std::uint64_t inbox_locks_recovered = 0;
   /// Frames dropped unfinished: their writer left the view before the last fragment.
   std::uint64_t partial_frames_dropped = 0;
+  /// ACK frames written into a reader's mail slot instead of its inbox (shm_layout.hpp),
+  /// and ACK frames taken from peers' mail slots.
+  std::uint64_t acks_mailed = 0;
+  std::uint64_t acks_mail_received = 0;
 };
 
 /// The file name of member `member` of group `group` ("/hmcast-<group>-<member>").
@@ -160,6 +164,20 @@ class Endpoint {
     /// as most polls find. The header never moves once mapped.
     std::atomic<Header*> header_seen{nullptr};
     std::atomic<std::uint64_t> read_seen{kNotReading};
+    /// Our reader slot in its log as last attached (kMaxReaders: none), published for
+    /// read_mail(), which reads the mail slot of the same index without `mu`.
+    std::atomic<std::uint32_t> slot_seen{kMaxReaders};
+    // Ours to it (under `mu`): its reader slot in our log as last found, the view of
+    // the ACK entries we mailed it, and those entries (wire::Ack's, by stream), merged
+    // into every frame we mail it so a newer frame never loses an older stream's ACK.
+    std::uint32_t mail_slot = kMaxReaders;
+    std::uint64_t mail_evictions = 0;
+    std::uint32_t mail_unchecked = 0;
+    ViewId mail_view = 0;
+    std::vector<std::byte> mail_entries;
+    // The wait() thread's: the slot whose mail we read, and its sequence count there.
+    std::uint32_t mail_read_slot = kMaxReaders;
+    std::uint32_t mail_seen = 0;
   };
   static constexpr std::uint64_t kNotReading = ~std::uint64_t{0};
 
@@ -175,6 +193,11 @@ class Endpoint {
   /// (p.mu held): called while frames wait for room, on every poll.
   bool owner_dead(Peer& p);
   void flush(Peer& p);  // p.mu held
+  /// Writes ACK frame `frame` (merged with those before) into the mail slot of p's
+  /// reader slot in our log (p.mu held). False: not an ACK, p does not read our log,
+  /// or too large; the caller sends it through p's inbox.
+  bool mail_ack(Peer& p, std::span<const std::byte> frame);
+  std::optional<Inbound> read_mail(Peer& p);
   std::optional<Inbound> poll_once();
   std::optional<Inbound> read_inbox();
   std::optional<Inbound> read_multicast(Peer& p);
@@ -198,6 +221,9 @@ class Endpoint {
   /// last scan; readers only move on, and attach at the head): while a record fits
   /// above it, the writer skips the scan and leaves the readers' slots to them.
   std::uint64_t reader_floor_ = 0;
+  /// Readers this member evicted from its log, ever: a peer's mail slot (its reader
+  /// slot) is looked up again when this moved (mail_ack).
+  std::atomic<std::uint64_t> evictions_{0};
 
   mutable std::mutex peers_mu_;
   // Departed peers whose process was still exiting when they left the view (its
