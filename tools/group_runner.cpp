@@ -304,6 +304,7 @@ GroupRunReport run_group(const GroupRunOptions& o) {
     if (o.kill_mid_write + o.kill_senders_mid_write > 0)
       argv.emplace_back("--crash-mid-write");  // only the victims are ever armed
     if (o.timestamps) argv.emplace_back("--timestamps");
+    if (o.span_only) argv.emplace_back("--span-only");
     if (o.verify != "full") argv.insert(argv.end(), {"--verify", o.verify});
     if (joiner) argv.emplace_back("--joiner");
     if (bind) argv.insert(argv.end(), {"--cpu", std::to_string(cpus[(c.index - 1) % cpus.size()])});

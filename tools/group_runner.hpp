@@ -84,6 +84,7 @@ struct GroupRunOptions {
   std::ostream* progress = nullptr;  // where progress lines go (none if null)
   bool serial = false;      // senders wait for each completion (latency, not load)
   bool timestamps = false;  // measure delivery at the last receiver of member 1's messages
+  bool span_only = false;   // with timestamps: only a stream's span (members' --span-only)
   /// How much of each delivery members check ("full" or "sampled": see tools/workload.hpp).
   std::string verify = "full";
   /// More words for every member's command line (policy overrides: --radix, --algo,
