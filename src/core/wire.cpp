@@ -227,7 +227,7 @@ DecodeError decode_ack(Reader& r, Body& out) {
   const auto count = r.u32();
   if (!r.ok()) return DecodeError::truncated;
   if (count > kMaxListLength) return DecodeError::inconsistent;
-  if (std::uint64_t{count} * 28 > r.remaining()) return DecodeError::truncated;
+  if (std::uint64_t{count} * kAckEntrySize > r.remaining()) return DecodeError::truncated;
   a.entries.reserve(count);
   for (std::uint32_t i = 0; i < count; ++i) {
     AckEntry e;

@@ -123,6 +123,9 @@ struct AckEntry {
 struct Ack {
   std::vector<AckEntry> entries;
 };
+/// An Ack's encoding: its header, an entry count (u32), then entries of this size
+/// (sender u32, stable, have and mask u64), in order.
+inline constexpr std::size_t kAckEntrySize = 4 + 8 + 8 + 8;
 
 struct Stable {
   MemberId sender = 0;

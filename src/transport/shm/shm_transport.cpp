@@ -344,7 +344,7 @@ void Endpoint::flush(Peer& p) {
 
 namespace {
 
-constexpr std::size_t kAckEntry = 28;                      // wire::AckEntry: sender, stable, have, mask
+constexpr std::size_t kAckEntry = wire::kAckEntrySize;
 constexpr std::size_t kAckFront = wire::kHeaderSize + 4;  // the header and the entry count
 constexpr std::size_t kMailSkip = 4;                      // magic, version, type: not stored
 
@@ -411,7 +411,7 @@ bool Endpoint::mail_ack(Peer& p, std::span<const std::byte> frame) {
   for (std::size_t w = 0; w < (length - kMailSkip + 7) / 8; ++w)
     slot.words[w].store(words[w], std::memory_order_release);
   slot.seq.store(seq + 2, std::memory_order_release);
-  if (p.header != nullptr) ring(*p.header);
+  ring(*p.header);  // unicast() checked it is mapped
   count(&ShmStats::acks_mailed);
   count(&ShmStats::frames_sent);
   count(&ShmStats::link_bytes_sent, frame.size());
