@@ -89,6 +89,13 @@ def fmt_size(n):
     return "%d B" % n
 
 
+def fmt_cpu(c):
+    """CPU seconds per GB delivered, or n/a."""
+    if c is None:
+        return "n/a"
+    return "%.0f" % c if c >= 100 else "%.2f" % c
+
+
 def fmt_us(us):
     if us is None:
         return "n/a"
@@ -104,7 +111,8 @@ def hmcast_small(procs, sizes, messages=None, extra=(), transport="socket", env=
         cmd += ["--messages", str(messages)]
     rows = last_json(run(cmd, 900, env))["rows"]
     return {r["size"]: {"all": r["complete_p50_us"], "all_p99": r["complete_p99_us"], "last": r["deliver_p50_us"],
-                        "last_p99": r["deliver_p99_us"], "ok": r["ok"], "policy": r.get("policy", {})} for r in rows}
+                        "last_p99": r["deliver_p99_us"], "ok": r["ok"], "policy": r.get("policy", {}),
+                        "cpu": r.get("latency_cpu_s_per_gb")} for r in rows}
 
 
 def mpi_small(procs, sizes, scale, shim=False, prefix=None):
@@ -116,7 +124,8 @@ def mpi_small(procs, sizes, scale, shim=False, prefix=None):
         cmd += ["--label", "MPI_Bcast via hmcast shim"]
     rows = last_json(run(cmd, 900))["rows"]
     return {r["size"]: {"all": r["bcast_barrier_p50_us"], "all_p99": r["bcast_barrier_p99_us"],
-                        "last": r["bcast_p50_us"], "last_p99": r["bcast_p99_us"], "ok": r["ok"]} for r in rows}
+                        "last": r["bcast_p50_us"], "last_p99": r["bcast_p99_us"], "ok": r["ok"],
+                        "cpu": r.get("cpu_s_per_gb")} for r in rows}
 
 
 IMPLS = [("hmcast", "hmcast (socket)"), ("mpi", "Open MPI MPI_Bcast (TCP)"), ("shim", "MPI_Bcast via hmcast shim")]
@@ -138,7 +147,8 @@ def small_runs(procs_list, sizes, rounds, scale, shim):
                 for size, r in res.items():
                     rows.append({"impl": impl, "procs": procs, "size": size, "round": rnd, "all_p50_us": r["all"],
                                  "last_p50_us": r["last"], "all_p99_us": r["all_p99"], "last_p99_us": r["last_p99"],
-                                 "ok": r["ok"], "policy": json.dumps(r.get("policy", {}))})
+                                 "ok": r["ok"], "policy": json.dumps(r.get("policy", {})),
+                                 "cpu_s_per_gb": r.get("cpu")})
     return rows
 
 
@@ -153,7 +163,8 @@ def shm_runs(procs_list, sizes):
             for size, r in res.items():
                 rows.append({"impl": impl, "procs": procs, "size": size, "round": 0, "all_p50_us": r["all"],
                              "last_p50_us": r["last"], "all_p99_us": r["all_p99"], "last_p99_us": r["last_p99"],
-                             "ok": r["ok"], "policy": json.dumps(r.get("policy", {}))})
+                             "ok": r["ok"], "policy": json.dumps(r.get("policy", {})),
+                             "cpu_s_per_gb": r.get("cpu")})
     return rows
 
 
@@ -170,7 +181,8 @@ def caller_runs(procs_list, sizes):
             for size, r in hmcast_small(procs, sizes, extra=["--progress", "caller"], transport=transport).items():
                 rows.append({"impl": impl, "procs": procs, "size": size, "round": 0, "all_p50_us": r["all"],
                              "last_p50_us": r["last"], "all_p99_us": r["all_p99"], "last_p99_us": r["last_p99"],
-                             "ok": r["ok"], "policy": json.dumps(r.get("policy", {}))})
+                             "ok": r["ok"], "policy": json.dumps(r.get("policy", {})),
+                             "cpu_s_per_gb": r.get("cpu")})
     return rows
 
 
@@ -180,7 +192,8 @@ def caller_table(rows, procs_list, sizes):
           "progress) beside the default progress thread, against Open MPI's MPI_Bcast + MPI_Barrier: over TCP "
           "for the socket transport, `--mca btl self,vader` for shm (the MPI figures are the tables' above).\n",
           "| procs | size | socket, thread | socket, caller | MPI TCP | caller / MPI | shm, thread | shm, caller | "
-          "MPI vader | caller / vader |", "|---|---|---|---|---|---|---|---|---|---|"]
+          "MPI vader | caller / vader | CPU s/GB: socket caller, MPI TCP, shm caller, MPI vader |",
+          "|---|---|---|---|---|---|---|---|---|---|---|"]
     for procs in procs_list:
         for size in sizes:
             v = [median_of(rows, impl, procs, size, "all_p50_us")
@@ -188,8 +201,10 @@ def caller_table(rows, procs_list, sizes):
             cells = [fmt_us(x) if x else "n/a" for x in v]
             r1 = "%.2f" % (v[1] / v[2]) if v[1] and v[2] else "n/a"
             r2 = "%.2f" % (v[4] / v[5]) if v[4] and v[5] else "n/a"
-            md.append("| %d | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
-                procs, fmt_size(size), cells[0], cells[1], cells[2], r1, cells[3], cells[4], cells[5], r2))
+            cpu = ", ".join(fmt_cpu(median_of(rows, impl, procs, size, "cpu_s_per_gb"))
+                            for impl in ("hmcast_caller", "mpi", "hmcast_shm_caller", "mpi_vader"))
+            md.append("| %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
+                procs, fmt_size(size), cells[0], cells[1], cells[2], r1, cells[3], cells[4], cells[5], r2, cpu))
     return "\n".join(md) + "\n"
 
 
@@ -215,7 +230,7 @@ def stream_runs(rounds, transport="socket", mpirun=None, sizes=None, impls=("hmc
     """One sender streams to 8 members, then knows all have the last message: hmcast's
     stream until its last completion, against MPI_Bcast back to back then one MPI_Barrier.
     `transport` and `mpirun` pick the media (loopback sockets and TCP; shm and vader).
-    rows: impl, size, round, msgs_per_s, mb_s, cpu_s_per_gb (hmcast only), ok"""
+    rows: impl, size, round, msgs_per_s, mb_s, cpu_s_per_gb, ok"""
     rows = []
     sizes = ",".join(map(str, sizes or STREAM_SIZES))
     for rnd in range(rounds):
@@ -229,7 +244,8 @@ def stream_runs(rounds, transport="socket", mpirun=None, sizes=None, impls=("hmc
                                            str(STREAM_SCALE), "--json"], 900)
         for r in last_json(out)["rows"]:
             rows.append({"impl": impls[1], "size": r["size"], "round": rnd, "msgs_per_s": r["stream_msgs_per_s"],
-                         "mb_s": r["stream_msgs_per_s"] * r["size"] / 1e6, "cpu_s_per_gb": None, "ok": r["ok"]})
+                         "mb_s": r["stream_msgs_per_s"] * r["size"] / 1e6, "cpu_s_per_gb": r.get("cpu_s_per_gb"),
+                         "ok": r["ok"]})
     return rows
 
 
@@ -252,10 +268,13 @@ def stream_summary(summary, rows, prefix, impls, mpi_key, sizes):
         summary["%s_%s_ratio_vs_%s" % (prefix, name, mpi_key)] = round(h / m, 3) if h and m else None
         c = stream_median(rows, impls[0], size, "cpu_s_per_gb")
         summary["%s_%s_hmcast_cpu_s_per_gb" % (prefix, name)] = round(c, 2) if c else None
+        c = stream_median(rows, impls[1], size, "cpu_s_per_gb")
+        summary["%s_%s_%s_cpu_s_per_gb" % (prefix, name, mpi_key)] = round(c, 2) if c else None
 
 
 def median_of(rows, impl, procs, size, key):
-    v = [r[key] for r in rows if r["impl"] == impl and r["procs"] == procs and r["size"] == size]
+    v = [r[key] for r in rows if r["impl"] == impl and r["procs"] == procs and r["size"] == size
+         and r.get(key) is not None]
     return statistics.median(v) if v else None
 
 
@@ -291,7 +310,8 @@ def hmcast_cluster(procs, size, algo, messages, env=None):
            "--messages", str(messages), "--algo", algo, "--json", "--prefix", "ip netns exec hm{i}",
            "--interface-template", "10.77.0.{i}", "--manager-host", "10.77.0.254"]
     r = last_json(run(cmd, 1200, env))["rows"][0]
-    return {"last": r["deliver_p50_us"], "all": r["complete_p50_us"], "ok": r["ok"], "policy": r.get("policy", {})}
+    return {"last": r["deliver_p50_us"], "all": r["complete_p50_us"], "ok": r["ok"], "policy": r.get("policy", {}),
+            "cpu": r.get("latency_cpu_s_per_gb")}
 
 
 # mpirun on the emulated cluster: every namespace's daemon believes it has the machine's
@@ -371,20 +391,20 @@ def cluster_runs(rate, quick, hosts=8, size=64 * MIB, keyed=None):
         for algo, messages in plan:
             r = hmcast_cluster(hosts, size, algo, messages)
             rows.append({"what": "hmcast %s, %d hosts" % (algo, hosts), "key": algo, "rep": 0, "last_us": r["last"],
-                         "all_us": r["all"], "ok": r["ok"]})
+                         "all_us": r["all"], "ok": r["ok"], "cpu_s_per_gb": r.get("cpu")})
         if keyed:
             # The same as the first plan line, every frame tagged under a group key.
             r = hmcast_cluster(hosts, size, plan[0][0], plan[0][1], keyed)
             rows.append({"what": "hmcast %s, %d hosts, group key" % (plan[0][0], hosts), "key": plan[0][0] + "_keyed",
-                         "rep": 0, "last_us": r["last"], "all_us": r["all"], "ok": r["ok"]})
+                         "rep": 0, "last_us": r["last"], "all_us": r["all"], "ok": r["ok"], "cpu_s_per_gb": r.get("cpu")})
         if not quick:
             r = hmcast_cluster(2, size, "binomial_pipeline", 3)
             rows.append({"what": "hmcast, 2 hosts (one hop)", "key": "hmcast_2", "rep": 0, "last_us": r["last"],
-                         "all_us": r["all"], "ok": r["ok"]})
+                         "all_us": r["all"], "ok": r["ok"], "cpu_s_per_gb": r.get("cpu")})
             try:
                 r = mpi_cluster(hosts, size, 0.5)
                 rows.append({"what": "Open MPI MPI_Bcast, %d hosts" % hosts, "key": "mpi_bcast", "rep": 0,
-                             "last_us": r["last"], "all_us": r["all"], "ok": r["ok"]})
+                             "last_us": r["last"], "all_us": r["all"], "ok": r["ok"], "cpu_s_per_gb": r.get("cpu")})
             except Exception as e:
                 say("MPI_Bcast on the emulated cluster could not run: %s" % e)
                 rows.append({"what": "Open MPI MPI_Bcast, %d hosts: could not run (%s)" % (hosts, str(e)[:120]),
@@ -407,12 +427,12 @@ def cluster_rate_runs(rate, with_mpi, hosts=8, size=64 * MIB):
                          "all_us": None, "ok": True, "rate": rate})
         r = hmcast_cluster(hosts, size, "binomial_pipeline", 3)
         rows.append({"what": "hmcast binomial_pipeline at %s" % rate, "key": "binomial_pipeline", "rep": 0,
-                     "last_us": r["last"], "all_us": r["all"], "ok": r["ok"], "rate": rate})
+                     "last_us": r["last"], "all_us": r["all"], "ok": r["ok"], "cpu_s_per_gb": r.get("cpu"), "rate": rate})
         if with_mpi:
             try:
                 r = mpi_cluster(hosts, size, 0.5)
                 rows.append({"what": "Open MPI MPI_Bcast at %s" % rate, "key": "mpi_bcast", "rep": 0,
-                             "last_us": r["last"], "all_us": r["all"], "ok": r["ok"], "rate": rate})
+                             "last_us": r["last"], "all_us": r["all"], "ok": r["ok"], "cpu_s_per_gb": r.get("cpu"), "rate": rate})
             except Exception as e:
                 say("MPI_Bcast on the emulated cluster at %s could not run: %s" % (rate, e))
     finally:
@@ -431,7 +451,7 @@ TWO_HOST_SIZES = [2048, 64 * MIB]
 def two_host_runs():
     """hmcast (the two-level group: shared memory inside a host, the socket between) and Open MPI (vader inside a host, TCP
     between) on 2 namespaces of 4 processes each at TWO_HOST_RATE: rows of impl, size,
-    all_us (all-acked / Bcast+Barrier p50), last_us, cpu_s_per_gb (hmcast), ok; or a note."""
+    all_us (all-acked / Bcast+Barrier p50), last_us, cpu_s_per_gb, ok; or a note."""
     note = cluster_possible()
     if note:
         return [], "skipped: the emulated cluster " + note
@@ -453,7 +473,7 @@ def two_host_runs():
         try:
             for size, r in mpi_small(procs, TWO_HOST_SIZES, 0.3, prefix=prefix).items():
                 rows.append({"impl": "mpi", "size": size, "all_us": r["all"], "last_us": r["last"],
-                             "cpu_s_per_gb": None, "ok": r["ok"]})
+                             "cpu_s_per_gb": r.get("cpu"), "ok": r["ok"]})
         except Exception as e:
             note = "Open MPI could not run across the two hosts: %s" % str(e)[-200:]
             say(note)
@@ -474,6 +494,7 @@ def two_host_summary(summary, rows):
         summary["two_host_%s_mpi_us" % name] = m["all_us"] if m else None
         summary["two_host_%s_ratio_vs_mpi" % name] = round(h["all_us"] / m["all_us"], 3) if h and m else None
         summary["two_host_%s_hmcast_cpu_s_per_gb" % name] = h["cpu_s_per_gb"] if h else None
+        summary["two_host_%s_mpi_cpu_s_per_gb" % name] = m["cpu_s_per_gb"] if m else None
 
 
 def two_host_table(rows, note):
@@ -486,12 +507,14 @@ def two_host_table(rows, note):
         md.append(note + "\n")
     if not rows:
         return "\n".join(md) + "\n"
-    md += ["| size | hmcast all-acked | hmcast CPU s per GB | Open MPI Bcast+Barrier | ratio |", "|---|---|---|---|---|"]
+    md += ["| size | hmcast all-acked | hmcast CPU s per GB | Open MPI Bcast+Barrier | MPI CPU s per GB | ratio |",
+           "|---|---|---|---|---|---|"]
     for size in TWO_HOST_SIZES:
         h, m = two_host_pair(rows, size)
-        md.append("| %s | %s | %s | %s | %s |" % (
-            fmt_size(size), fmt_us(h["all_us"]) if h else "n/a", "%.1f" % h["cpu_s_per_gb"] if h else "n/a",
-            fmt_us(m["all_us"]) if m else "n/a", "%.3f" % (h["all_us"] / m["all_us"]) if h and m else "n/a"))
+        md.append("| %s | %s | %s | %s | %s | %s |" % (
+            fmt_size(size), fmt_us(h["all_us"]) if h else "n/a", fmt_cpu(h["cpu_s_per_gb"]) if h else "n/a",
+            fmt_us(m["all_us"]) if m else "n/a", fmt_cpu(m["cpu_s_per_gb"]) if m else "n/a",
+            "%.3f" % (h["all_us"] / m["all_us"]) if h and m else "n/a"))
     return "\n".join(md) + "\n"
 
 
@@ -604,15 +627,17 @@ def stream_table(stream, summary, media="loopback", impls=("hmcast", "mpi"), siz
           "hmcast: broadcasts as fast as the window allows, timed to the last one's all-acked completion; %s: "
           "MPI_Bcast back to back, then one MPI_Barrier (%d messages up to 4 KiB, %d of 64 KiB; median of the rounds).\n"
           % (mpi_name, 5000 * STREAM_SCALE, 200 * STREAM_SCALE),
-          "| size | hmcast messages/s | MPI messages/s | ratio | hmcast MB/s | MPI MB/s | hmcast CPU s per GB delivered |",
-          "|---|---|---|---|---|---|---|"]
+          "| size | hmcast messages/s | MPI messages/s | ratio | hmcast MB/s | MPI MB/s | hmcast CPU s per GB delivered "
+          "| MPI CPU s per GB delivered |",
+          "|---|---|---|---|---|---|---|---|"]
     for size in sizes or STREAM_SIZES:
         h, m = stream_median(stream, impls[0], size), stream_median(stream, impls[1], size)
         c = stream_median(stream, impls[0], size, "cpu_s_per_gb")
-        md.append("| %s | %s | %s | %s | %s | %s | %s |" % (
+        cm = stream_median(stream, impls[1], size, "cpu_s_per_gb")
+        md.append("| %s | %s | %s | %s | %s | %s | %s | %s |" % (
             fmt_size(size), "%.0f" % h if h else "n/a", "%.0f" % m if m else "n/a",
             "%.2f" % (h / m) if h and m else "n/a", "%.1f" % (h * size / 1e6) if h else "n/a",
-            "%.1f" % (m * size / 1e6) if m else "n/a", "%.2f" % c if c else "n/a"))
+            "%.1f" % (m * size / 1e6) if m else "n/a", fmt_cpu(c), fmt_cpu(cm)))
     return "\n".join(md) + "\n"
 
 
@@ -620,13 +645,16 @@ def shm_table(shm, procs_list, sizes):
     md = ["\n### One host, shared memory on both sides, p50 until every member has it\n",
           "hmcast's shm transport, all-acked, against Open MPI with `--mca btl self,vader`, MPI_Bcast + MPI_Barrier "
           "(one round).\n",
-          "| procs | size | hmcast shm all-acked | Open MPI vader Bcast+Barrier | ratio |", "|---|---|---|---|---|"]
+          "| procs | size | hmcast shm all-acked | Open MPI vader Bcast+Barrier | ratio | hmcast CPU s/GB | "
+          "MPI CPU s/GB |", "|---|---|---|---|---|---|---|"]
     for procs in procs_list:
         for size in sizes:
             h = median_of(shm, "hmcast_shm", procs, size, "all_p50_us")
             m = median_of(shm, "mpi_vader", procs, size, "all_p50_us")
-            md.append("| %d | %s | %s | %s | %s |" % (procs, fmt_size(size), fmt_us(h) if h else "n/a",
-                                                     fmt_us(m) if m else "n/a", "%.2f" % (h / m) if h and m else "n/a"))
+            md.append("| %d | %s | %s | %s | %s | %s | %s |" % (
+                procs, fmt_size(size), fmt_us(h) if h else "n/a", fmt_us(m) if m else "n/a",
+                "%.2f" % (h / m) if h and m else "n/a", fmt_cpu(median_of(shm, "hmcast_shm", procs, size, "cpu_s_per_gb")),
+                fmt_cpu(median_of(shm, "mpi_vader", procs, size, "cpu_s_per_gb"))))
     return "\n".join(md) + "\n"
 
 
@@ -634,8 +662,9 @@ def tables(small, procs_list, sizes, large, summary, shim_ran):
     md = []
     md.append("Run: `%s` (%s, %s).\n" % (summary["command"], summary["started_utc"], summary["host"]))
     md.append("### Small and medium messages, loopback, p50 (median of %d alternating rounds)\n" % summary["rounds"])
-    head = "| procs | size | hmcast all-acked | MPI_Bcast+Barrier | ratio | hmcast last delivery | MPI_Bcast | ratio |"
-    sep = "|---|---|---|---|---|---|---|---|"
+    head = ("| procs | size | hmcast all-acked | MPI_Bcast+Barrier | ratio | hmcast last delivery | MPI_Bcast | ratio "
+            "| hmcast CPU s/GB | MPI CPU s/GB |")
+    sep = "|---|---|---|---|---|---|---|---|---|---|"
     if shim_ran:
         head += " shim Bcast+Barrier | shim Bcast |"
         sep += "---|---|"
@@ -644,9 +673,11 @@ def tables(small, procs_list, sizes, large, summary, shim_ran):
         for s in sizes:
             ha, hl = median_of(small, "hmcast", n, s, "all_p50_us"), median_of(small, "hmcast", n, s, "last_p50_us")
             ma, ml = median_of(small, "mpi", n, s, "all_p50_us"), median_of(small, "mpi", n, s, "last_p50_us")
-            line = "| %d | %s | %s | %s | %s | %s | %s | %s |" % (
+            line = "| %d | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
                 n, fmt_size(s), fmt_us(ha), fmt_us(ma), "%.2f" % (ha / ma) if ha and ma else "n/a", fmt_us(hl),
-                fmt_us(ml), "%.2f" % (hl / ml) if hl and ml else "n/a")
+                fmt_us(ml), "%.2f" % (hl / ml) if hl and ml else "n/a",
+                fmt_cpu(median_of(small, "hmcast", n, s, "cpu_s_per_gb")),
+                fmt_cpu(median_of(small, "mpi", n, s, "cpu_s_per_gb")))
             if shim_ran:
                 line += " %s | %s |" % (fmt_us(median_of(small, "shim", n, s, "all_p50_us")),
                                         fmt_us(median_of(small, "shim", n, s, "last_p50_us")))
@@ -661,7 +692,8 @@ def tables(small, procs_list, sizes, large, summary, shim_ran):
             md.append(summary.get("cluster", "not run"))
             continue
         uni = cluster_value(rows, "unicast")
-        md += ["| what | last delivery (p50) | all-acked (p50) | vs one unicast |", "|---|---|---|---|"]
+        md += ["| what | last delivery (p50) | all-acked (p50) | vs one unicast | CPU s per GB delivered |",
+               "|---|---|---|---|---|"]
         seen = set()
         for r in rows:
             if r["key"] in seen:
@@ -669,8 +701,10 @@ def tables(small, procs_list, sizes, large, summary, shim_ran):
             seen.add(r["key"])
             v = cluster_value(rows, r["key"])
             alls = [x["all_us"] for x in rows if x["key"] == r["key"] and x["all_us"]]
-            md.append("| %s | %s | %s | %s |" % (r["what"], fmt_us(v), fmt_us(alls[0]) if alls else "—",
-                                                 "%.2f" % (v / uni) if v and uni else "n/a"))
+            cpus = [x["cpu_s_per_gb"] for x in rows if x["key"] == r["key"] and x.get("cpu_s_per_gb") is not None]
+            md.append("| %s | %s | %s | %s | %s |" % (r["what"], fmt_us(v), fmt_us(alls[0]) if alls else "—",
+                                                      "%.2f" % (v / uni) if v and uni else "n/a",
+                                                      fmt_cpu(statistics.median(cpus)) if cpus else "—"))
     md.append("\nFigures: `%s`" % json.dumps({k: summary[k] for k in summary
                                               if k.startswith(("small_", "large_", "loopback_", "cluster_", "stream_"))}))
     return "\n".join(md) + "\n"
@@ -702,16 +736,17 @@ def verbs_table(rows, note):
         return "\n".join(md + [note or "not run"]) + "\n"
     if note:
         md.append(note + "\n")
-    md += ["| size | hmcast all-acked | hmcast CPU s per GB | Open MPI (UCX) Bcast+Barrier | UCX_TLS | ratio |",
-           "|---|---|---|---|---|---|"]
+    md += ["| size | hmcast all-acked | hmcast CPU s per GB | Open MPI (UCX) Bcast+Barrier | MPI CPU s per GB | UCX_TLS "
+           "| ratio |", "|---|---|---|---|---|---|---|"]
     for r in rows:
         h = r.get("hmcast_all_acked_p50_us")
         m = r.get("mpi_ucx_bcast_barrier_p50_us")
         errs = r.get("mpi_ucx_errors", {})
         mpi = fmt_us(m) if m else "failed: " + "; ".join("%s: %s" % kv for kv in errs.items())
-        md.append("| %s | %s | %s | %s | %s | %s |" % (
+        md.append("| %s | %s | %s | %s | %s | %s | %s |" % (
             fmt_size(r["size"]), fmt_us(h) if h else r.get("hmcast_error", "n/a"),
-            "%.1f" % r["hmcast_cpu_s_per_gb"] if h else "n/a", mpi, r.get("mpi_ucx_tls", "—"),
+            "%.1f" % r["hmcast_cpu_s_per_gb"] if h else "n/a", mpi, fmt_cpu(r.get("mpi_ucx_cpu_s_per_gb")),
+            r.get("mpi_ucx_tls", "—"),
             "%.2f" % (h / m) if h and m else "n/a"))
     return "\n".join(md) + "\n"
 
@@ -828,6 +863,8 @@ def main():
         "small_2k_p50_ratio_vs_mpi_bcast_barrier": round(ha / ma, 3) if ha and ma else None,
         "small_2k_p50_ratio_vs_mpi_bcast": round(ha / ml, 3) if ha and ml else None,
         "small_2k_last_delivery_p50_ratio_vs_mpi_bcast": round(hl / ml, 3) if hl and ml else None,
+        "small_2k_hmcast_cpu_s_per_gb": median_of(small, "hmcast", 8, 2048, "cpu_s_per_gb"),
+        "small_2k_mpi_cpu_s_per_gb": median_of(small, "mpi", 8, 2048, "cpu_s_per_gb"),
     })
     if shim_ran:
         sa = median_of(small, "shim", 8, 2048, "all_p50_us")

@@ -113,7 +113,8 @@ def main():
             if rc == 0 and res and res["rows"]:
                 r = res["rows"][0]
                 row.update(mpi_ucx_tls=label, mpi_ucx_bcast_barrier_p50_us=r["bcast_barrier_p50_us"],
-                           mpi_ucx_bcast_p50_us=r["bcast_p50_us"], mpi_ucx_iters=r["iters"])
+                           mpi_ucx_bcast_p50_us=r["bcast_p50_us"], mpi_ucx_iters=r["iters"],
+                           mpi_ucx_cpu_s_per_gb=r.get("cpu_s_per_gb"))
                 break
             row.setdefault("mpi_ucx_errors", {})[label] = "%s (after %.0f s)" % (why(err), secs)
         if "hmcast_all_acked_p50_us" in row and "mpi_ucx_bcast_barrier_p50_us" in row:

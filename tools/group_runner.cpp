@@ -206,6 +206,7 @@ nlohmann::json GroupRunReport::to_json() const {
   j["large_regions_held"] = large_regions_held;
   j["members_cpu_s"] = members_cpu_s;
   j["members_cpu_user_s"] = members_cpu_user_s;
+  j["members_cpu_since_join_s"] = members_cpu_since_join_s;
   return j;
 }
 
@@ -741,6 +742,7 @@ GroupRunReport run_group(const GroupRunOptions& o) {
     rep.large_bytes_placed += d.value("large_bytes_placed", std::uint64_t{0});
     rep.large_regions_held += d.value("large_regions_held", std::uint64_t{0});
     rep.members_cpu_s += d.value("cpu_s", 0.0);
+    rep.members_cpu_since_join_s += d.value("cpu_since_join_s", 0.0);
     rep.members_cpu_user_s += d.value("cpu_user_s", 0.0);
     const auto probe = d.value("multicast_probe", std::string{});
     rep.probes_confirmed += probe == "confirmed" ? 1U : 0U;

@@ -193,6 +193,7 @@ struct GroupRunReport {
   std::uint64_t large_bytes_placed = 0;  // Block payload bytes transports placed straight into final buffers
   double members_cpu_s = 0;       // CPU seconds the reporting members used (user + system)
   double members_cpu_user_s = 0;  // ... of which in user space
+  double members_cpu_since_join_s = 0;  // ... of which after each had joined (the traffic's share)
   std::uint64_t large_regions_held = 0;  // verbs: final buffers still registered when members reported
   std::uint64_t bytes_broadcast = 0;  // payload bytes of all messages, once
   double wall_s = 0;                  // first member joined -> last member done

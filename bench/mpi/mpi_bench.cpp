@@ -16,10 +16,14 @@
 // MPI_Bcast to the barrier's return at the root (the analogue of a stream of hmcast
 // broadcasts whose last one is all-acked): messages/s and MB/s.
 //
+// Every row also says how much CPU all ranks spent on it, per GB the non-root ranks
+// received (user and system time of every thread, warm-up included).
+//
 // Output: a table on stdout, CSV with --csv FILE, and with --json one JSON object as
 // the last line. Every received buffer is checked against the pattern the root
 // wrote; a mismatch makes the run fail (exit 1) and shows in the "ok" field.
 #include <mpi.h>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -52,6 +56,15 @@ int stream_count(std::uint64_t size, double scale) {
 int iterations(std::uint64_t size, double scale) {
   const double n = size <= (64U << 10) ? 400 : size <= (2U << 20) ? 40 : 6;
   return std::max(3, static_cast<int>(n * scale));
+}
+
+/// This process's CPU seconds so far, user and system, all its threads (Open MPI's
+/// progress threads included).
+double process_cpu_s() {
+  rusage u{};
+  if (::getrusage(RUSAGE_SELF, &u) != 0) return 0;
+  const auto sec = [](const timeval& t) { return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_usec) / 1e6; };
+  return sec(u.ru_utime) + sec(u.ru_stime);
 }
 
 double percentile(std::vector<double> v, double q) {
@@ -129,10 +142,21 @@ Options parse(int argc, char** argv) {
 struct Row {
   std::uint64_t size = 0;
   int iters = 0;
+  /// Broadcasts of the row, warm-up included (the CPU below is spent on all of them).
+  std::uint64_t broadcasts = 0;
+  /// CPU seconds (user and system, every thread) of all ranks over the row.
+  double cpu_s = 0;
   double bcast_p50 = 0, bcast_p99 = 0, barrier_p50 = 0, barrier_p99 = 0;
   double stream_s = 0;  // --stream: first MPI_Bcast to the barrier's return at the root
   bool ok = true;
 };
+
+/// CPU seconds per GB delivered: the ranks' CPU over the bytes the non-root ranks got,
+/// the figure `hmcast bench` reports for its members (polling is not free).
+double cpu_per_gb(const Row& r, int ranks) {
+  const double gb = static_cast<double>(r.size) * static_cast<double>(r.broadcasts) * std::max(1, ranks - 1) / 1e9;
+  return gb > 0 ? r.cpu_s / gb : 0;
+}
 
 /// --stream: `iters` broadcasts back to back, then one barrier. Each message carries
 /// its number in its first 4 bytes (the rest is the pattern of message 0), which every
@@ -141,8 +165,10 @@ Row measure_stream(std::uint64_t size, const Options& o, int rank) {
   Row r;
   r.size = size;
   r.iters = stream_count(size, o.scale);
+  r.broadcasts = static_cast<std::uint64_t>(r.iters + o.warmup);
   std::vector<unsigned char> buf(size);
   fill(buf, 0);
+  const double cpu0 = process_cpu_s();
   const int count = static_cast<int>(size);
   int bad = 0;
   const auto stamp = [&](int k) {
@@ -168,6 +194,8 @@ Row measure_stream(std::uint64_t size, const Options& o, int rank) {
     for (std::uint64_t i = 0; i < std::min<std::uint64_t>(4, size); ++i) buf[i] = pattern(i, 0);
     if (!check(buf, 0)) ++bad;
   }
+  const double cpu = process_cpu_s() - cpu0;
+  MPI_Reduce(&cpu, &r.cpu_s, 1, MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD);
   int bad_total = 0;
   MPI_Reduce(&bad, &bad_total, 1, MPI_INT, MPI_SUM, 0, MPI_COMM_WORLD);
   r.ok = bad_total == 0;
@@ -178,9 +206,11 @@ Row measure(std::uint64_t size, const Options& o, int rank, int ranks) {
   Row r;
   r.size = size;
   r.iters = iterations(size, o.scale);
+  r.broadcasts = 2 * static_cast<std::uint64_t>(r.iters + o.warmup);  // two series per iteration
   std::vector<unsigned char> buf(size);
   const int count = static_cast<int>(size);
   std::vector<double> bcast_us, barrier_us;
+  const double cpu0 = process_cpu_s();
   std::vector<std::int64_t> arrivals(static_cast<std::size_t>(ranks));
   int bad = 0;
   for (int iter = -o.warmup; iter < r.iters; ++iter) {
@@ -208,6 +238,8 @@ Row measure(std::uint64_t size, const Options& o, int rank, int ranks) {
     if (rank == 0 && iter >= 0) barrier_us.push_back(static_cast<double>(mono_ns() - t0) / 1e3);
     if (rank != 0 && !check(buf, tag + 1'000'000)) ++bad;
   }
+  const double cpu = process_cpu_s() - cpu0;
+  MPI_Reduce(&cpu, &r.cpu_s, 1, MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD);
   int bad_total = 0;
   MPI_Reduce(&bad, &bad_total, 1, MPI_INT, MPI_SUM, 0, MPI_COMM_WORLD);
   r.ok = bad_total == 0;
@@ -242,16 +274,17 @@ int main(int argc, char** argv) {
     rows.push_back(o.stream ? measure_stream(size, o, rank) : measure(size, o, rank, ranks));
     if (rank == 0 && o.stream) {
       const auto& r = rows.back();
-      std::printf("%-10s procs %2d size %10llu  stream of %d: %.3f s, %.0f messages/s, %.1f MB/s%s\n", o.label.c_str(),
-                  ranks, static_cast<unsigned long long>(r.size), r.iters, r.stream_s, r.iters / r.stream_s,
-                  static_cast<double>(r.size) * r.iters / 1e6 / r.stream_s, r.ok ? "" : "  DATA MISMATCH");
+      std::printf("%-10s procs %2d size %10llu  stream of %d: %.3f s, %.0f messages/s, %.1f MB/s, CPU %.2f s/GB%s\n",
+                  o.label.c_str(), ranks, static_cast<unsigned long long>(r.size), r.iters, r.stream_s,
+                  r.iters / r.stream_s, static_cast<double>(r.size) * r.iters / 1e6 / r.stream_s, cpu_per_gb(r, ranks),
+                  r.ok ? "" : "  DATA MISMATCH");
       std::fflush(stdout);
     } else if (rank == 0) {
       const auto& r = rows.back();
       std::printf("%-10s procs %2d size %10llu  bcast p50 %10.1f us p99 %10.1f us  bcast+barrier p50 %10.1f us p99 "
-                  "%10.1f us%s\n",
+                  "%10.1f us  CPU %.2f s/GB%s\n",
                   o.label.c_str(), ranks, static_cast<unsigned long long>(r.size), r.bcast_p50, r.bcast_p99,
-                  r.barrier_p50, r.barrier_p99, r.ok ? "" : "  DATA MISMATCH");
+                  r.barrier_p50, r.barrier_p99, cpu_per_gb(r, ranks), r.ok ? "" : "  DATA MISMATCH");
       std::fflush(stdout);
     }
   }
@@ -260,10 +293,10 @@ int main(int argc, char** argv) {
     for (const auto& r : rows) all_ok = all_ok && r.ok;
     if (!o.csv.empty()) {
       std::ofstream f(o.csv);
-      f << "label,procs,size,iters,bcast_p50_us,bcast_p99_us,bcast_barrier_p50_us,bcast_barrier_p99_us,ok\n";
+      f << "label,procs,size,iters,bcast_p50_us,bcast_p99_us,bcast_barrier_p50_us,bcast_barrier_p99_us,cpu_s_per_gb,ok\n";
       for (const auto& r : rows)
         f << o.label << "," << ranks << "," << r.size << "," << r.iters << "," << r.bcast_p50 << "," << r.bcast_p99
-          << "," << r.barrier_p50 << "," << r.barrier_p99 << "," << (r.ok ? "true" : "false") << "\n";
+          << "," << r.barrier_p50 << "," << r.barrier_p99 << "," << cpu_per_gb(r, ranks) << "," << (r.ok ? "true" : "false") << "\n";
     }
     if (o.json) {
       std::ostringstream j;
@@ -275,6 +308,7 @@ int main(int argc, char** argv) {
           << ",\"bcast_p99_us\":" << r.bcast_p99 << ",\"bcast_barrier_p50_us\":" << r.barrier_p50
           << ",\"bcast_barrier_p99_us\":" << r.barrier_p99 << ",\"stream_s\":" << r.stream_s
           << ",\"stream_msgs_per_s\":" << (r.stream_s > 0 ? r.iters / r.stream_s : 0)
+          << ",\"cpu_s\":" << r.cpu_s << ",\"cpu_s_per_gb\":" << cpu_per_gb(r, ranks)
           << ",\"ok\":" << (r.ok ? "true" : "false") << "}";
       }
       j << "]}";
