@@ -61,7 +61,7 @@ std::uint32_t throughput_count(std::uint64_t size, double scale) {
 }
 
 /// CPU seconds per GB that `rep`'s receivers got (bytes broadcast x receivers): the
-/// members' CPU from their join to their report (what the traffic cost, polling
+/// members' CPU from their join to the end of their run (what the traffic cost, polling
 /// included; hmcast_mpi_bench counts Open MPI's ranks the same way, after MPI_Init).
 double cpu_per_gb(const GroupRunReport& rep, std::uint32_t procs) {
   const double receivers = procs > 1 ? procs - 1 : 1;
