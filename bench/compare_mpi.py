@@ -131,6 +131,13 @@ def mpi_small(procs, sizes, scale, shim=False, prefix=None):
 IMPLS = [("hmcast", "hmcast (socket)"), ("mpi", "Open MPI MPI_Bcast (TCP)"), ("shim", "MPI_Bcast via hmcast shim")]
 
 
+def latency_row(impl, procs, size, rnd, r):
+    """One row of a latency grid from hmcast_small()'s or mpi_small()'s result `r`."""
+    return {"impl": impl, "procs": procs, "size": size, "round": rnd, "all_p50_us": r["all"],
+            "last_p50_us": r["last"], "all_p99_us": r["all_p99"], "last_p99_us": r["last_p99"],
+            "ok": r["ok"], "policy": json.dumps(r.get("policy", {})), "cpu_s_per_gb": r.get("cpu")}
+
+
 def small_runs(procs_list, sizes, rounds, scale, shim):
     """rows: impl, procs, size, round, all_p50_us, last_p50_us, all_p99_us, last_p99_us, ok"""
     rows = []
@@ -144,11 +151,7 @@ def small_runs(procs_list, sizes, rounds, scale, shim):
                 except Exception as e:  # the shim is another issue's work: report, do not stop
                     say("shim run failed: %s" % e)
             for impl, res in got.items():
-                for size, r in res.items():
-                    rows.append({"impl": impl, "procs": procs, "size": size, "round": rnd, "all_p50_us": r["all"],
-                                 "last_p50_us": r["last"], "all_p99_us": r["all_p99"], "last_p99_us": r["last_p99"],
-                                 "ok": r["ok"], "policy": json.dumps(r.get("policy", {})),
-                                 "cpu_s_per_gb": r.get("cpu")})
+                rows += [latency_row(impl, procs, size, rnd, r) for size, r in res.items()]
     return rows
 
 
@@ -160,11 +163,7 @@ def shm_runs(procs_list, sizes):
         got = {"hmcast_shm": hmcast_small(procs, sizes, transport="shm"),
                "mpi_vader": mpi_small(procs, sizes, 1.0, prefix=MPIRUN_VADER)}
         for impl, res in got.items():
-            for size, r in res.items():
-                rows.append({"impl": impl, "procs": procs, "size": size, "round": 0, "all_p50_us": r["all"],
-                             "last_p50_us": r["last"], "all_p99_us": r["all_p99"], "last_p99_us": r["last_p99"],
-                             "ok": r["ok"], "policy": json.dumps(r.get("policy", {})),
-                             "cpu_s_per_gb": r.get("cpu")})
+            rows += [latency_row(impl, procs, size, 0, r) for size, r in res.items()]
     return rows
 
 
@@ -178,11 +177,8 @@ def caller_runs(procs_list, sizes):
     rows = []
     for procs in procs_list:
         for impl, transport in (("hmcast_caller", "socket"), ("hmcast_shm_caller", "shm")):
-            for size, r in hmcast_small(procs, sizes, extra=["--progress", "caller"], transport=transport).items():
-                rows.append({"impl": impl, "procs": procs, "size": size, "round": 0, "all_p50_us": r["all"],
-                             "last_p50_us": r["last"], "all_p99_us": r["all_p99"], "last_p99_us": r["last_p99"],
-                             "ok": r["ok"], "policy": json.dumps(r.get("policy", {})),
-                             "cpu_s_per_gb": r.get("cpu")})
+            res = hmcast_small(procs, sizes, extra=["--progress", "caller"], transport=transport)
+            rows += [latency_row(impl, procs, size, 0, r) for size, r in res.items()]
     return rows
 
 
