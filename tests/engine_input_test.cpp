@@ -199,6 +199,73 @@ TEST_CASE("engine: an ACK held back by the ACK interval goes when the input queu
   CHECK(actions<action::SendP2P>(out).empty());
 }
 
+TEST_CASE("engine: routine ACKs may go as datagrams, an answer to the parent's query over the link", "[engine]") {
+  GroupEngine e(kGroup, 1, first(view3()), ProtocolConfig{}, 0);
+  Outbox out;
+  e.on_datagram(data_datagram(2, 1, message(10, 1)), 10, out);
+  auto acks = actions<action::SendP2P>(out);
+  REQUIRE(acks.size() == 1);
+  CHECK(acks[0].to == 2);
+  CHECK(acks[0].datagram);  // cumulative: the next one, or the parent's query, covers its loss
+  CHECK(e.small_path().stats().acks_as_datagrams == 1);
+  // The parent missed it and asks: the answer must not be lost the same way.
+  out.clear();
+  e.on_frame(2, wire::encode(header(wire::Type::ack_query, 2), wire::AckQuery{2, 1}), 5'000'000, out);
+  e.on_drained(5'000'001, out);
+  acks = actions<action::SendP2P>(out);
+  REQUIRE(acks.size() == 1);
+  CHECK(acks[0].to == 2);
+  CHECK_FALSE(acks[0].datagram);
+  const auto ack = wire::decode(acks[0].bytes);
+  REQUIRE(ack.ok());
+  CHECK(std::get<wire::Ack>(ack.packet.body).entries.at(0) == wire::AckEntry{2, 1, 1, 0});
+  // Datagrams are being lost: routine ACKs go over the link too for a while ...
+  out.clear();
+  e.on_datagram(data_datagram(2, 2, message(10, 2)), 10'000'000, out);
+  e.on_drained(10'000'001, out);
+  acks = actions<action::SendP2P>(out);
+  REQUIRE(acks.size() == 1);
+  CHECK_FALSE(acks[0].datagram);
+  // ... and as datagrams again once no sign of loss came for a second.
+  out.clear();
+  e.on_datagram(data_datagram(2, 3, message(10, 3)), 1'006'000'000, out);
+  e.on_drained(1'006'000'001, out);
+  acks = actions<action::SendP2P>(out);
+  REQUIRE(acks.size() == 1);
+  CHECK(acks[0].datagram);
+  CHECK(e.small_path().stats().acks_as_datagrams == 2);
+  CHECK(counts(e).bad_packets() == 0);
+}
+
+TEST_CASE("engine: an ACK that comes as a datagram completes a broadcast; other link frames that way do not count",
+          "[engine]") {
+  const View v = view3();
+  GroupEngine e(kGroup, 2, first(v), ProtocolConfig{}, 0);
+  Outbox out;
+  const auto r = e.broadcast(message(30, 1), 10, out);
+  REQUIRE(r.error == BroadcastError::none);
+  CHECK(actions<action::Completed>(out).empty());
+  const auto kids = children_of(v, 2, 2, ProtocolConfig{}.radix);
+  REQUIRE(kids.size() == 2);  // both others ACK to the sender directly
+  // A Nack is link traffic: as a datagram it is misrouted, counted, and does nothing.
+  out.clear();
+  e.on_datagram(wire::encode(header(wire::Type::nack, kids[0]), wire::Nack{2, 1, 0, {}}), 20, out);
+  CHECK(out.empty());
+  CHECK(e.admission().misrouted_dropped == 1);
+  for (const MemberId k : kids) {
+    out.clear();
+    e.on_datagram(wire::encode(header(wire::Type::ack, k), wire::Ack{{wire::AckEntry{2, 1, 1, 0}}}), 30, out);
+  }
+  const auto done = actions<action::Completed>(out);
+  REQUIRE(done.size() == 1);
+  CHECK(done[0].seq == 1);
+  // A stale copy of an ACK (a datagram may come twice, or late) changes nothing.
+  out.clear();
+  e.on_datagram(wire::encode(header(wire::Type::ack, kids[0]), wire::Ack{{wire::AckEntry{2, 0, 0, 0}}}), 40, out);
+  CHECK(actions<action::Completed>(out).empty());
+  CHECK(counts(e).completed == 1);
+}
+
 TEST_CASE("engine: bad datagrams are counted and produce no action", "[engine]") {
   GroupEngine e(kGroup, 1, first(view3()), ProtocolConfig{}, 0);
   const auto msg = message(64, 2);

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <fstream>
 #include <mutex>
+#include <set>
 #include <thread>
 
 #include "auth/frame_auth.hpp"
@@ -396,4 +397,67 @@ TEST_CASE("sealed link: a receiver judges frames of the views it keeps apart, as
   // refused either way, and nothing passes.
   CHECK(transport::seal_stats(*f.b).replays_refused == views.size());
   CHECK(transport::seal_stats(*f.b).auth_failures == 0);
+}
+
+TEST_CASE("sealed link: direct datagrams are sealed on a channel of their own, and go by link where there are none",
+          "[auth]") {
+  const auth::GroupKey key = auth::generate_key();
+  // Keys of a member's direct channel are not those of its link (a datagram may overtake
+  // the link's frames by more than a replay window), nor of any member's link.
+  CHECK(auth::ChannelKey(key, kGroupId, 5, auth::kDirectChannel + 2).raw() !=
+        auth::ChannelKey(key, kGroupId, 5, 2).raw());
+  CHECK(auth::ChannelKey(key, kGroupId, 5, auth::kDirectChannel + 2).raw() !=
+        auth::ChannelKey(key, kGroupId, 5, auth::kDirectChannel + 3).raw());
+
+  SECTION("in process: no datagrams to one member, so a sealed link frame") {
+    Fabric f("sealed-direct");
+    CHECK(f.a->direct_datagram_limit(2) == 0);
+    f.a->unicast_datagram(2, frame(5, 1, 60));
+    auto got = next(*f.b);
+    REQUIRE(got);
+    CHECK_FALSE(got->datagram);
+    CHECK(got->bytes == frame(5, 1, 60));
+    CHECK(transport::seal_stats(*f.b).auth_failures == 0);
+  }
+  SECTION("on sockets: datagrams to one member, interleaved with link frames, each once") {
+    SocketOptions options;
+    const std::uint16_t port = static_cast<std::uint16_t>(18000 + ::getpid() % 1000);
+    constexpr std::uint32_t kAddress = 0xEFFF4D4FU;  // 239.255.77.79
+    auto a = transport::make_socket_link(1, kAddress, port, options, {}, &key, kGroupId);
+    auto b = transport::make_socket_link(2, kAddress, port, options, {}, &key, kGroupId);
+    a->add_peer(2, "127.0.0.1", transport::listening_port(*b));
+    b->add_peer(1, "127.0.0.1", transport::listening_port(*a));
+    CHECK(a->direct_datagram_limit(2) == options.datagram_size() - auth::kTrailerBytes);
+    constexpr std::uint64_t kEach = 40;
+    for (std::uint64_t i = 1; i <= kEach; ++i) {
+      a->unicast_datagram(2, frame(5, 1, i));
+      REQUIRE(a->unicast(2, frame(5, 1, 1000 + i)));
+    }
+    std::set<std::uint64_t> direct, linked;
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while ((direct.size() < kEach || linked.size() < kEach) && std::chrono::steady_clock::now() < until) {
+      auto got = next(*b, 50);
+      (void)next(*a, 0);  // a's links make progress too
+      if (!got) continue;
+      const auto p = wire::decode(got->bytes);
+      REQUIRE(p.ok());
+      const std::uint64_t nonce = std::get<wire::McastProbe>(p.packet.body).nonce;
+      CHECK(got->from == 1);
+      if (got->direct) {
+        CHECK(got->datagram);
+        direct.insert(nonce);
+      } else {
+        CHECK_FALSE(got->datagram);
+        linked.insert(nonce);
+      }
+    }
+    CHECK(direct.size() == kEach);  // loopback with room to spare loses none
+    CHECK(linked.size() == kEach);
+    CHECK(*direct.rbegin() == kEach);
+    CHECK(*linked.begin() == 1001);
+    const auto s = transport::seal_stats(*b);
+    CHECK(s.auth_failures == 0);
+    CHECK(s.replays_refused == 0);
+    CHECK(s.opened == 2 * kEach);
+  }
 }

@@ -630,3 +630,79 @@ TEST_CASE("socket: large datagrams leave in buffers of their own, and recycled b
   std::vector<std::vector<sk::Inbound>> got;
   CHECK(pump({&b}, got, [&] { return got.size() == 1 && !got[0].empty(); }, 2000ms));
 }
+
+TEST_CASE("socket: a direct datagram reaches its one peer as a datagram; over the MTU or switched off, the link",
+          "[socket]") {
+  const hmcast::GroupId g = test_group(40);
+  sk::SocketConfig off = config();
+  off.direct_datagrams = false;
+  sk::Endpoint a(1, config()), b(2, config()), c(3, off);
+  connect_all({&a, &b, &c});
+  CHECK(a.direct_datagram_limit() == config().mtu);
+  CHECK(c.direct_datagram_limit() == 0);
+  a.unicast_datagram(2, datagram(g, 1, 5));
+  a.unicast_datagram(2, datagram(g, 1, 6));
+  Bytes big = pattern(config().mtu + 1, 3);
+  a.unicast_datagram(2, big);                 // over the MTU: the link carries it
+  c.unicast_datagram(2, datagram(g, 3, 9));   // direct datagrams off: the link too
+  a.unicast_datagram(77, datagram(g, 1, 7));  // nobody we know: dropped, counted
+  std::vector<std::vector<sk::Inbound>> got;
+  const bool arrived = pump({&a, &b, &c}, got, [&] { return got[1].size() >= 4; }, 4000ms);
+  REQUIRE(arrived);
+  std::vector<hmcast::Seq> direct;
+  int frames = 0;
+  for (const auto& in : got[1]) {
+    if (in.datagram) {
+      CHECK(in.direct);
+      CHECK(in.from == 1);
+      direct.push_back(seq_of(in, g));
+    } else {
+      CHECK_FALSE(in.direct);
+      ++frames;
+      if (in.from == 1) CHECK(same(in.bytes, big));
+      else CHECK(in.from == 3);
+    }
+  }
+  std::sort(direct.begin(), direct.end());
+  CHECK(direct == std::vector<hmcast::Seq>{5, 6});
+  CHECK(frames == 2);
+  CHECK(got[0].empty());  // a direct datagram is not multicast: nobody else hears it
+  CHECK(got[2].empty());
+  CHECK(a.stats().direct_sent == 2);
+  CHECK(a.stats().direct_send_dropped == 1);
+  CHECK(b.stats().direct_received == 2);
+  CHECK(b.stats().datagrams_received == 0);
+  CHECK(c.stats().direct_sent == 0);
+}
+
+TEST_CASE("socket: the direct socket and the listener share one port number, also a configured one", "[socket]") {
+  sk::Endpoint a(1, config());
+  // The UDP port is taken: binding it again fails.
+  const int probe = ::socket(AF_INET, SOCK_DGRAM, 0);
+  REQUIRE(probe >= 0);
+  sockaddr_in at{};
+  at.sin_family = AF_INET;
+  at.sin_port = htons(a.tcp_port());
+  at.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  CHECK(::bind(probe, reinterpret_cast<sockaddr*>(&at), sizeof at) != 0);
+  CHECK(errno == EADDRINUSE);
+  ::close(probe);
+  // A configured port whose UDP number another socket holds is refused, saying what to do.
+  const int holder = ::socket(AF_INET, SOCK_DGRAM, 0);
+  REQUIRE(holder >= 0);
+  sockaddr_in any{};
+  any.sin_family = AF_INET;
+  any.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::bind(holder, reinterpret_cast<sockaddr*>(&any), sizeof any) == 0);
+  socklen_t len = sizeof any;
+  REQUIRE(::getsockname(holder, reinterpret_cast<sockaddr*>(&any), &len) == 0);
+  sk::SocketConfig fixed = config();
+  fixed.listen_port = ntohs(any.sin_port);
+  try {
+    sk::Endpoint clash(2, fixed);
+    FAIL("an endpoint opened on a UDP port another socket holds");
+  } catch (const std::exception& e) {
+    CHECK(std::string(e.what()).find("listen_port") != std::string::npos);
+  }
+  ::close(holder);
+}

@@ -33,19 +33,26 @@ const unsigned char* uc(const std::byte* p) { return reinterpret_cast<const unsi
 
 }  // namespace
 
-ChannelKey::ChannelKey(const GroupKey& group_key, GroupId group, ViewId view, std::uint32_t channel)
+ChannelKey::ChannelKey(const GroupKey& group_key, GroupId group, ViewId view, std::uint64_t channel)
     : cipher_(group_key.cipher) {
+  HMCAST_ASSERT(channel <= UINT32_MAX || (channel >= kDirectChannel && channel - kDirectChannel <= UINT32_MAX));
   static_assert(sizeof(crypto_aead_aes256gcm_state) <= kStateBytes);
   static_assert(alignof(crypto_aead_aes256gcm_state) <= 16);
   require_cipher(cipher_);  // also initialises libsodium
+  // Direct channels under a label of their own: the other channels' keys stay what they were.
   static constexpr char kLabel[] = "hmcast channel key v2";
+  static constexpr char kDirectLabel[] = "hmcast direct key v1";
+  static_assert(sizeof kDirectLabel < sizeof kLabel);
+  const bool direct = channel >= kDirectChannel;
   std::array<unsigned char, sizeof kLabel - 1 + 1 + 8 + 8 + 4> in{};
-  unsigned char* p = std::copy(kLabel, kLabel + sizeof kLabel - 1, in.begin());
+  unsigned char* p = direct ? std::copy(kDirectLabel, kDirectLabel + sizeof kDirectLabel - 1, in.begin())
+                            : std::copy(kLabel, kLabel + sizeof kLabel - 1, in.begin());
   *p++ = static_cast<unsigned char>(cipher_);
   put_le(p, std::uint64_t{group});
   put_le(p + 8, std::uint64_t{view});
-  put_le(p + 16, channel);
-  const int rc = crypto_generichash(raw_.data(), raw_.size(), in.data(), in.size(), uc(group_key.bytes.data()),
+  put_le(p + 16, static_cast<std::uint32_t>(direct ? channel - kDirectChannel : channel));
+  const auto used = static_cast<std::size_t>(p + 20 - in.data());  // a direct key's shorter label leaves a byte
+  const int rc = crypto_generichash(raw_.data(), raw_.size(), in.data(), used, uc(group_key.bytes.data()),
                                     group_key.bytes.size());
   HMCAST_ASSERT(rc == 0);  // fails only for sizes out of range, which the static_asserts rule out
   if (cipher_ == Cipher::aes256gcm) {

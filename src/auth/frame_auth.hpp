@@ -11,7 +11,7 @@
 // variants; the frame is associated data and nothing is encrypted) under the
 // channel key, with the 12-byte nonce sender | counter: unique per key as long as
 // each sender numbers each channel once. Channel 0 is the multicast; a link frame's
-// channel is its receiver. Keys are per channel rather than the channel being in the
+// channel is its receiver, a direct datagram's kDirectChannel + its receiver. Keys are per channel rather than the channel being in the
 // nonce because the IETF nonce has no room for it, and a key set up once (AES-GCM's
 // expanded key and hash key) makes each tag cheap.
 #pragma once
@@ -32,6 +32,11 @@ inline constexpr std::size_t kCounterBytes = 8;
 inline constexpr std::size_t kTagBytes = 16;
 inline constexpr std::size_t kTrailerBytes = kCounterBytes + kTagBytes;
 inline constexpr std::uint32_t kMulticastChannel = 0;
+/// Added to a member's id: the channel of direct datagrams to it
+/// (Transport::unicast_datagram). Its keys are not its link's, whose counters a
+/// receiver sees in order: a datagram may overtake more of the link's frames than a
+/// ReplayWindow spans.
+inline constexpr std::uint64_t kDirectChannel = std::uint64_t{1} << 32;
 
 struct Opened {
   std::size_t frame_size = 0;  // the frame is the first frame_size bytes of what was sealed
@@ -43,7 +48,7 @@ class ChannelKey {
  public:
   /// Derives it (keyed BLAKE2b of cipher, group, view and channel). Throws
   /// hmcast::Error(invalid_config) if this CPU cannot run the key's cipher.
-  ChannelKey(const GroupKey& group_key, GroupId group, ViewId view, std::uint32_t channel);
+  ChannelKey(const GroupKey& group_key, GroupId group, ViewId view, std::uint64_t channel);
 
   /// The derived key's bytes (for tests: keys of other views or channels differ).
   [[nodiscard]] const std::array<unsigned char, kKeyBytes>& raw() const { return raw_; }

@@ -24,6 +24,9 @@ struct SendDatagram {
 struct SendP2P {
   MemberId to = 0;
   std::vector<std::byte> bytes;
+  /// It may be lost or overtaken on its way (a cumulative ACK): a transport that can
+  /// sends it as a datagram (Transport::unicast_datagram).
+  bool datagram = false;
 };
 struct Deliver {
   MemberId sender = 0;

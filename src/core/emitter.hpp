@@ -68,6 +68,13 @@ class Emitter {
     ++stats_.frames_sent;
     out.emplace_back(action::SendP2P{to, wire::encode(header(), body)});
   }
+  /// A frame the protocol can afford to lose (action::SendP2P::datagram): as a
+  /// datagram to `to`, unless datagrams are emulated over links (then multicast is
+  /// unusable and so, maybe, are datagrams of any kind).
+  void frame_datagram(MemberId to, const wire::Body& body, Outbox& out) {
+    ++stats_.frames_sent;
+    out.emplace_back(action::SendP2P{to, wire::encode(header(), body), !emulated_});
+  }
   /// `member` seems gone (a broken link, a spent repair budget): tell the view
   /// authority, once per view. Nobody suspects itself or a non-member.
   void suspect(MemberId member, Outbox& out) {

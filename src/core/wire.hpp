@@ -63,6 +63,10 @@ constexpr bool is_datagram_type(Type t) {
   return t == Type::data || t == Type::stable || t == Type::mcast_probe || t == Type::batch;
 }
 
+/// Types that may also come as a datagram to one member (action::SendP2P::datagram):
+/// a cumulative ACK, which a later one or the parent's query replaces if lost.
+constexpr bool is_direct_datagram_type(Type t) { return t == Type::ack; }
+
 /// Types a Batch may carry: the sender's data and stability announcements (never a
 /// batch, and never a probe, which must arrive as sent to prove multicast works).
 constexpr bool is_batchable_type(Type t) { return t == Type::data || t == Type::stable; }

@@ -93,8 +93,8 @@ void GroupEngine::on_datagram(std::span<const std::byte> bytes, TimeNs now, Outb
   if (!packet) return;
   const auto& h = packet->header;
   if (h.src == self_) return;  // our own multicast looped back: not an error
-  if (!wire::is_datagram_type(h.type)) {
-    ++admission_.misrouted_dropped;  // link traffic never travels by datagram
+  if (!wire::is_datagram_type(h.type) && !wire::is_direct_datagram_type(h.type)) {
+    ++admission_.misrouted_dropped;  // other link traffic never travels by datagram
     return;
   }
   if (!admit(h, h.src)) return;

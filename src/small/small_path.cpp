@@ -47,8 +47,18 @@ BroadcastResult SmallPath::broadcast(MessageBuffer message, TimeNs now, Outbox& 
   return {BroadcastError::none, seq};
 }
 
-void SmallPath::want_ack(Stream& s) {
+void SmallPath::note_loss(TimeNs now) {
+  // Where datagrams are lost, so are ACKs sent as datagrams, and each lost one the
+  // parent notices only by its timer: a wait of a few round trips, where a frame on
+  // the link costs a little CPU more. A clean network (loopback, a quiet fabric)
+  // takes the datagram; a lossy one the link, until it has been quiet a while.
+  constexpr TimeNs kAcksByLinkAfterLoss = 1'000'000'000;
+  acks_by_link_until_ = std::max(acks_by_link_until_, now + kAcksByLinkAfterLoss);
+}
+
+void SmallPath::want_ack(Stream& s, bool reliable) {
   s.ack_due = true;
+  s.ack_reliable = s.ack_reliable || reliable;
   acks_pending_.insert(s.sender);
 }
 
@@ -58,7 +68,8 @@ void SmallPath::on_ack_query(MemberId from, const wire::AckQuery& q, TimeNs now,
     ++stats_.invalid_dropped;  // only our parent in that stream's tree asks
     return;
   }
-  want_ack(*s);
+  want_ack(*s, /*reliable=*/true);
+  note_loss(now);
   // The parent holds message q.seq and misses our ACK of it. What lies below the
   // highest datagram we saw of the sender is lost (its datagrams reach us in order,
   // give or take the nack delay) and is asked for now, asked before or not. What lies
@@ -333,11 +344,12 @@ void SmallPath::note_gaps(Stream& s, const wire::Data& d, TimeNs now) {
   // delivered + 1 is never held (delivery would have passed it): any later seq is a gap.
   if (d.seq > s.delivered + 1) gap = true;
   if (!gap) return;
+  note_loss(now);  // or reordering, which a lossy network also does
   s.nack_deadline = now + cfg_.nack_delay_ns;
   s.nack_gen = timers_.arm(s.nack_deadline, TimerKey{TimerKind::nack, s.sender, 0});
 }
 
-void SmallPath::send_nacks(Stream& s, TimeNs, Outbox& out) {
+void SmallPath::send_nacks(Stream& s, TimeNs now, Outbox& out) {
   s.nack_deadline = kNever;
   if (!s.parent) return;
   // Each fragment is asked for once per view: the parent answers from what it holds
@@ -379,6 +391,7 @@ void SmallPath::send_nacks(Stream& s, TimeNs, Outbox& out) {
     ++stats_.nacks_sent;
     emit_.frame(*s.parent, n, out);
   }
+  if (lacking) note_loss(now);
   if (!lacking) s.asked.clear();
 }
 
@@ -494,7 +507,10 @@ void SmallPath::on_repair(MemberId from, const wire::Repair& r, TimeNs now, Outb
                    std::make_shared<const std::vector<std::byte>>(r.payload.begin(), r.payload.end()), now, out);
   }
   // The parent is waiting on us: answer even if nothing advanced, so it stops repairing.
-  if (s->parent && *s->parent == from) want_ack(*s);
+  if (s->parent && *s->parent == from) {
+    want_ack(*s, /*reliable=*/true);
+    note_loss(now);
+  }
 }
 
 void SmallPath::accept_message(Stream& s, Seq seq, MessageBuffer msg, TimeNs now, Outbox& out) {
@@ -610,11 +626,16 @@ void SmallPath::on_ack(MemberId from, const wire::Ack& a, TimeNs now, Outbox& ou
 
 void SmallPath::flush_acks(TimeNs now, Outbox& out, bool drained) {
   if (acks_pending_.empty()) return;
-  std::map<MemberId, std::vector<wire::AckEntry>> by_parent;
+  struct ToParent {
+    std::vector<wire::AckEntry> entries;
+    bool reliable = false;
+  };
+  std::map<MemberId, ToParent> by_parent;
   for (auto it = acks_pending_.begin(); it != acks_pending_.end();) {
     Stream& s = streams_.at(*it);
     if (!s.ack_due || !s.parent) {
       s.ack_due = false;
+      s.ack_reliable = false;
       it = acks_pending_.erase(it);
       continue;
     }
@@ -628,16 +649,27 @@ void SmallPath::flush_acks(TimeNs now, Outbox& out, bool drained) {
       continue;
     }
     const Seq st = subtree_stable(s);
-    by_parent[p].push_back(wire::AckEntry{s.sender, st, s.delivered, held_mask(s)});
+    auto& to = by_parent[p];
+    to.entries.push_back(wire::AckEntry{s.sender, st, s.delivered, held_mask(s)});
+    to.reliable = to.reliable || s.ack_reliable || now < acks_by_link_until_;
     s.reported_stable = st;
     s.reported_have = s.delivered;
     s.ack_due = false;
+    s.ack_reliable = false;
     it = acks_pending_.erase(it);
   }
-  for (auto& [parent, entries] : by_parent) {
+  // Routine ACKs go as datagrams where the transport can (cumulative: a lost one is
+  // covered by the next, or by the parent's query one wait later); answers to the
+  // parent's questions go over the link.
+  for (auto& [parent, to] : by_parent) {
     ++stats_.acks_sent;
     last_ack_to_[parent] = now;
-    emit_.frame(parent, wire::Ack{std::move(entries)}, out);
+    if (to.reliable) {
+      emit_.frame(parent, wire::Ack{std::move(to.entries)}, out);
+    } else {
+      ++stats_.acks_as_datagrams;
+      emit_.frame_datagram(parent, wire::Ack{std::move(to.entries)}, out);
+    }
   }
 }
 
@@ -806,6 +838,7 @@ void SmallPath::maybe_pull(Stream& s, TimeNs now, Outbox& out) {
   const Seq hole_end = next_held == s.held.end() ? best->have : next_held->first - 1;
   const Seq to = std::min<Seq>({best->have, hole_end, s.delivered + cfg_.window_messages});
   ++stats_.pulls_sent;
+  note_loss(now);
   for (Seq q = s.delivered + 1; q <= to; ++q) {
     // Only the fragments we lack, as a nack to the child (which answers what it holds).
     wire::Nack n{s.sender, q, 0, {}};

@@ -43,6 +43,7 @@ namespace hmcast::small {
 /// Counters of one member's small path; "dropped" counters count bad or useless input.
 struct SmallStats {
   std::uint64_t acks_sent = 0;
+  std::uint64_t acks_as_datagrams = 0;       // of those, sent as datagrams that may be lost
   std::uint64_t repairs_sent = 0;
   std::uint64_t remulticasts = 0;
   std::uint64_t pulls_sent = 0;
@@ -157,6 +158,9 @@ class SmallPath {
     Seq reported_have = 0;
     Seq gap_reported_at = 0;  // `delivered` when we last told the parent about a hole
     bool ack_due = false;
+    /// The parent asked (a query, a repair): the next ACK goes over the link, not as a
+    /// datagram that may be lost again, so a lost ACK costs one wait, never a suspicion.
+    bool ack_reliable = false;
     TimeNs pull_deadline = kNever;
     std::uint64_t pull_gen = 0;
     Seq last_announced = 0;
@@ -207,7 +211,11 @@ class SmallPath {
   void maybe_pull(Stream& s, TimeNs now, Outbox& out);
   void arm_announce(Stream& s, TimeNs now);
   void remulticast(Stream& s, Seq seq, Outbox& out);
-  void want_ack(Stream& s);
+  /// An ACK to the parent is due; `reliable`: over the link (see Stream::ack_reliable).
+  void want_ack(Stream& s, bool reliable = false);
+  /// This member saw a sign of loss (it asks for a repair, or its parent asks for an
+  /// ACK): for a while its ACKs go over links (see flush_acks()).
+  void note_loss(TimeNs now);
 
   MemberId self_;
   View view_;
@@ -227,6 +235,7 @@ class SmallPath {
   std::map<MemberId, std::uint64_t> ack_flush_gen_;
   std::set<MemberId> ack_flush_armed_;
   TimeNs last_datagram_ns_ = 0;                 // when a fragment of any stream last reached us
+  TimeNs acks_by_link_until_ = 0;               // note_loss()
   // Own sending state.
   Seq next_seq_ = 1;
   Seq own_completed_ = 0;

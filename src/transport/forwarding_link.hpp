@@ -21,6 +21,12 @@ class ForwardingLink : public Link {
   [[nodiscard]] MemberId id() const override { return inner_->id(); }
   void multicast(std::span<const std::byte> bytes) override { inner_->multicast(bytes); }
   bool unicast(MemberId to, std::vector<std::byte> bytes) override { return inner_->unicast(to, std::move(bytes)); }
+  void unicast_datagram(MemberId to, std::vector<std::byte> bytes) override {
+    inner_->unicast_datagram(to, std::move(bytes));
+  }
+  [[nodiscard]] std::size_t direct_datagram_limit(MemberId to) const override {
+    return inner_->direct_datagram_limit(to);
+  }
   bool send_block(MemberId to, std::vector<std::byte> head, std::span<const std::byte> payload, std::uint64_t length,
                   std::shared_ptr<const void> keep) override {
     return inner_->send_block(to, std::move(head), payload, length, std::move(keep));

@@ -35,6 +35,14 @@ void HostLink::multicast(std::span<const std::byte> bytes) {
   if (remote) network_->multicast(bytes);
 }
 
+void HostLink::unicast_datagram(MemberId to, std::vector<std::byte> frame) {
+  (is_local(to) ? *local_ : *network_).unicast_datagram(to, std::move(frame));
+}
+
+std::size_t HostLink::direct_datagram_limit(MemberId to) const {
+  return (is_local(to) ? *local_ : *network_).direct_datagram_limit(to);
+}
+
 bool HostLink::unicast(MemberId to, std::vector<std::byte> frame) {
   return (is_local(to) ? *local_ : *network_).unicast(to, std::move(frame));
 }

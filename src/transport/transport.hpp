@@ -27,6 +27,8 @@ struct Inbound {
   /// A Block frame whose payload the transport already wrote into its final buffer
   /// (socket placement, verbs RDMA WRITE): `bytes` is the frame without it.
   bool placed = false;
+  /// A datagram sent to this member alone (Transport::unicast_datagram), not to the group.
+  bool direct = false;
 };
 
 /// Where an arriving Block frame's payload goes (a destination of exactly its
@@ -59,6 +61,13 @@ class Transport {
   virtual void multicast_owned(std::vector<std::byte>&& frame) { multicast(frame); }
   /// False: the link to `to` is broken (the protocol then suspects it).
   virtual bool unicast(MemberId to, std::vector<std::byte> frame) = 0;
+  /// A frame that may be lost, duplicated or overtaken on its way (a cumulative ACK:
+  /// its sender's repair timer covers a loss), sent as a datagram to `to` alone where
+  /// the transport can; by default it travels as unicast() does, reliably.
+  virtual void unicast_datagram(MemberId to, std::vector<std::byte> frame) { (void)unicast(to, std::move(frame)); }
+  /// The largest frame unicast_datagram() sends to `to` as a datagram (0: none, all go
+  /// by unicast()). A layer that marks what it sends (sealed/) marks a datagram apart.
+  [[nodiscard]] virtual std::size_t direct_datagram_limit(MemberId /*to*/) const { return 0; }
   /// One segment of a large message: `head` is its encoded Block frame without
   /// payload, `payload` the segment's `length` bytes (empty where the transport
   /// carries none) and `keep` what holds their memory. By default the two travel as

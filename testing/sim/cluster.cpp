@@ -21,6 +21,11 @@ class Cluster::Transport final : public transport::Transport {
     if (const auto n = c_.node_of(to)) c_.fabric_.unicast(node_, *n, std::move(frame));
     return true;
   }
+  /// ACKs travel as datagrams here too, lost and held back as multicast copies are.
+  void unicast_datagram(MemberId to, std::vector<std::byte> frame) override {
+    if (const auto n = c_.node_of(to)) c_.fabric_.direct_datagram(node_, *n, std::move(frame));
+  }
+  [[nodiscard]] std::size_t direct_datagram_limit(MemberId) const override { return c_.protocol_.mtu; }
   bool send_block(MemberId to, std::vector<std::byte> head, std::span<const std::byte> payload, std::uint64_t length,
                   std::shared_ptr<const void>) override {
     HMCAST_ASSERT(payload.empty());  // the simulator's buffers carry no bytes

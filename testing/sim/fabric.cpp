@@ -96,28 +96,40 @@ void Fabric::multicast(std::uint32_t from, std::vector<std::byte> bytes) {
   auto shared = std::make_shared<const std::vector<std::byte>>(std::move(bytes));
   for (std::uint32_t to = 0; to < crashed_.size(); ++to) {
     if (to == from || multicast_blocked_[to]) continue;  // the switch does not loop our own multicast back
-    if (rng_.chance(model_.loss)) {
-      ++stats_.datagram_copies_lost;
-      continue;
+    datagram_copies(from, to, tx, shared);
+  }
+}
+
+void Fabric::direct_datagram(std::uint32_t from, std::uint32_t to, std::vector<std::byte> bytes) {
+  if (crashed_[from]) return;
+  ++stats_.direct_datagrams_sent;
+  const Slot tx = transmit(from, bytes.size(), 1.0, 0);
+  datagram_copies(from, to, tx, std::make_shared<const std::vector<std::byte>>(std::move(bytes)));
+}
+
+void Fabric::datagram_copies(std::uint32_t from, std::uint32_t to, const Slot& tx,
+                             const std::shared_ptr<const std::vector<std::byte>>& shared) {
+  if (rng_.chance(model_.loss)) {
+    ++stats_.datagram_copies_lost;
+    return;
+  }
+  const int copies = rng_.chance(model_.duplicate) ? 2 : 1;
+  for (int c = 0; c < copies; ++c) {
+    TimeNs delay = static_cast<TimeNs>(rng_.below(static_cast<std::uint64_t>(model_.jitter_ns) + 1));
+    const bool held_back = rng_.chance(model_.reorder);
+    if (held_back) delay += static_cast<TimeNs>(rng_.below(static_cast<std::uint64_t>(model_.reorder_delay_ns) + 1));
+    TimeNs at = receive(to, tx, shared->size(), 1.0, delay);
+    // One sender's datagrams take one path to a receiver and leave its queue in
+    // order: only those the model holds back overtake or are overtaken (a short
+    // datagram must not slip into a gap of the receiver's bookings ahead of a
+    // longer one sent before it, which no switch does).
+    if (!held_back) {
+      auto& last = mcast_fifo_[from];
+      if (last.empty()) last.assign(crashed_.size(), 0);
+      at = std::max(at, last[to]);
+      last[to] = at;
     }
-    const int copies = rng_.chance(model_.duplicate) ? 2 : 1;
-    for (int c = 0; c < copies; ++c) {
-      TimeNs delay = static_cast<TimeNs>(rng_.below(static_cast<std::uint64_t>(model_.jitter_ns) + 1));
-      const bool held_back = rng_.chance(model_.reorder);
-      if (held_back) delay += static_cast<TimeNs>(rng_.below(static_cast<std::uint64_t>(model_.reorder_delay_ns) + 1));
-      TimeNs at = receive(to, tx, shared->size(), 1.0, delay);
-      // One sender's datagrams take one path to a receiver and leave its queue in
-      // order: only those the model holds back overtake or are overtaken (a short
-      // datagram must not slip into a gap of the receiver's bookings ahead of a
-      // longer one sent before it, which no switch does).
-      if (!held_back) {
-        auto& last = mcast_fifo_[from];
-        if (last.empty()) last.assign(crashed_.size(), 0);
-        at = std::max(at, last[to]);
-        last[to] = at;
-      }
-      push(at, Kind::datagram, to, from, shared, tx.start);
-    }
+    push(at, Kind::datagram, to, from, shared, tx.start);
   }
 }
 

@@ -59,6 +59,7 @@ class Host {
 
 struct FabricStats {
   std::uint64_t datagrams_sent = 0;      // multicasts (one per send, not per receiver)
+  std::uint64_t direct_datagrams_sent = 0;  // datagrams to one member (direct_datagram())
   std::uint64_t datagram_copies_lost = 0;
   std::uint64_t p2p_sent = 0;
   std::uint64_t bytes_on_wire = 0;       // bytes leaving NICs
@@ -72,6 +73,9 @@ class Fabric {
 
   void multicast(std::uint32_t from, std::vector<std::byte> bytes);
   void unicast(std::uint32_t from, std::uint32_t to, std::vector<std::byte> bytes);
+  /// A datagram to `to` alone (Transport::unicast_datagram): lost, duplicated,
+  /// delayed and held back as one receiver's copy of a multicast is.
+  void direct_datagram(std::uint32_t from, std::uint32_t to, std::vector<std::byte> bytes);
   /// A message between a member and the view authority: one connection, so in order
   /// whatever its size (a small FlushRequest must not pass a large ViewPush).
   void control(std::uint32_t from, std::uint32_t to, std::vector<std::byte> bytes);
@@ -126,6 +130,9 @@ class Fabric {
                      TimeNs overhead, Channel channel);
   void push(TimeNs at, Kind kind, std::uint32_t node, std::uint32_t from,
             std::shared_ptr<const std::vector<std::byte>> bytes, TimeNs tx_start = 0);
+  /// One receiver's copies of a datagram sent in `tx` (none if lost, two if duplicated).
+  void datagram_copies(std::uint32_t from, std::uint32_t to, const Slot& tx,
+                       const std::shared_ptr<const std::vector<std::byte>>& bytes);
 
   NetworkModel model_;
   Rng rng_;

@@ -26,7 +26,7 @@ SealedLink::SealedLink(std::unique_ptr<Link> inner, const auth::GroupKey& key, G
   auth::require_cipher(key_.cipher);  // fail at set-up, not at the first frame
 }
 
-bool SealedLink::seal(std::uint32_t channel, std::vector<std::byte>& frame) {
+bool SealedLink::seal(std::uint64_t channel, std::vector<std::byte>& frame) {
   // The protocol stamps every frame with its own id and its view: the receiver
   // checks the tag against exactly those, so anything else is our bug.
   HMCAST_ASSERT(frame.size() >= wire::kHeaderSize);
@@ -50,7 +50,7 @@ bool SealedLink::seal(std::uint32_t channel, std::vector<std::byte>& frame) {
   return true;
 }
 
-SealedLink::SendChannel* SealedLink::send_channel(ViewId view, std::uint32_t channel) {
+SealedLink::SendChannel* SealedLink::send_channel(ViewId view, std::uint64_t channel) {
   auto it = send_views_.find(view);
   if (it == send_views_.end()) {
     // A view whose counters we forgot would start them again at 1 under the same
@@ -88,6 +88,22 @@ bool SealedLink::unicast(MemberId to, std::vector<std::byte> bytes) {
   return inner_->unicast(to, std::move(bytes));
 }
 
+std::size_t SealedLink::direct_datagram_limit(MemberId to) const {
+  const std::size_t inner = inner_->direct_datagram_limit(to);
+  return inner > auth::kTrailerBytes ? inner - auth::kTrailerBytes : 0;
+}
+
+void SealedLink::unicast_datagram(MemberId to, std::vector<std::byte> bytes) {
+  HMCAST_ASSERT(to != auth::kMulticastChannel);
+  // Sealed for the way it will travel: a receiver tells the channels apart by it.
+  if (bytes.size() > direct_datagram_limit(to)) {
+    (void)unicast(to, std::move(bytes));
+    return;
+  }
+  bytes.reserve(bytes.size() + auth::kTrailerBytes);
+  if (seal(auth::kDirectChannel + to, bytes)) inner_->unicast_datagram(to, std::move(bytes));
+}
+
 bool SealedLink::send_block(MemberId to, std::vector<std::byte> head, std::span<const std::byte> payload,
                             std::uint64_t length, std::shared_ptr<const void> keep) {
   (void)length;
@@ -106,7 +122,7 @@ SealedLink::ReceiveView* SealedLink::receive_view(ViewId view) {
   return hot_rv_;
 }
 
-auth::ReplayWindow& SealedLink::window(ReceiveView& rv, ViewId view, MemberId src, std::uint32_t channel) {
+auth::ReplayWindow& SealedLink::window(ReceiveView& rv, ViewId view, MemberId src, std::uint64_t channel) {
   WindowHint& hint = window_hints_[src % kHints];
   if (hint.window == nullptr || hint.view != view || hint.src != src || hint.channel != channel)
     hint = WindowHint{view, src, channel, &rv.windows[{src, channel}]};
@@ -132,13 +148,16 @@ bool SealedLink::admit(Inbound& in) {
     bump(auth_failures_);
     return false;
   }
-  const std::uint32_t channel = in.datagram ? auth::kMulticastChannel : id();
+  // A direct datagram comes on its own channel: one to us under our id, apart from our link's.
+  const std::uint64_t channel = in.direct     ? auth::kDirectChannel + id()
+                                : in.datagram ? std::uint64_t{auth::kMulticastChannel}
+                                              : std::uint64_t{id()};
   ReceiveView* rv = receive_view(view);
   if (rv == nullptr) {
     bump(replays_refused_);
     return false;
   }
-  std::optional<auth::ChannelKey>& key = in.datagram ? rv->multicast : rv->link;
+  std::optional<auth::ChannelKey>& key = in.direct ? rv->direct : in.datagram ? rv->multicast : rv->link;
   if (!key) key.emplace(key_, group_, view, channel);
   const auto opened = auth::open(*key, src, in.bytes);
   if (!opened) {

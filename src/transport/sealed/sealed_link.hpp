@@ -56,6 +56,10 @@ class SealedLink final : public ForwardingLink {
   /// Sealed in place: the frame's spare capacity takes the trailer (wire::kTailRoom).
   void multicast_owned(std::vector<std::byte>&& frame) override;
   bool unicast(MemberId to, std::vector<std::byte> bytes) override;
+  /// Sealed on the direct channel to `to` (auth::kDirectChannel), counted apart from
+  /// its link, if the transport sends it as a datagram; otherwise as unicast().
+  void unicast_datagram(MemberId to, std::vector<std::byte> bytes) override;
+  [[nodiscard]] std::size_t direct_datagram_limit(MemberId to) const override;
   /// Head and payload travel as one sealed frame (the payload copied behind the head).
   bool send_block(MemberId to, std::vector<std::byte> head, std::span<const std::byte> payload, std::uint64_t length,
                   std::shared_ptr<const void> keep) override;
@@ -67,17 +71,18 @@ class SealedLink final : public ForwardingLink {
   [[nodiscard]] SealStats stats() const;
 
  private:
-  /// A channel of ours (the multicast, auth::kMulticastChannel, or the link to a
-  /// member): its key and the last counter sealed under it.
+  /// A channel of ours (the multicast, auth::kMulticastChannel, the link to a
+  /// member, or the direct datagrams to one): its key and the last counter sealed under it.
   struct SendChannel {
     auth::ChannelKey key;
     std::uint64_t last_counter = 0;
   };
-  using SendView = std::map<std::uint32_t, SendChannel>;  // per channel
+  using SendView = std::map<std::uint64_t, SendChannel>;  // per channel
   struct ReceiveView {
     std::optional<auth::ChannelKey> multicast;  // set up at the first frame on each
     std::optional<auth::ChannelKey> link;       // our own channel: link frames to us
-    std::map<std::pair<MemberId, std::uint32_t>, auth::ReplayWindow> windows;  // per (sender, channel)
+    std::optional<auth::ChannelKey> direct;     // and direct datagrams to us
+    std::map<std::pair<MemberId, std::uint64_t>, auth::ReplayWindow> windows;  // per (sender, channel)
   };
 
   /// The channel or replay window a recent frame used, found again without walking
@@ -86,28 +91,28 @@ class SealedLink final : public ForwardingLink {
   static constexpr std::size_t kHints = 8;  // indexed by channel or sender, modulo
   struct SendHint {
     ViewId view = 0;
-    std::uint32_t channel = 0;
+    std::uint64_t channel = 0;
     SendChannel* ch = nullptr;
   };
   struct WindowHint {
     ViewId view = 0;
     MemberId src = 0;
-    std::uint32_t channel = 0;
+    std::uint64_t channel = 0;
     auth::ReplayWindow* window = nullptr;
   };
 
   /// Appends counter and tag to one of our frames (its header names our id and the
   /// view); false: the frame is of a view too old to seal (see seal_stats).
-  bool seal(std::uint32_t channel, std::vector<std::byte>& frame);
+  bool seal(std::uint64_t channel, std::vector<std::byte>& frame);
   /// Our channel `channel` of `view`, set up at its first frame; nullptr: a view
   /// whose counters are forgotten. Under send_mu_.
-  SendChannel* send_channel(ViewId view, std::uint32_t channel);
+  SendChannel* send_channel(ViewId view, std::uint64_t channel);
   /// Whether `in` is genuine and new; strips its trailer if so.
   bool admit(Inbound& in);
   /// ReceiveView of `view` if a frame of it may still be judged (nullptr: too old).
   ReceiveView* receive_view(ViewId view);
   /// The replay window of (src, channel) in `rv`, the ReceiveView of `view`.
-  auth::ReplayWindow& window(ReceiveView& rv, ViewId view, MemberId src, std::uint32_t channel);
+  auth::ReplayWindow& window(ReceiveView& rv, ViewId view, MemberId src, std::uint64_t channel);
   /// Drops receive view `view` (and every hint into receive_views_).
   void forget_receive_view(std::map<ViewId, ReceiveView>::iterator it);
 

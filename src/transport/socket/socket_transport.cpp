@@ -123,30 +123,10 @@ Endpoint::Endpoint(MemberId id, const SocketConfig& config)
                "choose a SocketConfig::ttl in [0, 255]");
     drop_own_datagrams_in_kernel();
 
-    // The listening socket of the reliable links.
-    listen_fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (listen_fd_ < 0)
-      fail_sys(errno, "cannot create a TCP socket", "the process may be out of file descriptors: raise ulimit -n");
-    set_option(listen_fd_, SOL_SOCKET, SO_REUSEADDR, one, "cannot set SO_REUSEADDR on the listening socket",
-               "this kernel refuses a standard socket option");
-    sockaddr_in listen_addr = make_addr(listen_on, cfg_.listen_port);
-    if (::bind(listen_fd_, as_sockaddr(&listen_addr), sizeof listen_addr) != 0)
-      fail_sys(errno, "cannot bind the listening socket to " + to_string(listen_addr),
-               "the port may be in use (set SocketConfig::listen_port to 0 for an ephemeral one) or the address "
-               "is not of this host (check SocketConfig::listen_address)");
-    if (cfg_.tcp_buffer > 0)  // before listen(): accepted links inherit it, and their window scale follows it
-      set_option(listen_fd_, SOL_SOCKET, SO_RCVBUF, cfg_.tcp_buffer, "cannot set SO_RCVBUF on the listening socket",
-                 "lower SocketOptions::link_buffer_bytes");
-    if (::listen(listen_fd_, SOMAXCONN) != 0)
-      fail_sys(errno, "cannot listen on " + to_string(listen_addr), "choose another SocketConfig::listen_port");
-    sockaddr_in bound{};
-    socklen_t len = sizeof bound;
-    if (::getsockname(listen_fd_, as_sockaddr(&bound), &len) != 0)
-      fail_sys(errno, "cannot read the port of the listening socket", "this is a kernel or sandbox restriction");
-    tcp_port_ = ntohs(bound.sin_port);
+    open_listeners(make_addr(listen_on, cfg_.listen_port));
 
     for (const auto& [fd, key] : {std::pair{wake_fd_, kWakeKey}, std::pair{udp_fd_, kUdpKey},
-                                  std::pair{listen_fd_, kListenKey}}) {
+                                  std::pair{listen_fd_, kListenKey}, std::pair{direct_fd_, kDirectKey}}) {
       epoll_event ev{};
       ev.events = EPOLLIN;
       ev.data.u64 = key;
@@ -154,11 +134,58 @@ Endpoint::Endpoint(MemberId id, const SocketConfig& config)
         fail_sys(errno, "cannot add a socket to the epoll set", "raise fs.epoll.max_user_watches");
     }
   } catch (...) {
+    close_fd(direct_fd_);
     close_fd(listen_fd_);
     close_fd(udp_fd_);
     close_fd(wake_fd_);
     close_fd(epoll_fd_);
     throw;
+  }
+}
+
+void Endpoint::open_listeners(const sockaddr_in& listen_on) {
+  const int one = 1;
+  // An ephemeral port is picked by the UDP bind and then asked of TCP; another
+  // program may hold that number for TCP, so a few numbers are tried.
+  constexpr int kTries = 32;
+  for (int attempt = 0;; ++attempt) {
+    direct_fd_ = ::socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (direct_fd_ < 0)
+      fail_sys(errno, "cannot create a UDP socket", "the process may be out of file descriptors: raise ulimit -n");
+    set_option(direct_fd_, SOL_SOCKET, SO_RCVBUF, cfg_.udp_receive_buffer, "cannot set SO_RCVBUF on the direct socket",
+               "lower SocketConfig::udp_receive_buffer");
+    sockaddr_in addr = listen_on;
+    if (::bind(direct_fd_, as_sockaddr(&addr), sizeof addr) != 0)
+      fail_sys(errno, "cannot bind the direct datagram socket to UDP " + to_string(addr),
+               "the port may be in use for UDP (set SocketConfig::listen_port to 0 for an ephemeral one) or the "
+               "address is not of this host (check SocketConfig::listen_address)");
+    socklen_t len = sizeof addr;
+    if (::getsockname(direct_fd_, as_sockaddr(&addr), &len) != 0)
+      fail_sys(errno, "cannot read the port of the direct socket", "this is a kernel or sandbox restriction");
+
+    listen_fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (listen_fd_ < 0)
+      fail_sys(errno, "cannot create a TCP socket", "the process may be out of file descriptors: raise ulimit -n");
+    set_option(listen_fd_, SOL_SOCKET, SO_REUSEADDR, one, "cannot set SO_REUSEADDR on the listening socket",
+               "this kernel refuses a standard socket option");
+    if (::bind(listen_fd_, as_sockaddr(&addr), sizeof addr) != 0) {
+      const int e = errno;
+      if (e == EADDRINUSE && listen_on.sin_port == 0 && attempt + 1 < kTries) {
+        close_fd(listen_fd_);
+        close_fd(direct_fd_);
+        continue;
+      }
+      fail_sys(e, "cannot bind the listening socket to " + to_string(addr),
+               "the port may be in use (set SocketConfig::listen_port to 0 for an ephemeral one) or the address "
+               "is not of this host (check SocketConfig::listen_address)");
+    }
+    if (cfg_.tcp_buffer > 0)  // before listen(): accepted links inherit it, and their window scale follows it
+      set_option(listen_fd_, SOL_SOCKET, SO_RCVBUF, cfg_.tcp_buffer, "cannot set SO_RCVBUF on the listening socket",
+                 "lower SocketOptions::link_buffer_bytes");
+    if (::listen(listen_fd_, SOMAXCONN) != 0)
+      fail_sys(errno, "cannot listen on " + to_string(addr), "choose another SocketConfig::listen_port");
+    tcp_port_ = ntohs(addr.sin_port);
+    return;
   }
 }
 
@@ -220,6 +247,39 @@ void Endpoint::multicast(std::span<const std::byte> bytes) {
 }
 
 bool Endpoint::unicast(MemberId to, std::vector<std::byte> bytes) { return unicast(to, std::move(bytes), {}, nullptr); }
+
+void Endpoint::unicast_datagram(MemberId to, std::vector<std::byte> bytes) {
+  if (bytes.size() > direct_datagram_limit()) {
+    (void)unicast(to, std::move(bytes));  // a broken link shows on the next frame the protocol relies on
+    return;
+  }
+  std::lock_guard lock(mu_);
+  if (closed_) return;
+  auto p = peers_.find(to);
+  if (p == peers_.end()) {
+    ++stats_.direct_send_dropped;
+    return;
+  }
+  for (;;) {
+    const ssize_t n = ::sendto(direct_fd_, bytes.data(), bytes.size(), MSG_DONTWAIT | MSG_NOSIGNAL,
+                               as_sockaddr(&p->second.addr), sizeof p->second.addr);
+    if (n >= 0) {
+      ++stats_.direct_sent;
+      return;
+    }
+    if (errno == EINTR) continue;
+    // Full buffers, an unreachable host, a port nobody holds (ECONNREFUSED from an
+    // earlier datagram's ICMP): lost like on the wire, and the frame's sender repairs.
+    // Anything else is this host's fault and shows on the group's socket too.
+    if (errno == EAGAIN || errno == EWOULDBLOCK || errno == ENOBUFS || errno == ENOMEM || errno == ECONNREFUSED ||
+        errno == EHOSTUNREACH || errno == ENETUNREACH || errno == EPERM) {
+      ++stats_.direct_send_dropped;
+      return;
+    }
+    fail_sys(errno, "cannot send a datagram to member " + std::to_string(to) + " at " + to_string(p->second.addr),
+             "check that the interface " + cfg_.interface_address + " is up");
+  }
+}
 
 bool Endpoint::unicast(MemberId to, std::vector<std::byte> head, std::span<const std::byte> tail,
                        std::shared_ptr<const void> keep) {
@@ -492,7 +552,9 @@ std::optional<Inbound> Endpoint::wait(std::chrono::steady_clock::time_point dead
           fail_sys(errno, "cannot read the endpoint's eventfd", "the endpoint was destroyed while in use");
         woken_.store(true);
       } else if (key == kUdpKey) {
-        read_datagrams();
+        read_datagrams(udp_fd_, false);
+      } else if (key == kDirectKey) {
+        read_datagrams(direct_fd_, true);
       } else if (key == kListenKey) {
         accept_connections();
       } else {
@@ -543,7 +605,7 @@ void Endpoint::drop_own_datagrams_in_kernel() {
   own_filtered_in_kernel_ = ::setsockopt(udp_fd_, SOL_SOCKET, SO_ATTACH_FILTER, &prog, sizeof prog) == 0;
 }
 
-void Endpoint::read_datagrams() {
+void Endpoint::read_datagrams(int fd, bool direct) {
   const std::size_t slot = cfg_.mtu + 1;
   for (int taken = 0; taken < kDatagramsPerEvent;) {
     for (unsigned i = 0; i < kDatagramBatch; ++i) {
@@ -553,7 +615,7 @@ void Endpoint::read_datagrams() {
       datagram_msgs_[i].msg_hdr.msg_iov = &datagram_iov_[i];
       datagram_msgs_[i].msg_hdr.msg_iovlen = 1;
     }
-    const int got = ::recvmmsg(udp_fd_, datagram_msgs_.data(), kDatagramBatch, MSG_DONTWAIT, nullptr);
+    const int got = ::recvmmsg(fd, datagram_msgs_.data(), kDatagramBatch, MSG_DONTWAIT, nullptr);
     if (got < 0) {
       const int e = errno;
       if (e == EAGAIN || e == EWOULDBLOCK) return;
@@ -579,17 +641,17 @@ void Endpoint::read_datagrams() {
           continue;
         }
       }
-      ++stats_.datagrams_received;
+      ++(direct ? stats_.direct_received : stats_.datagrams_received);
       // Past half a slot, the buffer itself goes and the slot takes a spare, of which
       // only the tail past its last datagram is zeroed (with no spare, a new slot is
       // zeroed: about what the copy moved); below, a copy of its size, so a small
       // datagram does not hold a whole slot.
       if (len > slot / 2) {
         buf.resize(len);
-        inbox_.push_back(Inbound{true, from, std::move(buf), false});
+        inbox_.push_back(Inbound{true, from, std::move(buf), false, direct});
         buf = take_spare(slot);
       } else {
-        inbox_.push_back(Inbound{true, from, std::vector<std::byte>(bytes.begin(), bytes.end()), false});
+        inbox_.push_back(Inbound{true, from, std::vector<std::byte>(bytes.begin(), bytes.end()), false, direct});
       }
     }
     taken += got;
@@ -741,6 +803,7 @@ void Endpoint::close_locked() {
   accepted_ = 0;
   close_fd(udp_fd_);
   close_fd(listen_fd_);
+  close_fd(direct_fd_);
   inbox_.clear();
   const std::uint64_t one = 1;
   // Wakes a thread in wait(); EAGAIN means a wake is already pending. Nothing to do about other errors here.

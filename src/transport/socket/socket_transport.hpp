@@ -8,6 +8,12 @@
 //   header names this endpoint as `src` (bytes 20..23) are dropped on receive.
 //   Unreliable like the network below; a Node's fault layer (api/faulty_link.hpp)
 //   adds seeded faults above the endpoint, the same as on every transport.
+// - Direct datagrams (unicast_datagram): frames that may be lost (cumulative ACKs)
+//   go as UDP datagrams to the peer's port number (a second UDP socket per endpoint,
+//   bound to the same number as the listening socket), read with the group's.
+//   On loopback a TCP hop costs about as much again as a UDP one (the receiver's
+//   TCP ACK, the stream's bookkeeping), and an all-acked message at two processes is
+//   one datagram out and one ACK back.
 // - Reliable links: TCP, one connection per direction: an endpoint sends to a peer
 //   only over the connection it opened itself (lazily, on the first unicast) and
 //   reads from the connections peers opened to it. Frames are a u32 little-endian
@@ -97,6 +103,9 @@ struct SocketConfig {
   /// Threads of this member that poll while traffic is steady (ShmConfig's twin):
   /// polling keeps a CPU only in a process bound to CPUs of its own (cpu_share.hpp).
   std::uint32_t polling_threads = 2;
+  /// Send unicast_datagram()'s frames as datagrams (false: over the reliable link).
+  /// Either way the endpoint receives them on its direct socket.
+  bool direct_datagrams = true;
 };
 
 /// Counters for tests and diagnostics (a snapshot).
@@ -113,6 +122,9 @@ struct Stats {
   std::uint64_t connections_malformed = 0;   // dropped for a bad length, a bad hello, or data where none belongs
   std::uint64_t links_broken = 0;            // peers marked unreachable
   std::uint64_t bytes_placed = 0;            // block payload read straight into its final buffer
+  std::uint64_t direct_sent = 0;             // unicast_datagram()s sent as datagrams
+  std::uint64_t direct_send_dropped = 0;     // the kernel had no room, or the peer's host is unreachable
+  std::uint64_t direct_received = 0;         // datagrams on the direct socket, queued for wait()
 };
 
 using transport::BlockPlacer;
@@ -130,7 +142,8 @@ class Endpoint {
   Endpoint& operator=(Endpoint&&) = delete;
 
   [[nodiscard]] MemberId id() const { return id_; }
-  /// The port the reliable links listen on (what peers pass to add_peer()).
+  /// The port the reliable links listen on (what peers pass to add_peer()); the
+  /// direct datagram socket has the same number.
   [[nodiscard]] std::uint16_t tcp_port() const { return tcp_port_; }
   /// The epoll set wait() drains: it polls readable while wait() has work. A caller
   /// that polls it itself is woken by wake() too (the eventfd is written every time).
@@ -163,6 +176,12 @@ class Endpoint {
   /// breaks later loses what was queued (a later unicast() returns false).
   /// Throws hmcast::Error(message_too_large) for a frame over max_frame.
   bool unicast(MemberId to, std::vector<std::byte> bytes);
+  /// A frame that may be lost, as one datagram to `to`'s direct socket (a frame over
+  /// mtu(), or with SocketConfig::direct_datagrams off, goes by unicast()). A peer
+  /// not known, a full socket buffer or an unreachable host drop it, counted.
+  void unicast_datagram(MemberId to, std::vector<std::byte> bytes);
+  /// The largest frame unicast_datagram() sends as a datagram (0: none).
+  [[nodiscard]] std::size_t direct_datagram_limit() const { return cfg_.direct_datagrams ? cfg_.mtu : 0; }
   /// The same for a frame of `head` followed by `tail`, which is sent from where it
   /// lies (no copy into the frame); `keep` holds its memory until it is written.
   bool unicast(MemberId to, std::vector<std::byte> head, std::span<const std::byte> tail,
@@ -225,7 +244,10 @@ class Endpoint {
   void mark_broken(MemberId id);
   void on_connection_event(std::uint64_t key, std::uint32_t events);
   bool read_connection(Connection& c);  // false: the connection was dropped
-  void read_datagrams();
+  void read_datagrams(int fd, bool direct);
+  /// Opens listen_fd_ and direct_fd_ on one port number (`port`, or an ephemeral
+  /// one free for both); throws TransportError when the system refuses.
+  void open_listeners(const sockaddr_in& listen_on);
   void drop_own_datagrams_in_kernel();
   std::vector<std::byte> take_spare(std::size_t slot);  // mu_ held
   void accept_connections();
@@ -240,6 +262,7 @@ class Endpoint {
   int udp_fd_ = -1;
   bool own_filtered_in_kernel_ = false;  // a socket filter drops our own looped datagrams
   int listen_fd_ = -1;
+  int direct_fd_ = -1;
   bool pwait2_ = true;
   transport::PollPacer pacer_;  // when wait() polls rather than sleeps; only wait() touches it
   transport::Relax relax_;  // between polls (wait)
@@ -281,6 +304,7 @@ class Endpoint {
   static constexpr std::uint64_t kWakeKey = 1;
   static constexpr std::uint64_t kUdpKey = 2;
   static constexpr std::uint64_t kListenKey = 3;
+  static constexpr std::uint64_t kDirectKey = 4;
   static constexpr std::uint64_t kFirstConnectionKey = 16;
 };
 
