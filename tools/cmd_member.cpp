@@ -83,6 +83,7 @@ struct MemberOptions {
   std::uint32_t window = 0;  // large path: blocks a receiver lets come at once
   std::string credit_lead;   // large path: ask for the next block this many bytes early
   std::string link_buffer;   // SocketOptions::link_buffer_bytes
+  bool acks_by_link = false; // SocketOptions::direct_datagrams off
   std::optional<std::uint32_t> cpu;  // run on this CPU only (the launcher spreads members, as mpirun binds ranks)
 };
 
@@ -205,6 +206,7 @@ int run_member(const MemberOptions& o) {
   cfg.faults.seed = o.seed;  // the fault layer mixes in the member id: members draw apart, runs repeat
   cfg.profile_file = o.profile;
   if (!o.link_buffer.empty()) cfg.socket.link_buffer_bytes = static_cast<std::uint32_t>(parse_size(o.link_buffer));
+  cfg.socket.direct_datagrams = !o.acks_by_link;
   if (o.radix != 0 || !o.algo.empty() || !o.block.empty() || !o.max_small.empty() || o.window != 0 ||
       !o.credit_lead.empty() || !o.segment.empty() || o.probe_deadline_ms != 0) {
     ProtocolConfig p = default_protocol(cfg);
@@ -731,6 +733,8 @@ void add_member_command(CLI::App& app) {
       ->check(CLI::Range(1U, 64U));
   cmd->add_option("--credit-lead", o->credit_lead, "Override the large path's credit lead, e.g. 1MiB");
   cmd->add_option("--link-buffer", o->link_buffer, "Socket buffers of each reliable link, e.g. 4MiB (default: kernel)");
+  cmd->add_flag("--acks-by-link", o->acks_by_link,
+                "Send ACKs over the reliable links, never as datagrams (SocketOptions::direct_datagrams off)");
   cmd->add_option("--segment", o->segment, "Override the large path's segment size (bytes moved as one transfer), e.g. 256KiB");
   cmd->add_option("--max-small", o->max_small, "Override the size above which messages take the large path");
   cmd->add_option("--block", o->block, "Override the large-path block size (every message), e.g. 1MiB");

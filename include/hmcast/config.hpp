@@ -227,6 +227,12 @@ struct SocketOptions {
   /// "Figures behind the defaults"). The kernel caps it at net.core.wmem_max /
   /// rmem_max; memory is used only as data is queued.
   std::uint32_t link_buffer_bytes = 4U << 20;
+  /// ACKs go as UDP datagrams to a member's own port (the number its links listen on),
+  /// where a TCP frame would cost about as much again as the datagram it answers;
+  /// after a sign of loss they go over the links for a while. Off: always the links
+  /// (for networks that pass the multicast port and TCP but drop other UDP). Every
+  /// member receives them either way.
+  bool direct_datagrams = true;
   /// How the progress thread waits for datagrams and frames. hybrid (the default)
   /// keeps polling, yielding the CPU between polls, for `busy_poll` after the last
   /// arrival and then sleeps: a message that follows soon after another finds the

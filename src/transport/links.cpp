@@ -209,6 +209,7 @@ std::unique_ptr<Link> bare_socket_link(MemberId self, std::uint32_t multicast_ad
   cfg.completion = options.completion;
   cfg.busy_poll = options.busy_poll;
   cfg.busy_poll_max = options.busy_poll_max;
+  cfg.direct_datagrams = options.direct_datagrams;
   try {
     std::unique_ptr<Link> link = std::make_unique<SocketLink>(self, cfg, options.large_pool_bytes);
     if (key != nullptr) link = with_seal(std::move(link), *key, group);
