@@ -1,6 +1,7 @@
 // libFuzzer target: the sealing layer's inbound side (transport/sealed). The input
 // is a stream of items a stranger delivers to a member holding the key (each a
-// datagram or a link frame from some peer, of some size); none may reach the
+// datagram to the group or to this member alone, or a link frame from some peer, of
+// some size); none may reach the
 // protocol, none may crash the layer, and each is counted as an auth failure or a
 // replay.
 #include <cstddef>
@@ -47,13 +48,15 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   auto inner = std::make_unique<QueueLink>();
   auto* queue = inner.get();
   std::uint64_t items = 0;
-  // Each item: a flags byte (bit 0: datagram; bits 1-3: the peer), a length byte, then that many bytes.
+  // Each item: a flags byte (bit 0: datagram; bits 1-3: the peer; bit 4: a direct
+  // datagram), a length byte, then that many bytes.
   while (bytes.size() >= 2) {
     const auto flags = std::to_integer<unsigned>(bytes[0]);
     const std::size_t len = std::min<std::size_t>(std::to_integer<std::size_t>(bytes[1]) * 4, bytes.size() - 2);
     Inbound in;
     in.datagram = (flags & 1U) != 0;
     in.from = (flags >> 1) & 7U;
+    in.direct = in.datagram && (flags & 16U) != 0;
     const auto body = bytes.subspan(2, len);
     in.bytes.assign(body.begin(), body.end());
     queue->items.push_back(std::move(in));

@@ -11,9 +11,10 @@
 // variants; the frame is associated data and nothing is encrypted) under the
 // channel key, with the 12-byte nonce sender | counter: unique per key as long as
 // each sender numbers each channel once. Channel 0 is the multicast; a link frame's
-// channel is its receiver, a direct datagram's kDirectChannel + its receiver. Keys are per channel rather than the channel being in the
-// nonce because the IETF nonce has no room for it, and a key set up once (AES-GCM's
-// expanded key and hash key) makes each tag cheap.
+// channel is its receiver, a direct datagram's kDirectChannel + its receiver. Keys
+// are per channel rather than the channel being in the nonce because the IETF nonce
+// has no room for it, and a key set up once (AES-GCM's expanded key and hash key)
+// makes each tag cheap.
 #pragma once
 
 #include <array>
