@@ -640,12 +640,12 @@ TEST_CASE("socket: a direct datagram reaches its one peer as a datagram; over th
   connect_all({&a, &b, &c});
   CHECK(a.direct_datagram_limit() == config().mtu);
   CHECK(c.direct_datagram_limit() == 0);
-  a.unicast_datagram(2, datagram(g, 1, 5));
-  a.unicast_datagram(2, datagram(g, 1, 6));
+  CHECK(a.unicast_datagram(2, datagram(g, 1, 5)));
+  CHECK(a.unicast_datagram(2, datagram(g, 1, 6)));
   Bytes big = pattern(config().mtu + 1, 3);
-  a.unicast_datagram(2, big);                 // over the MTU: the link carries it
-  c.unicast_datagram(2, datagram(g, 3, 9));   // direct datagrams off: the link too
-  a.unicast_datagram(77, datagram(g, 1, 7));  // nobody we know: dropped, counted
+  CHECK(a.unicast_datagram(2, big));                 // over the MTU: the link carries it
+  CHECK(c.unicast_datagram(2, datagram(g, 3, 9)));   // direct datagrams off: the link too
+  CHECK(a.unicast_datagram(77, datagram(g, 1, 7)));  // nobody we know: dropped, counted
   std::vector<std::vector<sk::Inbound>> got;
   const bool arrived = pump({&a, &b, &c}, got, [&] { return got[1].size() >= 4; }, 4000ms);
   REQUIRE(arrived);

@@ -167,8 +167,9 @@ void Runtime::execute(Outbox& actions, TimeNs now, AppEvents& app) {
         Overloaded{
             [&](action::SendDatagram& d) { transport_.multicast_owned(std::move(d.bytes)); },
             [&](action::SendP2P& p) {
-              if (p.datagram) transport_.unicast_datagram(p.to, std::move(p.bytes));
-              else if (!transport_.unicast(p.to, std::move(p.bytes))) broken.push_back(p.to);
+              const bool sent = p.datagram ? transport_.unicast_datagram(p.to, std::move(p.bytes))
+                                           : transport_.unicast(p.to, std::move(p.bytes));
+              if (!sent) broken.push_back(p.to);
             },
             [&](action::SendBlock& b) {
               // The segment's bytes come from our buffer at their own offset: a relay

@@ -21,8 +21,8 @@ class ForwardingLink : public Link {
   [[nodiscard]] MemberId id() const override { return inner_->id(); }
   void multicast(std::span<const std::byte> bytes) override { inner_->multicast(bytes); }
   bool unicast(MemberId to, std::vector<std::byte> bytes) override { return inner_->unicast(to, std::move(bytes)); }
-  void unicast_datagram(MemberId to, std::vector<std::byte> bytes) override {
-    inner_->unicast_datagram(to, std::move(bytes));
+  bool unicast_datagram(MemberId to, std::vector<std::byte> bytes) override {
+    return inner_->unicast_datagram(to, std::move(bytes));
   }
   [[nodiscard]] std::size_t direct_datagram_limit(MemberId to) const override {
     return inner_->direct_datagram_limit(to);

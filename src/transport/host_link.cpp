@@ -35,8 +35,8 @@ void HostLink::multicast(std::span<const std::byte> bytes) {
   if (remote) network_->multicast(bytes);
 }
 
-void HostLink::unicast_datagram(MemberId to, std::vector<std::byte> frame) {
-  (is_local(to) ? *local_ : *network_).unicast_datagram(to, std::move(frame));
+bool HostLink::unicast_datagram(MemberId to, std::vector<std::byte> frame) {
+  return (is_local(to) ? *local_ : *network_).unicast_datagram(to, std::move(frame));
 }
 
 std::size_t HostLink::direct_datagram_limit(MemberId to) const {

@@ -43,7 +43,7 @@ class HostLink final : public Link {
   [[nodiscard]] MemberId id() const override { return network_->id(); }
   void multicast(std::span<const std::byte> bytes) override;
   bool unicast(MemberId to, std::vector<std::byte> frame) override;
-  void unicast_datagram(MemberId to, std::vector<std::byte> frame) override;
+  bool unicast_datagram(MemberId to, std::vector<std::byte> frame) override;
   [[nodiscard]] std::size_t direct_datagram_limit(MemberId to) const override;
   bool send_block(MemberId to, std::vector<std::byte> head, std::span<const std::byte> payload, std::uint64_t length,
                   std::shared_ptr<const void> keep) override;

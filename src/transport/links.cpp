@@ -88,8 +88,8 @@ class SocketLink final : public EndpointLink<socket::Endpoint, socket::Transport
   SocketLink(MemberId self, const socket::SocketConfig& cfg, std::size_t pool_bytes)
       : EndpointLink(self, cfg), pool_(std::make_shared<BufferPool>(pool_bytes)) {}
   void set_block_placer(BlockPlacer placer) override { endpoint_->set_block_placer(std::move(placer)); }
-  void unicast_datagram(MemberId to, std::vector<std::byte> frame) override {
-    endpoint_->unicast_datagram(to, std::move(frame));
+  bool unicast_datagram(MemberId to, std::vector<std::byte> frame) override {
+    return endpoint_->unicast_datagram(to, std::move(frame));
   }
   [[nodiscard]] std::size_t direct_datagram_limit(MemberId /*to*/) const override {
     return endpoint_->direct_datagram_limit();

@@ -63,8 +63,9 @@ class Transport {
   virtual bool unicast(MemberId to, std::vector<std::byte> frame) = 0;
   /// A frame that may be lost, duplicated or overtaken on its way (a cumulative ACK:
   /// its sender's repair timer covers a loss), sent as a datagram to `to` alone where
-  /// the transport can; by default it travels as unicast() does, reliably.
-  virtual void unicast_datagram(MemberId to, std::vector<std::byte> frame) { (void)unicast(to, std::move(frame)); }
+  /// the transport can; by default it travels as unicast() does, reliably. False, as
+  /// for unicast(): it went by a link to `to` that is broken.
+  virtual bool unicast_datagram(MemberId to, std::vector<std::byte> frame) { return unicast(to, std::move(frame)); }
   /// The largest frame unicast_datagram() sends to `to` as a datagram (0: none, all go
   /// by unicast()). A layer that marks what it sends (sealed/) marks a datagram apart.
   [[nodiscard]] virtual std::size_t direct_datagram_limit(MemberId /*to*/) const { return 0; }

@@ -22,8 +22,9 @@ class Cluster::Transport final : public transport::Transport {
     return true;
   }
   /// ACKs travel as datagrams here too, lost and held back as multicast copies are.
-  void unicast_datagram(MemberId to, std::vector<std::byte> frame) override {
+  bool unicast_datagram(MemberId to, std::vector<std::byte> frame) override {
     if (const auto n = c_.node_of(to)) c_.fabric_.direct_datagram(node_, *n, std::move(frame));
+    return true;
   }
   [[nodiscard]] std::size_t direct_datagram_limit(MemberId) const override { return c_.protocol_.mtu; }
   bool send_block(MemberId to, std::vector<std::byte> head, std::span<const std::byte> payload, std::uint64_t length,

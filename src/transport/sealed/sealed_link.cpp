@@ -93,15 +93,13 @@ std::size_t SealedLink::direct_datagram_limit(MemberId to) const {
   return inner > auth::kTrailerBytes ? inner - auth::kTrailerBytes : 0;
 }
 
-void SealedLink::unicast_datagram(MemberId to, std::vector<std::byte> bytes) {
+bool SealedLink::unicast_datagram(MemberId to, std::vector<std::byte> bytes) {
   HMCAST_ASSERT(to != auth::kMulticastChannel);
   // Sealed for the way it will travel: a receiver tells the channels apart by it.
-  if (bytes.size() > direct_datagram_limit(to)) {
-    (void)unicast(to, std::move(bytes));
-    return;
-  }
+  if (bytes.size() > direct_datagram_limit(to)) return unicast(to, std::move(bytes));
   bytes.reserve(bytes.size() + auth::kTrailerBytes);
-  if (seal(auth::kDirectChannel + to, bytes)) inner_->unicast_datagram(to, std::move(bytes));
+  if (!seal(auth::kDirectChannel + to, bytes)) return true;  // dropped as a lost frame, not a broken link
+  return inner_->unicast_datagram(to, std::move(bytes));
 }
 
 bool SealedLink::send_block(MemberId to, std::vector<std::byte> head, std::span<const std::byte> payload,

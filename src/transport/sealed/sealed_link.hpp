@@ -58,7 +58,7 @@ class SealedLink final : public ForwardingLink {
   bool unicast(MemberId to, std::vector<std::byte> bytes) override;
   /// Sealed on the direct channel to `to` (auth::kDirectChannel), counted apart from
   /// its link, if the transport sends it as a datagram; otherwise as unicast().
-  void unicast_datagram(MemberId to, std::vector<std::byte> bytes) override;
+  bool unicast_datagram(MemberId to, std::vector<std::byte> bytes) override;
   [[nodiscard]] std::size_t direct_datagram_limit(MemberId to) const override;
   /// Head and payload travel as one sealed frame (the payload copied behind the head).
   bool send_block(MemberId to, std::vector<std::byte> head, std::span<const std::byte> payload, std::uint64_t length,

@@ -248,24 +248,21 @@ void Endpoint::multicast(std::span<const std::byte> bytes) {
 
 bool Endpoint::unicast(MemberId to, std::vector<std::byte> bytes) { return unicast(to, std::move(bytes), {}, nullptr); }
 
-void Endpoint::unicast_datagram(MemberId to, std::vector<std::byte> bytes) {
-  if (bytes.size() > direct_datagram_limit()) {
-    (void)unicast(to, std::move(bytes));  // a broken link shows on the next frame the protocol relies on
-    return;
-  }
+bool Endpoint::unicast_datagram(MemberId to, std::vector<std::byte> bytes) {
+  if (bytes.size() > direct_datagram_limit()) return unicast(to, std::move(bytes));
   std::lock_guard lock(mu_);
-  if (closed_) return;
+  if (closed_) return true;
   auto p = peers_.find(to);
   if (p == peers_.end()) {
     ++stats_.direct_send_dropped;
-    return;
+    return true;
   }
   for (;;) {
     const ssize_t n = ::sendto(direct_fd_, bytes.data(), bytes.size(), MSG_DONTWAIT | MSG_NOSIGNAL,
                                as_sockaddr(&p->second.addr), sizeof p->second.addr);
     if (n >= 0) {
       ++stats_.direct_sent;
-      return;
+      return true;
     }
     if (errno == EINTR) continue;
     // Full buffers, an unreachable host, a port nobody holds (ECONNREFUSED from an
@@ -274,7 +271,7 @@ void Endpoint::unicast_datagram(MemberId to, std::vector<std::byte> bytes) {
     if (errno == EAGAIN || errno == EWOULDBLOCK || errno == ENOBUFS || errno == ENOMEM || errno == ECONNREFUSED ||
         errno == EHOSTUNREACH || errno == ENETUNREACH || errno == EPERM) {
       ++stats_.direct_send_dropped;
-      return;
+      return true;
     }
     fail_sys(errno, "cannot send a datagram to member " + std::to_string(to) + " at " + to_string(p->second.addr),
              "check that the interface " + cfg_.interface_address + " is up");

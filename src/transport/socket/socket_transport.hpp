@@ -178,8 +178,9 @@ class Endpoint {
   bool unicast(MemberId to, std::vector<std::byte> bytes);
   /// A frame that may be lost, as one datagram to `to`'s direct socket (a frame over
   /// mtu(), or with SocketConfig::direct_datagrams off, goes by unicast()). A peer
-  /// not known, a full socket buffer or an unreachable host drop it, counted.
-  void unicast_datagram(MemberId to, std::vector<std::byte> bytes);
+  /// not known, a full socket buffer or an unreachable host drop it, counted. False
+  /// only as unicast() says it, for a frame that went by the link.
+  bool unicast_datagram(MemberId to, std::vector<std::byte> bytes);
   /// The largest frame unicast_datagram() sends as a datagram (0: none).
   [[nodiscard]] std::size_t direct_datagram_limit() const { return cfg_.direct_datagrams ? cfg_.mtu : 0; }
   /// The same for a frame of `head` followed by `tail`, which is sent from where it
