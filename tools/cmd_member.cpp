@@ -84,6 +84,7 @@ struct MemberOptions {
   std::string credit_lead;   // large path: ask for the next block this many bytes early
   std::string link_buffer;   // SocketOptions::link_buffer_bytes
   bool acks_by_link = false; // SocketOptions::direct_datagrams off
+  std::string borrow_progress = "auto";  // Config::borrow_progress
   std::optional<std::uint32_t> cpu;  // run on this CPU only (the launcher spreads members, as mpirun binds ranks)
 };
 
@@ -207,6 +208,9 @@ int run_member(const MemberOptions& o) {
   cfg.profile_file = o.profile;
   if (!o.link_buffer.empty()) cfg.socket.link_buffer_bytes = static_cast<std::uint32_t>(parse_size(o.link_buffer));
   cfg.socket.direct_datagrams = !o.acks_by_link;
+  cfg.borrow_progress = o.borrow_progress == "always" ? BorrowProgress::always
+                        : o.borrow_progress == "never" ? BorrowProgress::never
+                                                       : BorrowProgress::automatic;
   if (o.radix != 0 || !o.algo.empty() || !o.block.empty() || !o.max_small.empty() || o.window != 0 ||
       !o.credit_lead.empty() || !o.segment.empty() || o.probe_deadline_ms != 0) {
     ProtocolConfig p = default_protocol(cfg);
@@ -705,6 +709,11 @@ void add_member_command(CLI::App& app) {
       ->check(CLI::Range(0U, 1'000'000U));
   cmd->add_option("--cpu", o->cpu, "Run on this CPU only (hmcast bench, soak and demo spread members when there "
                                    "are as many CPUs as members, as mpirun binds ranks)");
+  cmd->add_option("--borrow-progress", o->borrow_progress,
+                  "Whether a thread waiting on a small message's Completion makes the progress itself "
+                  "(Config::borrow_progress): auto (where it may keep a CPU), always, never (callbacks only on the "
+                  "progress thread)")
+      ->check(CLI::IsMember({"auto", "always", "never"}));
   cmd->add_flag("--no-zero-copy", o->no_zero_copy,
                 "verbs: large blocks are SENT and copied instead of RDMA WRITTEN into the final buffer");
   cmd->add_option("--progress-ms", o->progress_ms, "Progress report interval")->check(CLI::Range(10U, 60000U));

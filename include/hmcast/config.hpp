@@ -328,10 +328,26 @@ struct FaultConfig {
   std::uint64_t seed = 1;
 };
 
+/// Config::borrow_progress. Handing each ACK from the progress thread to the thread
+/// waiting for it was most of a small message's time at two processes; a waiter that
+/// makes the progress itself reads the ACK on its own thread.
+enum class BorrowProgress : std::uint8_t {
+  /// Where the waiting thread may keep a CPU while it polls: the process is bound to
+  /// CPUs of its own (as launchers bind ranks), or (shm) the members on the host are
+  /// no more than its CPUs. On an oversubscribed host the parked progress thread's
+  /// looks take CPU time that other members' ACKs need.
+  automatic,
+  always,
+  /// Callbacks only ever run on the progress thread.
+  never,
+};
+
 /// Which threads make a Node's group progress: read the transport, ACK, repair,
 /// deliver, fire timers and run the callbacks.
 enum class Progress : std::uint8_t {
-  /// A progress thread the Node starts; every callback runs on it.
+  /// A progress thread the Node starts; every callback runs on it, or on a thread
+  /// waiting on a small message's Completion while it makes the progress itself
+  /// (Config::borrow_progress).
   thread,
   /// The application's own threads, inside Group::poll(), Completion::get() and
   /// wait_for(), and a broadcast() that waits for room; callbacks run there, on the
@@ -347,6 +363,11 @@ struct Config {
   TransportKind transport = TransportKind::inproc;
   /// Who makes the group progress (Progress): the Node's thread, or the caller's.
   Progress progress = Progress::thread;
+  /// Progress::thread on the socket and shm transports: whether an application
+  /// thread that waits on a small message's Completion (get(), wait_for()) makes the
+  /// group's progress itself while it polls, callbacks included, with the progress
+  /// thread standing aside until it is done (BorrowProgress).
+  BorrowProgress borrow_progress = BorrowProgress::automatic;
   /// inproc: nodes naming the same fabric see each other.
   std::string fabric = "default";
   /// Members a group waits for before its first view is installed. Every member of

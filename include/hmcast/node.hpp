@@ -23,7 +23,9 @@
 //   message (all-ACKed up the tree to the sender). If members leave meanwhile it
 //   completes against the survivors; the view-change callback names who left.
 // - Threads: each Node runs one progress thread. Every callback of every Group of
-//   the Node runs on it, one at a time; callbacks may call broadcast() with
+//   the Node runs on it, one at a time, or (Config::borrow_progress, socket and shm)
+//   on an application thread that waits on a small message's Completion and makes
+//   the progress meanwhile (one at a time all the same); callbacks may call broadcast() with
 //   SendMode::fail, but must not block on a Completion (that would stall progress).
 //   broadcast() may be called from any thread. Callbacks may run until
 //   Group::leave() returns or the Node is destroyed, so what they capture must

@@ -7,6 +7,7 @@
 #include "api/spin_wait.hpp"
 #include "core/assert.hpp"
 #include "policy/policy.hpp"
+#include "transport/cpu_share.hpp"
 #include "transport/faulty/faulty_link.hpp"
 #include "transport/sealed/sealed_link.hpp"
 
@@ -139,11 +140,24 @@ void Completion::get() const {
   else done_.get();  // a default-constructed Completion throws std::future_error here
 }
 
+namespace {
+/// The longest a waiter borrows the progress thread's rounds (the callbacks wait that
+/// long at most): then it polls and sleeps as before.
+constexpr std::chrono::nanoseconds kMaxBorrow = std::chrono::milliseconds(2);
+}  // namespace
+
 bool Completion::wait_ns(std::chrono::nanoseconds d) const {
   if (!board_ && !done_.valid()) return false;  // get() then says so (std::future_error)
   auto ready = [&] { return settled(); };
   const auto start = std::chrono::steady_clock::now();
-  if (auto node = driver_.lock()) {
+  auto node = driver_.lock();
+  if (node && !node->caller_progress()) {
+    // Progress::thread, a small message: this thread makes the rounds for its polling
+    // window instead of waiting for the progress thread to hand the ACK over; for a
+    // bounded time, as the callbacks wait meanwhile.
+    if (ready()) return true;
+    if (d.count() > 0 && node->borrow_progress(*board_, seq_, start + std::min({spin_, d, kMaxBorrow}))) return true;
+  } else if (node) {
     // Progress::caller: this thread makes the progress it waits for, in rounds short
     // enough to look at the outcome between them.
     for (;;) {
@@ -155,7 +169,10 @@ bool Completion::wait_ns(std::chrono::nanoseconds d) const {
       if (node->transport_failed.load()) return ready();
     }
   }
-  if (detail::spin_until(ready, std::min(spin_, d))) return true;
+  const auto polled = std::chrono::steady_clock::now() - start;
+  if (detail::spin_until(ready, std::min(spin_, d) - std::min<std::chrono::nanoseconds>(polled, std::min(spin_, d))))
+    return true;
+  if (node) node->unpark_if_parked();  // about to sleep: the progress thread must not be parked
   const bool forever = d == std::chrono::nanoseconds::max();
   if (board_) return board_->sleep_until(seq_, forever ? std::nullopt : std::optional(start + d));
   if (forever) {
@@ -192,6 +209,7 @@ std::unique_lock<std::mutex> wait_for_room(detail::GroupState& g, SendMode mode,
       lock.lock();
       continue;
     }
+    g.node->unpark_if_parked();  // room comes from the progress thread's rounds
     g.room.wait_for(lock, std::chrono::milliseconds(50));
   }
 }
@@ -215,6 +233,26 @@ void hand_over(detail::GroupState& g, AppEvents& app, std::unique_lock<std::mute
   detail::NodeState::queue_for_app(g, app);
   lock.unlock();
   g.node->wake_progress();
+}
+
+/// Whether a waiter for a small Completion borrows the progress thread's rounds
+/// (Config::borrow_progress, NodeState::borrow_progress), under g.mu: on the
+/// transports whose progress thread polls (verbs' completion queue is read by that
+/// thread alone), and only where the waiting thread may keep a CPU while it polls
+/// (the rule the transports' polling follows, transport/cpu_share.hpp). On an
+/// oversubscribed host the parked progress thread's periodic looks cost the other
+/// processes CPU time their ACKs need: at 4 processes on 2 cores the waiter's
+/// message took twice as long (docs/benchmarks.md, "Borrowed progress").
+bool borrowing(const detail::GroupState& g) {
+  const auto& cfg = g.node->cfg;
+  if (cfg.borrow_progress == BorrowProgress::never || g.node->caller_progress()) return false;
+  if (cfg.transport != TransportKind::socket && cfg.transport != TransportKind::shm) return false;
+  if (cfg.borrow_progress == BorrowProgress::always) return true;
+  // shm: every member of the view is on this host, one polling thread each meanwhile.
+  const auto host_pollers = cfg.transport == TransportKind::shm
+                                ? static_cast<std::uint32_t>(g.runtime->engine().view().members.size())
+                                : 0U;
+  return transport::may_keep_cpu(transport::cpu_share(), 1, host_pollers);
 }
 
 std::weak_ptr<detail::NodeState> driver_of(const detail::GroupState& g) {
@@ -268,7 +306,10 @@ Completion Group::send_small(std::shared_ptr<const std::vector<std::byte>> msg, 
   // Small messages complete in order: the group's board tells when this one is.
   const auto& board = state_->small_done;
   const std::size_t ahead = res.seq - 1 - std::min<Seq>(board->done(), res.seq - 1);
-  Completion c(res.seq, board, spin_for(*state_, ahead, false), driver_of(*state_));
+  // With a polling window its waiter may borrow the progress thread's rounds.
+  const auto spin = spin_for(*state_, ahead, false);
+  Completion c(res.seq, board, spin,
+               spin.count() > 0 && borrowing(*state_) ? state_->node->self : driver_of(*state_));
   hand_over(*state_, app, lock);
   return c;
 }

@@ -56,7 +56,28 @@ constexpr std::size_t kDrainRound = 256;
 
 void NodeState::run() {
   // A round ends at least every 50 ms, so the thread notices stop.
-  while (!stop.load() && !transport_failed.load()) round(std::chrono::steady_clock::now() + std::chrono::milliseconds(50));
+  while (!stop.load() && !transport_failed.load()) {
+    if (borrowers.load(std::memory_order_seq_cst) > 0) {
+      std::unique_lock lock(park_mu);
+      is_parked.store(true, std::memory_order_seq_cst);
+      parked.wait_for(lock, park_period(),
+                      [&] { return stop.load() || borrowers.load(std::memory_order_seq_cst) == 0; });
+      is_parked.store(false, std::memory_order_seq_cst);
+      continue;
+    }
+    std::unique_lock lock(round_mu, std::try_to_lock);
+    if (!lock) {
+      std::this_thread::yield();  // a borrower between two of its rounds
+      continue;
+    }
+    if (borrowers.load(std::memory_order_seq_cst) > 0) continue;  // came meanwhile: park
+    round(std::chrono::steady_clock::now() + std::chrono::milliseconds(50));
+  }
+}
+
+std::chrono::nanoseconds NodeState::park_period() const {
+  const std::chrono::nanoseconds window = cfg.transport == TransportKind::verbs ? cfg.verbs.busy_poll : cfg.socket.busy_poll;
+  return std::clamp<std::chrono::nanoseconds>(window, std::chrono::microseconds(10), std::chrono::microseconds(50));
 }
 
 namespace {
@@ -81,6 +102,28 @@ bool NodeState::drive(std::chrono::steady_clock::time_point limit) {
   }
   round(limit);
   return true;
+}
+
+bool NodeState::borrow_progress(const CompletionBoard& board, Seq seq, std::chrono::steady_clock::time_point until) {
+  HMCAST_ASSERT(!caller_progress());
+  const auto settled = [&] { return board.settled(seq); };
+  if (t_in_callbacks != nullptr || stop.load())  // this thread's callbacks hold the round it would need
+    return spin_until(settled, until - std::min(until, std::chrono::steady_clock::now()));
+  borrowers.fetch_add(1, std::memory_order_seq_cst);
+  wake_progress();  // the progress thread leaves its round's wait, and then parks
+  for (;;) {
+    if (settled() || stop.load() || transport_failed.load() || std::chrono::steady_clock::now() >= until) break;
+    std::unique_lock lock(round_mu, std::try_to_lock);
+    if (!lock) {
+      std::this_thread::yield();  // the progress thread's round is ending
+      continue;
+    }
+    round(until);
+  }
+  const bool done = settled();
+  // A waiter that gives up goes to sleep on the group: the progress thread takes over now.
+  if (borrowers.fetch_sub(1, std::memory_order_seq_cst) == 1 && !done) unpark_if_parked();
+  return done;
 }
 
 void NodeState::round(std::chrono::steady_clock::time_point limit) {
@@ -372,7 +415,16 @@ Node::~Node() {
   auto& s = *state_;
   s.stop = true;
   if (s.link) s.link->wake();
+  {
+    std::lock_guard lock(s.park_mu);  // a thread between its check of stop and its wait holds it
+  }
+  s.parked.notify_all();  // whether or not it is parked yet: it checks stop under park_mu
   if (s.progress.joinable()) s.progress.join();
+  // A thread borrowing progress (Completion::get) sees stop after its round.
+  while (s.borrowers.load() > 0) {
+    if (s.link) s.link->wake();
+    std::this_thread::yield();
+  }
   if (s.group) detail::NodeState::fail_all(*s.group, ErrorCode::closed, "the Node was destroyed before the message completed");
   if (s.control) {
     s.control->leave();

@@ -120,9 +120,35 @@ struct NodeState {
   /// The progress thread (Progress::thread): rounds until the Node stops.
   void run();
   /// One round: waits on the link until input or `limit` (or the next timer), feeds
-  /// the runtime what came, fires due timers, runs the callbacks. One thread at a
-  /// time: the progress thread, or (Progress::caller) whoever holds round_mu.
+  /// the runtime what came, fires due timers, runs the callbacks. Whoever holds
+  /// round_mu: the progress thread, a thread borrowing progress (borrow_progress), or
+  /// (Progress::caller) the application's.
   void round(std::chrono::steady_clock::time_point limit);
+  /// Progress::thread: an application thread waiting for small message `seq` of
+  /// `board` makes the rounds itself (callbacks included) until it is settled or
+  /// `until`, while the progress thread stands aside. On a host whose processes each
+  /// have a core, handing the ACK from the progress thread to the waiting thread
+  /// costs more than the rest of the message, as for MPI ranks, which make progress
+  /// inside their calls. Whether `seq` is settled. Inside a callback it only polls.
+  bool borrow_progress(const CompletionBoard& board, Seq seq, std::chrono::steady_clock::time_point until);
+  /// Threads borrowing progress now. The progress thread parks while there are any,
+  /// and looks again every park period. A borrower whose message completed leaves
+  /// without a system call (a sender waiting for each message borrows again within
+  /// microseconds), so what arrives after it left waits at most that long; one that
+  /// gives up, and every application thread about to sleep on the group, wakes it.
+  std::atomic<int> borrowers{0};
+  std::mutex park_mu;
+  std::condition_variable parked;
+  std::atomic<bool> is_parked{false};  // set under park_mu
+  /// Wakes the progress thread if it is parked (a system call only then).
+  void unpark_if_parked() {
+    if (!is_parked.load(std::memory_order_seq_cst)) return;
+    { std::lock_guard lock(park_mu); }  // a thread between its check and its wait holds it
+    parked.notify_all();
+  }
+  /// The park period: at most the transport's busy-poll window, and short enough
+  /// that an arrival after the last borrower left waits little.
+  [[nodiscard]] std::chrono::nanoseconds park_period() const;
   /// Progress::caller: a round until `limit` unless another thread is in one (then
   /// this one yields: that round hands on what it finds). Throws invalid_config from
   /// inside a callback, whose round can never end while it waits.
