@@ -169,9 +169,10 @@ bool Completion::wait_ns(std::chrono::nanoseconds d) const {
       if (node->transport_failed.load()) return ready();
     }
   }
-  const auto polled = std::chrono::steady_clock::now() - start;
-  if (detail::spin_until(ready, std::min(spin_, d) - std::min<std::chrono::nanoseconds>(polled, std::min(spin_, d))))
-    return true;
+  // What is left of the polling window after the rounds this thread made, if any.
+  const auto window = std::min(spin_, d);
+  const auto polled = std::chrono::nanoseconds(std::chrono::steady_clock::now() - start);
+  if (detail::spin_until(ready, window - std::min(polled, window))) return true;
   if (node) node->unpark_if_parked();  // about to sleep: the progress thread must not be parked
   const bool forever = d == std::chrono::nanoseconds::max();
   if (board_) return board_->sleep_until(seq_, forever ? std::nullopt : std::optional(start + d));

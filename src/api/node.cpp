@@ -76,8 +76,9 @@ void NodeState::run() {
 }
 
 std::chrono::nanoseconds NodeState::park_period() const {
-  const std::chrono::nanoseconds window = cfg.transport == TransportKind::verbs ? cfg.verbs.busy_poll : cfg.socket.busy_poll;
-  return std::clamp<std::chrono::nanoseconds>(window, std::chrono::microseconds(10), std::chrono::microseconds(50));
+  // Only the socket and shm transports lend their rounds (group.cpp, borrowing()).
+  return std::clamp<std::chrono::nanoseconds>(cfg.socket.busy_poll, std::chrono::microseconds(10),
+                                              std::chrono::microseconds(50));
 }
 
 namespace {
@@ -95,6 +96,10 @@ bool NodeState::drive(std::chrono::steady_clock::time_point limit) {
                 "Progress::caller the callbacks run inside that progress; broadcast with SendMode::fail from a callback "
                 "and wait elsewhere");
   if (transport_failed.load()) return false;
+  return try_round(limit);
+}
+
+bool NodeState::try_round(std::chrono::steady_clock::time_point limit) {
   std::unique_lock lock(round_mu, std::try_to_lock);
   if (!lock) {
     std::this_thread::yield();  // another thread's round hands on what it finds
@@ -107,19 +112,12 @@ bool NodeState::drive(std::chrono::steady_clock::time_point limit) {
 bool NodeState::borrow_progress(const CompletionBoard& board, Seq seq, std::chrono::steady_clock::time_point until) {
   HMCAST_ASSERT(!caller_progress());
   const auto settled = [&] { return board.settled(seq); };
-  if (t_in_callbacks != nullptr || stop.load())  // this thread's callbacks hold the round it would need
-    return spin_until(settled, until - std::min(until, std::chrono::steady_clock::now()));
+  // Inside a callback this thread's round is the one it would need: the caller polls.
+  if (t_in_callbacks != nullptr || stop.load()) return settled();
   borrowers.fetch_add(1, std::memory_order_seq_cst);
   wake_progress();  // the progress thread leaves its round's wait, and then parks
-  for (;;) {
-    if (settled() || stop.load() || transport_failed.load() || std::chrono::steady_clock::now() >= until) break;
-    std::unique_lock lock(round_mu, std::try_to_lock);
-    if (!lock) {
-      std::this_thread::yield();  // the progress thread's round is ending
-      continue;
-    }
-    round(until);
-  }
+  while (!settled() && !stop.load() && !transport_failed.load() && std::chrono::steady_clock::now() < until)
+    (void)try_round(until);
   const bool done = settled();
   // A waiter that gives up goes to sleep on the group: the progress thread takes over now.
   if (borrowers.fetch_sub(1, std::memory_order_seq_cst) == 1 && !done) unpark_if_parked();

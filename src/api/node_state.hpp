@@ -129,7 +129,8 @@ struct NodeState {
   /// `until`, while the progress thread stands aside. On a host whose processes each
   /// have a core, handing the ACK from the progress thread to the waiting thread
   /// costs more than the rest of the message, as for MPI ranks, which make progress
-  /// inside their calls. Whether `seq` is settled. Inside a callback it only polls.
+  /// inside their calls. Whether `seq` is settled. Inside a callback (or once the
+  /// Node stops) it makes no round: the caller polls and sleeps as before.
   bool borrow_progress(const CompletionBoard& board, Seq seq, std::chrono::steady_clock::time_point until);
   /// Threads borrowing progress now. The progress thread parks while there are any,
   /// and looks again every park period. A borrower whose message completed leaves
@@ -149,6 +150,9 @@ struct NodeState {
   /// The park period: at most the transport's busy-poll window, and short enough
   /// that an arrival after the last borrower left waits little.
   [[nodiscard]] std::chrono::nanoseconds park_period() const;
+  /// A round until `limit` unless another thread is in one (then this one yields:
+  /// that round hands on what it finds); whether it made one.
+  bool try_round(std::chrono::steady_clock::time_point limit);
   /// Progress::caller: a round until `limit` unless another thread is in one (then
   /// this one yields: that round hands on what it finds). Throws invalid_config from
   /// inside a callback, whose round can never end while it waits.
