@@ -52,8 +52,15 @@ void SmallPath::note_loss(TimeNs now) {
   // parent notices only by its timer: a wait of a few round trips, where a frame on
   // the link costs a little CPU more. A clean network (loopback, a quiet fabric)
   // takes the datagram; a lossy one the link, until it has been quiet a while.
-  constexpr TimeNs kAcksByLinkAfterLoss = 1'000'000'000;
   acks_by_link_until_ = std::max(acks_by_link_until_, now + kAcksByLinkAfterLoss);
+}
+
+void SmallPath::note_missed_ack(TimeNs now) {
+  // On a busy host one late ACK is common (a parent's first question comes a few
+  // round trips after the message), and taken for loss it would send every ACK of
+  // the next second over the link; a network that loses datagrams loses more than one.
+  if (last_missed_ack_ != kNever && now - last_missed_ack_ < kAcksByLinkAfterLoss) note_loss(now);
+  last_missed_ack_ = now;
 }
 
 void SmallPath::want_ack(Stream& s, bool reliable) {
@@ -69,7 +76,13 @@ void SmallPath::on_ack_query(MemberId from, const wire::AckQuery& q, TimeNs now,
     return;
   }
   want_ack(*s, /*reliable=*/true);
-  note_loss(now);
+  // A question about what we have not yet ACKed says we were late, not that
+  // anything was lost; one about what our last ACK reported may (note_missed_ack).
+  // (The seq 0 question is about our subtree's stability: reported if our last ACK
+  // said all we hold is stable.)
+  const bool reported = q.seq != 0 ? s->reported_have >= q.seq
+                                   : s->reported_have > 0 && s->reported_stable >= s->reported_have;
+  if (reported) note_missed_ack(now);
   // The parent holds message q.seq and misses our ACK of it. What lies below the
   // highest datagram we saw of the sender is lost (its datagrams reach us in order,
   // give or take the nack delay) and is asked for now, asked before or not. What lies
@@ -92,6 +105,7 @@ void SmallPath::on_ack_query(MemberId from, const wire::AckQuery& q, TimeNs now,
     any = again || known_sent(*s, q.seq);  // the whole message
   }
   if (!any) return;
+  note_loss(now);  // we lack the message, or part of it: its datagrams were lost
   s->highest_seen = std::max(s->highest_seen, q.seq);
   s->asked[q.seq] = n.missing;
   ++stats_.nacks_sent;

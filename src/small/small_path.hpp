@@ -213,9 +213,14 @@ class SmallPath {
   void remulticast(Stream& s, Seq seq, Outbox& out);
   /// An ACK to the parent is due; `reliable`: over the link (see Stream::ack_reliable).
   void want_ack(Stream& s, bool reliable = false);
-  /// This member saw a sign of loss (it asks for a repair, or its parent asks for an
-  /// ACK): for a while its ACKs go over links (see flush_acks()).
+  static constexpr TimeNs kAcksByLinkAfterLoss = 1'000'000'000;
+  /// This member saw a sign of loss (it asks for a repair, or was repaired): for
+  /// kAcksByLinkAfterLoss its ACKs go over links (see flush_acks()).
   void note_loss(TimeNs now);
+  /// The parent asked about a message our ACK datagram already reported: lost, or
+  /// only late (crossed by the question, or held up by a busy CPU). A second one
+  /// within kAcksByLinkAfterLoss of the first counts as loss.
+  void note_missed_ack(TimeNs now);
 
   MemberId self_;
   View view_;
@@ -236,6 +241,7 @@ class SmallPath {
   std::set<MemberId> ack_flush_armed_;
   TimeNs last_datagram_ns_ = 0;                 // when a fragment of any stream last reached us
   TimeNs acks_by_link_until_ = 0;               // note_loss()
+  TimeNs last_missed_ack_ = kNever;             // note_missed_ack(); kNever: none yet
   // Own sending state.
   Seq next_seq_ = 1;
   Seq own_completed_ = 0;
