@@ -56,11 +56,17 @@ void SmallPath::note_loss(TimeNs now) {
 }
 
 void SmallPath::note_missed_ack(TimeNs now) {
-  // On a busy host one late ACK is common (a parent's first question comes a few
-  // round trips after the message), and taken for loss it would send every ACK of
-  // the next second over the link; a network that loses datagrams loses more than one.
-  if (last_missed_ack_ != kNever && now - last_missed_ack_ < kAcksByLinkAfterLoss) note_loss(now);
-  last_missed_ack_ = now;
+  // On a busy host a late ACK is common (a parent's question comes a few round trips
+  // after the message, and a member may wait longer than that for a CPU), and taken
+  // for loss each would send every ACK of the next second over the link. A network
+  // that loses ACK datagrams loses a share of them: counted per second against the
+  // datagram ACKs sent in it. (One that loses any datagrams loses data too, which
+  // note_gaps() sees at once.)
+  if (missed_acks_.since == kNever || now - missed_acks_.since >= kAcksByLinkAfterLoss)
+    missed_acks_ = MissedAcks{now, 0, stats_.acks_as_datagrams};
+  ++missed_acks_.missed;
+  const std::uint64_t sent = stats_.acks_as_datagrams - missed_acks_.acks_before;
+  if (missed_acks_.missed >= kMissedAcksForLoss && missed_acks_.missed * kMissedAckShare >= sent) note_loss(now);
 }
 
 void SmallPath::want_ack(Stream& s, bool reliable) {

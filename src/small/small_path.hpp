@@ -218,9 +218,17 @@ class SmallPath {
   /// kAcksByLinkAfterLoss its ACKs go over links (see flush_acks()).
   void note_loss(TimeNs now);
   /// The parent asked about a message our ACK datagram already reported: lost, or
-  /// only late (crossed by the question, or held up by a busy CPU). A second one
-  /// within kAcksByLinkAfterLoss of the first counts as loss.
+  /// only late (crossed by the question, or held up by a busy CPU, often several at
+  /// a group's start). Loss once, within kAcksByLinkAfterLoss, kMissedAcksForLoss and
+  /// 1 in kMissedAckShare of the datagram ACKs sent were.
   void note_missed_ack(TimeNs now);
+  static constexpr std::uint64_t kMissedAcksForLoss = 4;
+  static constexpr std::uint64_t kMissedAckShare = 64;
+  struct MissedAcks {
+    TimeNs since = kNever;            // the second they are counted in began (kNever: none yet)
+    std::uint64_t missed = 0;
+    std::uint64_t acks_before = 0;    // stats_.acks_as_datagrams when it began
+  };
 
   MemberId self_;
   View view_;
@@ -241,7 +249,7 @@ class SmallPath {
   std::set<MemberId> ack_flush_armed_;
   TimeNs last_datagram_ns_ = 0;                 // when a fragment of any stream last reached us
   TimeNs acks_by_link_until_ = 0;               // note_loss()
-  TimeNs last_missed_ack_ = kNever;             // note_missed_ack(); kNever: none yet
+  MissedAcks missed_acks_;                      // note_missed_ack()
   // Own sending state.
   Seq next_seq_ = 1;
   Seq own_completed_ = 0;
