@@ -85,6 +85,10 @@ struct GroupRunOptions {
   bool serial = false;      // senders wait for each completion (latency, not load)
   bool timestamps = false;  // measure delivery at the last receiver of member 1's messages
   bool span_only = false;   // with timestamps: only a stream's span (members' --span-only)
+  /// The first this many of each sender's `messages` warm the group up (connections,
+  /// buffers, the kernel's TCP windows) and are left out of the latency percentiles, as
+  /// hmcast_mpi_bench leaves out its warm-up broadcasts.
+  std::uint32_t warmup = 0;
   /// How much of each delivery members check ("full" or "sampled": see tools/workload.hpp).
   std::string verify = "full";
   /// More words for every member's command line (policy overrides: --radix, --algo,
