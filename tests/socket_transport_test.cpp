@@ -253,6 +253,111 @@ TEST_CASE("socket: frame reader places the tail of a long frame where the placer
   }
 }
 
+TEST_CASE("socket: a reader fed no more than until_head() gets every placed tail straight into its place",
+          "[socket][placement]") {
+  // What Endpoint::read_connection does while blocks come: frames of 5000 (placed),
+  // 30 (a credit between blocks, under the head), 5000 (placed) and 5000 (declined).
+  constexpr std::size_t kHead = 16;
+  const std::vector<std::size_t> sizes{5000, 30, 5000, 5000};
+  Bytes stream;
+  for (std::size_t i = 0; i < sizes.size(); ++i) {
+    const auto f = frame(pattern(sizes[i], static_cast<std::uint32_t>(i)));
+    stream.insert(stream.end(), f.begin(), f.end());
+  }
+  sk::FrameReader r(100'000);
+  CHECK(r.until_head() == 0);  // no placer: a caller reads as much as it likes
+  auto dest = std::make_shared<Bytes>(10'000, std::byte{0});
+  int asked = 0;
+  r.set_placer(kHead, [&](std::span<const std::byte>, std::size_t body) -> std::optional<sk::Placement> {
+    if (body < 1000) return std::nullopt;  // not a block (Endpoint's placer looks at the type)
+    ++asked;
+    if (asked == 3) return std::nullopt;
+    return sk::Placement{std::span(*dest).subspan(asked == 1 ? 0 : 5000, body - kHead), dest};
+  });
+  std::vector<std::pair<Bytes, bool>> out;
+  std::size_t copied = 0;
+  const auto on_frame = [&](Bytes&& b) {
+    out.emplace_back(std::move(b), r.placed());
+    copied += r.placed_copied();
+    return true;
+  };
+  std::size_t fed = 0;  // bytes that went through feed(), i.e. through the caller's own buffer
+  for (std::size_t off = 0; off < stream.size();) {
+    const auto rest = std::span<const std::byte>(stream).subspan(off);
+    if (!r.direct().empty()) {
+      const auto into = r.direct();
+      const std::size_t n = std::min(into.size(), rest.size());
+      std::copy_n(rest.begin(), n, into.begin());
+      REQUIRE(r.direct_filled(n, on_frame));
+      off += n;
+      continue;
+    }
+    const std::size_t limit = r.until_head();
+    REQUIRE(limit > 0);  // a placer is set and no tail is being placed
+    const std::size_t n = std::min(limit, rest.size());
+    REQUIRE(r.feed(rest.first(n), on_frame));
+    fed += n;
+    off += n;
+  }
+  REQUIRE(out.size() == 4);
+  CHECK(asked == 3);
+  CHECK(out[0].second);
+  CHECK_FALSE(out[1].second);
+  CHECK(out[2].second);
+  CHECK_FALSE(out[3].second);
+  CHECK(same(out[1].first, pattern(30, 1)));
+  CHECK(same(out[3].first, pattern(5000, 3)));
+  const auto a = pattern(5000, 0), b = pattern(5000, 2);
+  CHECK(std::equal(a.begin() + kHead, a.end(), dest->begin()));
+  CHECK(std::equal(b.begin() + kHead, b.end(), dest->begin() + 5000));
+  // Only prefixes and heads went through feed() for the placed frames; the credit and
+  // the declined frame went whole.
+  CHECK(fed == stream.size() - 2 * (5000 - kHead));
+  CHECK(copied == 0);
+  CHECK(r.partial() == 0);
+}
+
+TEST_CASE("socket: block payloads on a link land in their place with no copy through the link's buffer",
+          "[socket][placement]") {
+  // Block frames back to back, a small frame between two of them (a credit): only the
+  // first block's payload, read before the link knew blocks were coming, is copied.
+  sk::Endpoint a(1, config()), b(2, config());
+  connect_all({&a, &b});
+  const hmcast::GroupId group = test_group(41);
+  constexpr std::size_t kLen = 256 * 1024, kBlocks = 8;
+  auto src = std::make_shared<Bytes>(pattern(kLen * kBlocks, 5));
+  auto dest = std::make_shared<Bytes>(kLen * kBlocks, std::byte{0});
+  // A frame first: the link's hello names its peer, and only then are blocks placed.
+  REQUIRE(a.unicast(2, pattern(40, 1)));
+  std::vector<std::vector<sk::Inbound>> got;
+  REQUIRE(pump({&a, &b}, got, [&] { return !frames_from(got[1], 1).empty(); }, 4000ms));
+  std::size_t asked = 0;  // one link: blocks come in the order sent
+  b.set_block_placer([&](hmcast::MemberId from, std::span<const std::byte> head, std::size_t size)
+                         -> std::optional<hmcast::transport::Placement> {
+    CHECK(from == 1U);
+    CHECK(head.size() == w::kBlockHeadSize);
+    CHECK(size == w::kBlockHeadSize + kLen);
+    return hmcast::transport::Placement{std::span(*dest).subspan(kLen * asked++, kLen), dest};
+  });
+  for (std::size_t i = 0; i < kBlocks; ++i) {
+    const w::Header h{w::Type::block, group, 1, 1};
+    const Bytes head = w::encode(h, w::Block{1, 1, static_cast<std::uint32_t>(i), i * kLen, kLen, {}});
+    REQUIRE(head.size() == w::kBlockHeadSize);
+    REQUIRE(a.unicast(2, head, std::span<const std::byte>(*src).subspan(i * kLen, kLen), src));
+    if (i == 3) REQUIRE(a.unicast(2, pattern(40, 3)));
+  }
+  REQUIRE(pump({&a, &b}, got, [&] { return frames_from(got[1], 1).size() >= kBlocks + 2; }, 4000ms));
+  CHECK(asked == kBlocks);
+  for (std::size_t i = 0; i < kBlocks; ++i) {
+    INFO("block " << i);
+    CHECK(std::equal(src->begin() + static_cast<std::ptrdiff_t>(i * kLen),
+                     src->begin() + static_cast<std::ptrdiff_t>((i + 1) * kLen), dest->begin() + static_cast<std::ptrdiff_t>(i * kLen)));
+  }
+  const auto st = b.stats();
+  CHECK(st.bytes_placed == kLen * kBlocks);
+  CHECK(st.bytes_placed_copied <= kLen);
+}
+
 TEST_CASE("socket: a datagram reaches every other endpoint on the host, and not its sender", "[socket]") {
   const auto group = test_group(1);
   sk::Endpoint a(1, config()), b(2, config()), c(3, config());

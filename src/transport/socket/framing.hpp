@@ -85,6 +85,8 @@ class FrameReader {
   /// Whether the frame being handed to on_frame had its tail placed, and how many bytes.
   [[nodiscard]] bool placed() const { return handing_placed_ > 0; }
   [[nodiscard]] std::size_t placed_bytes() const { return handing_placed_; }
+  /// Of those, the bytes that came through feed() (copied from the caller's buffer).
+  [[nodiscard]] std::size_t placed_copied() const { return handing_copied_; }
   /// The rest of a placed body still to come: read into it, then call direct_filled().
   [[nodiscard]] std::span<std::byte> direct() const {
     return placement_ ? placement_->dest.subspan(placed_have_) : std::span<std::byte>{};
@@ -94,6 +96,19 @@ class FrameReader {
   bool direct_filled(std::size_t n, OnFrame&& on_frame) {
     placed_have_ += n;
     return placement_ && placed_have_ == placement_->dest.size() ? finish(on_frame) : true;
+  }
+
+  /// Bytes to feed before the placer can next be asked: up to the head of the frame in
+  /// progress, or through the end of a frame it will not be asked about (short, or
+  /// declined) and the next one's head. 0: no placer, or a placed tail is being read
+  /// (direct()). A caller that expects placed frames feeds no more than this at a
+  /// time, so no placed tail passes through its own buffer.
+  [[nodiscard]] std::size_t until_head() const {
+    if (!placer_ || placement_) return 0;
+    const std::size_t next_head = kLengthPrefix + head_;
+    if (!in_body_) return next_head - prefix_have_;
+    if (need_ > head_ && body_.size() < head_) return head_ - body_.size();
+    return need_ - body_.size() + next_head;
   }
 
   /// The largest body accepted from the next length prefix on (may be changed
@@ -132,6 +147,7 @@ class FrameReader {
         if (take > 0) std::memcpy(rest.data(), data.data(), take);
         data = data.subspan(take);
         placed_have_ += take;
+        placed_copied_ += take;
         if (placed_have_ < placement_->dest.size()) break;
         if (!finish(on_frame)) return false;
         continue;
@@ -169,12 +185,15 @@ class FrameReader {
   bool finish(OnFrame& on_frame) {
     in_body_ = false;
     handing_placed_ = placement_ ? placement_->dest.size() : 0;
+    handing_copied_ = placed_copied_;
     placement_.reset();
     placed_have_ = 0;
+    placed_copied_ = 0;
     std::vector<std::byte> frame;
     frame.swap(body_);
     const bool ok = on_frame(std::move(frame));
     handing_placed_ = 0;
+    handing_copied_ = 0;
     if (!ok) bad_ = true;
     return ok;
   }
@@ -192,6 +211,8 @@ class FrameReader {
   std::optional<Placement> placement_;
   std::size_t placed_have_ = 0;
   std::size_t handing_placed_ = 0;
+  std::size_t placed_copied_ = 0;   // of the tail being placed, bytes that came through feed()
+  std::size_t handing_copied_ = 0;
 };
 
 }  // namespace hmcast::socket

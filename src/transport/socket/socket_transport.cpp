@@ -29,6 +29,9 @@ namespace {
 
 constexpr std::uint32_t kConnEvents = EPOLLIN | EPOLLRDHUP;
 constexpr int kMaxIov = 64;
+// After a placed block, the frames a link's reads stop at each head for (blocks
+// still coming, a few other frames between them).
+constexpr std::uint32_t kFramesExpectingBlocks = 16;
 constexpr int kReadRounds = 4;         // recv() calls per connection per event: no link starves the others
 constexpr int kDatagramsPerEvent = 64;
 /// How soon after an epoll that found input a wait() that cannot block skips the next
@@ -741,13 +744,24 @@ bool Endpoint::read_connection(Connection& c) {
     }
     ++stats_.frames_received;
     const bool placed = c.reader.placed();
+    if (placed) c.since_placed = 0;
+    else if (c.since_placed != kNeverPlaced) ++c.since_placed;
     stats_.bytes_placed += c.reader.placed_bytes();
+    stats_.bytes_placed_copied += c.reader.placed_copied();
     inbox_.push_back(Inbound{false, *c.peer, std::move(frame), placed});
     return true;
   };
   for (int round = 0; round < kReadRounds; ++round) {
     const auto direct = c.reader.direct();  // a placed payload still to come: read it in place
-    const ssize_t n = direct.empty() ? ::recv(c.fd, scratch_.data(), scratch_.size(), MSG_DONTWAIT)
+    // Into scratch_, while blocks come, only up to the next frame's head: a block's
+    // payload read there would be copied again into its place (a segment is as large
+    // as scratch_), and one more small recv() per segment costs less than that copy.
+    std::size_t want = scratch_.size();
+    if (direct.empty() && c.since_placed < kFramesExpectingBlocks) {
+      const std::size_t head = c.reader.until_head();
+      if (head != 0) want = std::min(want, head);
+    }
+    const ssize_t n = direct.empty() ? ::recv(c.fd, scratch_.data(), want, MSG_DONTWAIT)
                                      : ::recv(c.fd, direct.data(), direct.size(), MSG_DONTWAIT);
     if (n < 0) {
       const int e = errno;
@@ -766,7 +780,7 @@ bool Endpoint::read_connection(Connection& c) {
       drop(key, true);
       return false;
     }
-    const std::size_t asked = direct.empty() ? scratch_.size() : direct.size();
+    const std::size_t asked = direct.empty() ? want : direct.size();
     const bool ok = !direct.empty()
                         ? c.reader.direct_filled(static_cast<std::size_t>(n), on_frame)
                         : c.reader.feed(std::span<const std::byte>(scratch_.data(), static_cast<std::size_t>(n)), on_frame);

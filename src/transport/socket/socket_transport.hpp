@@ -121,7 +121,8 @@ struct Stats {
   std::uint64_t connections_over_limit = 0;  // closed at once: max_connections reached
   std::uint64_t connections_malformed = 0;   // dropped for a bad length, a bad hello, or data where none belongs
   std::uint64_t links_broken = 0;            // peers marked unreachable
-  std::uint64_t bytes_placed = 0;            // block payload read straight into its final buffer
+  std::uint64_t bytes_placed = 0;            // block payload that went into its final buffer...
+  std::uint64_t bytes_placed_copied = 0;     // ...of it, read into the link buffer first and copied
   std::uint64_t direct_sent = 0;             // unicast_datagram()s sent as datagrams
   std::uint64_t direct_send_dropped = 0;     // the kernel had no room, or the peer's host is unreachable
   std::uint64_t direct_received = 0;         // datagrams on the direct socket, queued for wait()
@@ -216,6 +217,7 @@ class Endpoint {
     std::shared_ptr<const void> keep;  // holds `tail` until written
     [[nodiscard]] std::size_t size() const { return kLengthPrefix + body.size() + tail.size(); }
   };
+  static constexpr std::uint32_t kNeverPlaced = 0xffffffffU;
   struct Connection {
     int fd = -1;
     std::uint64_t key = 0;  // epoll tag; never reused, so a stale event cannot hit a new connection
@@ -228,6 +230,9 @@ class Endpoint {
     std::size_t out_bytes = 0;   // queued and not yet written
     bool watching_out = false;   // EPOLLOUT registered
     bool placing = false;        // its reader offers Block payloads to placer_
+    // Frames since its last placed one (kNeverPlaced: none yet): blocks come between
+    // the credits and other frames the same peer sends, so a block is likely next.
+    std::uint32_t since_placed = kNeverPlaced;
   };
   struct Peer {
     sockaddr_in addr{};
