@@ -302,8 +302,10 @@ def unicast_once(size):
 
 
 def hmcast_cluster(procs, size, algo, messages, env=None):
+    # Cold, as the one unicast it is compared with: no warm-up broadcasts (they would
+    # also add a minute per sequential row).
     cmd = [HM, "bench", "--transport", "socket", "--procs", str(procs), "--sizes", str(size), "--latency-only",
-           "--messages", str(messages), "--algo", algo, "--json", "--prefix", "ip netns exec hm{i}",
+           "--messages", str(messages), "--warmup", "0", "--algo", algo, "--json", "--prefix", "ip netns exec hm{i}",
            "--interface-template", "10.77.0.{i}", "--manager-host", "10.77.0.254"]
     r = last_json(run(cmd, 1200, env))["rows"][0]
     return {"last": r["deliver_p50_us"], "all": r["complete_p50_us"], "ok": r["ok"], "policy": r.get("policy", {}),
@@ -658,6 +660,8 @@ def tables(small, procs_list, sizes, large, summary, shim_ran):
     md = []
     md.append("Run: `%s` (%s, %s).\n" % (summary["command"], summary["started_utc"], summary["host"]))
     md.append("### Small and medium messages, loopback, p50 (median of %d alternating rounds)\n" % summary["rounds"])
+    md.append("Each row's first 3 broadcasts warm both sides up and are left out of its percentiles "
+              "(`hmcast bench --warmup`, `hmcast_mpi_bench --warmup`).\n")
     head = ("| procs | size | hmcast all-acked | MPI_Bcast+Barrier | ratio | hmcast last delivery | MPI_Bcast | ratio "
             "| hmcast CPU s/GB | MPI CPU s/GB |")
     sep = "|---|---|---|---|---|---|---|---|---|---|"

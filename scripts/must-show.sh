@@ -255,15 +255,17 @@ fi
 if command -v mpirun >/dev/null && [ -x build/bin/hmcast_mpi_bench ]; then
   # Issue 17 tightened the 2 KiB goal to 0.5, and 64 MiB to 8 hosts at 1 Gbit/s each
   # must take at most 1.3 x one unicast between two of them (met since the 512 KiB
-  # blocks: 1.04-1.07). Its other goals (the worst loopback cell, the stream ratios) are
-  # in the JSON and docs/benchmarks.md, not asserted here while they are not met.
+  # blocks: 1.04-1.07). Its streams must beat Open MPI's 5x at 64 B, 2x at 2 KiB and 1x
+  # at 64 KiB (met in every run since 2026-11-29 02:05: at least 8.4, 4.0 and 1.6). Its
+  # worst loopback cell (at most 1.0) is in the JSON and docs/benchmarks.md, not
+  # asserted here while it is not met.
   # Issue 18's ratios against Open MPI's shared memory (the latency grid, and the 64 B
   # and 2 KiB streams) are reported (not yet met, so not asserted): the run must have
   # made them.
   # Issue 21's cost of the group key, keyed over plain in the same run: at most 1.1 on
   # 2 KiB all-acked latency and on 64 MiB to the emulated hosts. On loopback 64 MiB,
   # where the CPU is the limit, the cost is reported (docs/benchmarks.md says why).
-  CMP_OK='d["ok"] and d["small_2k_p50_ratio_vs_mpi_bcast_barrier"] <= 0.5 and d["shm_worst_ratio_vs_mpi_vader"] > 0 and d["shm_stream_64b_ratio_vs_mpi_vader"] > 0 and d["shm_stream_2k_ratio_vs_mpi_vader"] > 0 and d["auth_overhead_2k"] <= 1.1 and d["auth_overhead_64m_loopback"] > 0'
+  CMP_OK='d["ok"] and d["small_2k_p50_ratio_vs_mpi_bcast_barrier"] <= 0.5 and d["stream_64b_ratio_vs_mpi"] >= 5.0 and d["stream_2k_ratio_vs_mpi"] >= 2.0 and d["stream_64k_ratio_vs_mpi"] >= 1.0 and d["shm_worst_ratio_vs_mpi_vader"] > 0 and d["shm_stream_64b_ratio_vs_mpi_vader"] > 0 and d["shm_stream_2k_ratio_vs_mpi_vader"] > 0 and d["auth_overhead_2k"] <= 1.1 and d["auth_overhead_64m_loopback"] > 0'
   if [ "$(id -u)" -eq 0 ] && command -v ip >/dev/null; then
     CMP_OK="$CMP_OK"' and d["large_64m_ratio_vs_unicast"] <= 1.3 and d["large_64m_ratio_vs_sequential"] <= 0.4 and d["auth_overhead_64m"] <= 1.1 and d["cluster_1g_64m_ratio_vs_unicast"] <= 1.3'
   else
