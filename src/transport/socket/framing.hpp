@@ -77,7 +77,8 @@ class FrameReader {
 
   explicit FrameReader(std::size_t max_frame) : limit_(max_frame) {}
 
-  /// Ask `placer` about bodies longer than `head` bytes (an empty placer: never).
+  /// Ask `placer` about bodies longer than `head` bytes (an empty placer: never); from
+  /// the next frame on, so it may be set from inside the callback of feed().
   void set_placer(std::size_t head, Placer placer) {
     head_ = head;
     placer_ = std::move(placer);

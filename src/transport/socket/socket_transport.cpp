@@ -725,7 +725,8 @@ void Endpoint::set_block_placer(BlockPlacer placer, std::size_t min_payload) {
 
 bool Endpoint::read_connection(Connection& c) {
   const std::uint64_t key = c.key;
-  if (c.peer && placer_ && !c.placing) {
+  const auto start_placing = [&] {
+    if (!c.peer || !placer_ || c.placing) return;
     // Offer each big enough Block frame's payload to the placer once its head is in.
     c.placing = true;
     const MemberId from = *c.peer;
@@ -734,12 +735,14 @@ bool Endpoint::read_connection(Connection& c) {
         return std::optional<Placement>{};
       return placer_(from, head, size);
     });
-  }
+  };
+  start_placing();
   const auto on_frame = [&](std::vector<std::byte>&& frame) {
     if (!c.peer) {
       c.peer = decode_hello(frame);
       if (!c.peer) return false;
       c.reader.set_limit(cfg_.max_frame);
+      start_placing();  // a block read with the hello is placed too
       return true;
     }
     ++stats_.frames_received;
