@@ -155,16 +155,22 @@ Bytes frame(const Bytes& body) {
   return b;
 }
 
-}  // namespace
-
-TEST_CASE("socket: frame reader cuts any byte stream into the frames written, and refuses long lengths",
-          "[socket]") {
-  const std::vector<std::size_t> sizes{0, 1, 0, 300, 70'000, 5, 0};
+/// Frames of these sizes back to back, frame i's body pattern(sizes[i], i).
+Bytes frames(const std::vector<std::size_t>& sizes) {
   Bytes stream;
   for (std::size_t i = 0; i < sizes.size(); ++i) {
     const auto f = frame(pattern(sizes[i], static_cast<std::uint32_t>(i)));
     stream.insert(stream.end(), f.begin(), f.end());
   }
+  return stream;
+}
+
+}  // namespace
+
+TEST_CASE("socket: frame reader cuts any byte stream into the frames written, and refuses long lengths",
+          "[socket]") {
+  const std::vector<std::size_t> sizes{0, 1, 0, 300, 70'000, 5, 0};
+  const Bytes stream = frames(sizes);
   for (const std::size_t chunk : {std::size_t{1}, std::size_t{3}, std::size_t{4}, std::size_t{4096}, stream.size()}) {
     INFO("chunk " << chunk);
     sk::FrameReader r(100'000);
@@ -197,11 +203,7 @@ TEST_CASE("socket: frame reader places the tail of a long frame where the placer
   // Frames of 10 (under the head), 5000 (placed), 5000 (the placer declines) and 12 bytes.
   constexpr std::size_t kHead = 16;
   const std::vector<std::size_t> sizes{10, 5000, 5000, 12};
-  Bytes stream;
-  for (std::size_t i = 0; i < sizes.size(); ++i) {
-    const auto f = frame(pattern(sizes[i], static_cast<std::uint32_t>(i)));
-    stream.insert(stream.end(), f.begin(), f.end());
-  }
+  const Bytes stream = frames(sizes);
   for (const std::size_t chunk : {std::size_t{1}, std::size_t{7}, std::size_t{16}, std::size_t{4096}, stream.size()}) {
     for (const bool direct : {false, true}) {
       INFO("chunk " << chunk << " direct " << direct);
@@ -259,11 +261,7 @@ TEST_CASE("socket: a reader fed no more than until_head() gets every placed tail
   // 30 (a credit between blocks, under the head), 5000 (placed) and 5000 (declined).
   constexpr std::size_t kHead = 16;
   const std::vector<std::size_t> sizes{5000, 30, 5000, 5000};
-  Bytes stream;
-  for (std::size_t i = 0; i < sizes.size(); ++i) {
-    const auto f = frame(pattern(sizes[i], static_cast<std::uint32_t>(i)));
-    stream.insert(stream.end(), f.begin(), f.end());
-  }
+  const Bytes stream = frames(sizes);
   sk::FrameReader r(100'000);
   CHECK(r.until_head() == 0);  // no placer: a caller reads as much as it likes
   auto dest = std::make_shared<Bytes>(10'000, std::byte{0});
