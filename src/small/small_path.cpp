@@ -83,12 +83,13 @@ void SmallPath::on_ack_query(MemberId from, const wire::AckQuery& q, TimeNs now,
   }
   want_ack(*s, /*reliable=*/true);
   // A question about what we have not yet ACKed says we were late, not that
-  // anything was lost; one about what our last ACK reported may (note_missed_ack).
+  // anything was lost; one about what our last ACK datagram reported may
+  // (note_missed_ack). One about what a link ACK reported crossed it: that ACK arrives.
   // (The seq 0 question is about our subtree's stability: reported if our last ACK
   // said all we hold is stable.)
   const bool reported = q.seq != 0 ? s->reported_have >= q.seq
                                    : s->reported_have > 0 && s->reported_stable >= s->reported_have;
-  if (reported) note_missed_ack(now);
+  if (reported && !s->reported_by_link) note_missed_ack(now);
   // The parent holds message q.seq and misses our ACK of it. What lies below the
   // highest datagram we saw of the sender is lost (its datagrams reach us in order,
   // give or take the nack delay) and is asked for now, asked before or not. What lies
@@ -130,6 +131,7 @@ void SmallPath::on_view(const View& view, TimeNs now, Outbox& out) {
     place_in_tree(s, now);
     s.reported_stable = 0;
     s.reported_have = 0;
+    s.reported_by_link = false;
     s.pull_deadline = kNever;
     // The new parent owes us nothing: ask it afresh for whatever we still lack.
     s.asked.clear();
@@ -648,6 +650,7 @@ void SmallPath::flush_acks(TimeNs now, Outbox& out, bool drained) {
   if (acks_pending_.empty()) return;
   struct ToParent {
     std::vector<wire::AckEntry> entries;
+    std::vector<Stream*> streams;  // whose entries these are
     bool reliable = false;
   };
   std::map<MemberId, ToParent> by_parent;
@@ -671,6 +674,7 @@ void SmallPath::flush_acks(TimeNs now, Outbox& out, bool drained) {
     const Seq st = subtree_stable(s);
     auto& to = by_parent[p];
     to.entries.push_back(wire::AckEntry{s.sender, st, s.delivered, held_mask(s)});
+    to.streams.push_back(&s);
     to.reliable = to.reliable || s.ack_reliable || now < acks_by_link_until_;
     s.reported_stable = st;
     s.reported_have = s.delivered;
@@ -684,6 +688,7 @@ void SmallPath::flush_acks(TimeNs now, Outbox& out, bool drained) {
   for (auto& [parent, to] : by_parent) {
     ++stats_.acks_sent;
     last_ack_to_[parent] = now;
+    for (Stream* s : to.streams) s->reported_by_link = to.reliable;
     if (to.reliable) {
       emit_.frame(parent, wire::Ack{std::move(to.entries)}, out);
     } else {

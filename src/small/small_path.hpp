@@ -156,6 +156,7 @@ class SmallPath {
     std::vector<ChildLink> children;
     Seq reported_stable = 0;
     Seq reported_have = 0;
+    bool reported_by_link = false;  // the ACK that reported them went over the link: it arrives
     Seq gap_reported_at = 0;  // `delivered` when we last told the parent about a hole
     bool ack_due = false;
     /// The parent asked (a query, a repair): the next ACK goes over the link, not as a
