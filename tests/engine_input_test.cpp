@@ -202,77 +202,56 @@ TEST_CASE("engine: an ACK held back by the ACK interval goes when the input queu
 TEST_CASE("engine: routine ACKs may go as datagrams, an answer to the parent's query over the link", "[engine]") {
   GroupEngine e(kGroup, 1, first(view3()), ProtocolConfig{}, 0);
   Outbox out;
+  // Message `seq` of member 2 arrives at `at`, or its parent asks about it; the input
+  // queue then runs empty. Either way one ACK goes to member 2: which, and how.
+  const auto only_ack = [&]() {
+    const auto acks = actions<action::SendP2P>(out);
+    REQUIRE(acks.size() == 1);
+    CHECK(acks[0].to == 2);
+    return acks[0];
+  };
+  const auto ack_of_message = [&](Seq seq, TimeNs at) {
+    out.clear();
+    e.on_datagram(data_datagram(2, seq, message(10, static_cast<std::uint8_t>(seq))), at, out);
+    e.on_drained(at + 1, out);
+    return only_ack();
+  };
+  const auto answer_to_query = [&](Seq seq, TimeNs at) {
+    out.clear();
+    e.on_frame(2, wire::encode(header(wire::Type::ack_query, 2), wire::AckQuery{2, seq}), at, out);
+    e.on_drained(at + 1, out);
+    return only_ack();
+  };
+  out.clear();
   e.on_datagram(data_datagram(2, 1, message(10, 1)), 10, out);
-  auto acks = actions<action::SendP2P>(out);
-  REQUIRE(acks.size() == 1);
-  CHECK(acks[0].to == 2);
-  CHECK(acks[0].datagram);  // cumulative: the next one, or the parent's query, covers its loss
+  CHECK(only_ack().datagram);  // cumulative: the next one, or the parent's query, covers its loss
   CHECK(e.small_path().stats().acks_as_datagrams == 1);
   // The parent missed it and asks: the answer must not be lost the same way.
-  out.clear();
-  e.on_frame(2, wire::encode(header(wire::Type::ack_query, 2), wire::AckQuery{2, 1}), 5'000'000, out);
-  e.on_drained(5'000'001, out);
-  acks = actions<action::SendP2P>(out);
-  REQUIRE(acks.size() == 1);
-  CHECK(acks[0].to == 2);
-  CHECK_FALSE(acks[0].datagram);
-  const auto ack = wire::decode(acks[0].bytes);
+  const auto answer = answer_to_query(1, 5'000'000);
+  CHECK_FALSE(answer.datagram);
+  const auto ack = wire::decode(answer.bytes);
   REQUIRE(ack.ok());
   CHECK(std::get<wire::Ack>(ack.packet.body).entries.at(0) == wire::AckEntry{2, 1, 1, 0});
   // One missed ACK may only have been late: routine ACKs stay datagrams ...
-  out.clear();
-  e.on_datagram(data_datagram(2, 2, message(10, 2)), 10'000'000, out);
-  e.on_drained(10'000'001, out);
-  acks = actions<action::SendP2P>(out);
-  REQUIRE(acks.size() == 1);
-  CHECK(acks[0].datagram);
+  CHECK(ack_of_message(2, 10'000'000).datagram);
   // ... and questions that crossed a link answer are no sign of anything: asked twice
   // more about message 2, answered over the link both times, ACKs stay datagrams ...
-  for (const TimeNs at : {11'000'000, 12'000'000}) {
-    out.clear();
-    e.on_frame(2, wire::encode(header(wire::Type::ack_query, 2), wire::AckQuery{2, 2}), at, out);
-    e.on_drained(at + 1, out);
-  }
-  out.clear();
-  e.on_datagram(data_datagram(2, 3, message(10, 3)), 13'000'000, out);
-  e.on_drained(13'000'001, out);
-  acks = actions<action::SendP2P>(out);
-  REQUIRE(acks.size() == 1);
-  CHECK(acks[0].datagram);
+  for (const TimeNs at : {11'000'000, 12'000'000}) CHECK_FALSE(answer_to_query(2, at).datagram);
+  CHECK(ack_of_message(3, 13'000'000).datagram);
   // ... while two more missed datagram ACKs within the second (messages 3 and 4, each
   // ACKed as a datagram, then asked about), four with 1 and 2 among hardly more ACKs,
   // are loss: the answers and the routine ACKs after them go over the link for a
   // while (5's question then crossed a link ACK, and counts for nothing) ...
   for (const Seq seq : {Seq{3}, Seq{4}, Seq{5}}) {
     const TimeNs at = 13'000'000 + static_cast<TimeNs>(seq) * 1'000'000;
-    out.clear();
-    if (seq > 3) {
-      e.on_datagram(data_datagram(2, seq, message(10, static_cast<std::uint8_t>(seq))), at, out);
-      e.on_drained(at + 1, out);
-      acks = actions<action::SendP2P>(out);
-      REQUIRE(acks.size() == 1);
-      CHECK(acks[0].datagram == (seq == 4));  // 4's ACK left before its question, the fourth miss
-      out.clear();
-    }
-    e.on_frame(2, wire::encode(header(wire::Type::ack_query, 2), wire::AckQuery{2, seq}), at + 500'000, out);
-    e.on_drained(at + 500'001, out);
-    acks = actions<action::SendP2P>(out);
-    REQUIRE(acks.size() == 1);
-    CHECK_FALSE(acks[0].datagram);
+    // 4's ACK left before its question, the fourth miss
+    if (seq > 3) CHECK(ack_of_message(seq, at).datagram == (seq == 4));
+    CHECK_FALSE(answer_to_query(seq, at + 500'000).datagram);
   }
-  out.clear();
-  e.on_datagram(data_datagram(2, 6, message(10, 6)), 20'000'000, out);
-  e.on_drained(20'000'001, out);
-  acks = actions<action::SendP2P>(out);
-  REQUIRE(acks.size() == 1);
-  CHECK_FALSE(acks[0].datagram);
+  CHECK_FALSE(ack_of_message(6, 20'000'000).datagram);
   // ... and as datagrams again once no sign of loss came for a second.
-  out.clear();
-  e.on_datagram(data_datagram(2, 7, message(10, 7)), 1'020'000'000, out);
-  e.on_drained(1'020'000'001, out);
-  acks = actions<action::SendP2P>(out);
-  REQUIRE(acks.size() == 1);
-  CHECK(acks[0].datagram);
+  CHECK(ack_of_message(7, 1'020'000'000).datagram);
+  CHECK(e.small_path().stats().acks_as_datagrams == 5);  // messages 1, 2, 3, 4 and 7
   CHECK(counts(e).bad_packets() == 0);
 }
 
