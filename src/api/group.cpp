@@ -7,6 +7,7 @@
 #include "api/spin_wait.hpp"
 #include "core/assert.hpp"
 #include "policy/policy.hpp"
+#include "small/fragmenter.hpp"
 #include "transport/cpu_share.hpp"
 #include "transport/faulty/faulty_link.hpp"
 #include "transport/sealed/sealed_link.hpp"
@@ -236,19 +237,23 @@ void hand_over(detail::GroupState& g, AppEvents& app, std::unique_lock<std::mute
   g.node->wake_progress();
 }
 
-/// Whether a waiter for a small Completion borrows the progress thread's rounds
-/// (Config::borrow_progress, NodeState::borrow_progress), under g.mu: on the
-/// transports whose progress thread polls (verbs' completion queue is read by that
-/// thread alone), and only where the waiting thread may keep a CPU while it polls
+/// Whether a waiter for a small Completion of `size` bytes borrows the progress
+/// thread's rounds (Config::borrow_progress, NodeState::borrow_progress), under g.mu:
+/// on the transports whose progress thread polls (verbs' completion queue is read by
+/// that thread alone), and where the waiting thread may keep a CPU while it polls
 /// (the rule the transports' polling follows, transport/cpu_share.hpp). On an
 /// oversubscribed host the parked progress thread's periodic looks cost the other
-/// processes CPU time their ACKs need: at 4 processes on 2 cores the waiter's
-/// message took twice as long (docs/benchmarks.md, "Borrowed progress").
-bool borrowing(const detail::GroupState& g) {
+/// processes CPU time their ACKs need: over the socket at 4 processes on 2 cores the
+/// waiter's message took twice as long. On shm a message of one datagram is the
+/// exception: its ACK comes through a mail slot, and a waiter that reads it there
+/// saves a thread hand-off per message on every member of an oversubscribed host
+/// (docs/benchmarks.md, "Borrowed progress").
+bool borrowing(const detail::GroupState& g, std::size_t size) {
   const auto& cfg = g.node->cfg;
   if (cfg.borrow_progress == BorrowProgress::never || g.node->caller_progress()) return false;
   if (cfg.transport != TransportKind::socket && cfg.transport != TransportKind::shm) return false;
   if (cfg.borrow_progress == BorrowProgress::always) return true;
+  if (cfg.transport == TransportKind::shm && small::fragment_count(size, g.node->protocol.mtu) == 1) return true;
   // shm: every member of the view is on this host, one polling thread each meanwhile.
   const auto host_pollers = cfg.transport == TransportKind::shm
                                 ? static_cast<std::uint32_t>(g.runtime->engine().view().members.size())
@@ -310,7 +315,7 @@ Completion Group::send_small(std::shared_ptr<const std::vector<std::byte>> msg, 
   // With a polling window its waiter may borrow the progress thread's rounds.
   const auto spin = spin_for(*state_, ahead, false);
   Completion c(res.seq, board, spin,
-               spin.count() > 0 && borrowing(*state_) ? state_->node->self : driver_of(*state_));
+               spin.count() > 0 && borrowing(*state_, msg->size()) ? state_->node->self : driver_of(*state_));
   hand_over(*state_, app, lock);
   return c;
 }

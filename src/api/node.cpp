@@ -330,8 +330,14 @@ std::unique_ptr<transport::Link> make_link(const Config& cfg, const membership::
                                            const std::optional<auth::GroupKey>& key) {
   const auth::GroupKey* k = key ? &*key : nullptr;
   // The progress thread polls, and so does the application's thread waiting on a
-  // completion; in the caller's mode the application's alone.
-  const std::uint32_t pollers = cfg.progress == Progress::caller ? 1 : 2;
+  // completion; in the caller's mode the application's alone. On shm a waiter that
+  // borrows the progress thread's rounds parks that thread while it polls
+  // (Config::borrow_progress): one poller, as in the caller's mode. Not on the
+  // socket: there a thread that keeps its CPU starves the kernel's TCP work for
+  // large messages on the same CPU (docs/benchmarks.md, "Borrowed progress").
+  const bool one_poller = cfg.progress == Progress::caller ||
+                          (cfg.transport == TransportKind::shm && cfg.borrow_progress != BorrowProgress::never);
+  const std::uint32_t pollers = one_poller ? 1 : 2;
   switch (cfg.transport) {
     case TransportKind::inproc:
       return transport::make_inproc_link(cfg.fabric, welcome.group_id, welcome.member, cfg.socket.large_pool_bytes,
