@@ -335,8 +335,11 @@ enum class BorrowProgress : std::uint8_t {
   /// Where the waiting thread may keep a CPU while it polls: the process is bound to
   /// CPUs of its own (as launchers bind ranks), or (shm) the members on the host are
   /// no more than its CPUs. On an oversubscribed host the parked progress thread's
-  /// looks take CPU time that other members' ACKs need.
+  /// looks take CPU time that other members' ACKs need; on shm a message of one
+  /// datagram borrows all the same (its ACK comes through a mail slot, and the other
+  /// way is a hand-off between two threads of every member).
   automatic,
+  /// Every waiter for a small message, whatever the host.
   always,
   /// Callbacks only ever run on the progress thread.
   never,
