@@ -23,6 +23,16 @@ std::uint64_t Ring::span_at(std::uint64_t tail, std::uint64_t length) const {
   return need <= to_end ? need : to_end + need;
 }
 
+std::uint64_t Ring::pad_to_end(std::uint64_t tail) const {
+  const std::uint64_t at = tail % capacity;
+  HMCAST_ASSERT(at != 0 && at % kAlign == 0);
+  RecordHeader pad;
+  pad.flags = kPadding;
+  pad.length = static_cast<std::uint32_t>(capacity - at - kRecordHeader);
+  std::memcpy(data + at, &pad, sizeof pad);
+  return tail + (capacity - at);
+}
+
 std::uint64_t Ring::write(std::uint64_t tail, RecordHeader header, std::span<const std::byte> payload,
                           std::span<const std::byte> more) const {
   HMCAST_ASSERT(header.length == payload.size() + more.size());
@@ -30,11 +40,7 @@ std::uint64_t Ring::write(std::uint64_t tail, RecordHeader header, std::span<con
   HMCAST_ASSERT(need <= capacity);
   std::uint64_t at = tail % capacity;
   if (capacity - at < need) {  // pad to the end; the record starts at 0
-    RecordHeader pad;
-    pad.flags = kPadding;
-    pad.length = static_cast<std::uint32_t>(capacity - at - kRecordHeader);
-    std::memcpy(data + at, &pad, sizeof pad);
-    tail += capacity - at;
+    tail = pad_to_end(tail);
     at = 0;
   }
   std::memcpy(data + at, &header, sizeof header);

@@ -124,6 +124,10 @@ struct Ring {
   /// Bytes a record of `length` payload bytes takes when written at `tail`,
   /// padding to the end of the buffer included.
   [[nodiscard]] std::uint64_t span_at(std::uint64_t tail, std::uint64_t length) const;
+  /// Writes a padding record from `tail` (not at the start of the buffer) to the end
+  /// of the buffer, and returns where the next record goes: the start. The caller
+  /// checked the space (capacity - tail % capacity bytes).
+  std::uint64_t pad_to_end(std::uint64_t tail) const;
   /// Writes the record at `tail` (the caller checked the space: span_at()) and
   /// returns the new tail. Its payload is `payload` followed by `more`.
   std::uint64_t write(std::uint64_t tail, RecordHeader header, std::span<const std::byte> payload,

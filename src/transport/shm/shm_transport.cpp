@@ -30,6 +30,13 @@ using Clock = std::chrono::steady_clock;
 /// so a large frame moves while the reader drains the first fragments.
 constexpr std::size_t kMaxFragment = std::size_t{256} << 10;
 
+/// A writer whose readers have read all of its log goes back to the start once its
+/// head is this far into the log: a sender that waits for each message to be read
+/// (latency-bound) then writes the same few hundred KiB over and over, still in the
+/// caches of both sides, instead of lines of a lap ago that the readers' cores hold
+/// or that have left the caches. A stream (readers behind) goes around as before.
+constexpr std::uint64_t kRewindAfter = 128 * 1024;
+
 /// How long wait() sleeps at most while frames wait for room in a peer's inbox
 /// (the peer does not ring us when it frees room).
 constexpr std::int64_t kPendingRecheckNs = 200'000;
@@ -161,17 +168,34 @@ void Endpoint::multicast(std::span<const std::byte> bytes) {
   HMCAST_ASSERT(bytes.size() <= cfg_.mtu);
   {
     std::lock_guard lock(multicast_mu_);
-    const std::uint64_t head = header_->multicast_head.load(std::memory_order_relaxed);
-    const std::uint64_t need = multicast_.span_at(head, bytes.size());
+    std::uint64_t head = header_->multicast_head.load(std::memory_order_relaxed);
+    const std::uint64_t cap = multicast_.capacity;
+    // Back to the start (padding to the end of the log, then the record at 0) where
+    // every reader has read all of it; the whole step must fit the log, as a reader
+    // takes a head more than a log ahead of it for a broken log.
+    std::uint64_t to_start = 0;
+    if (head % cap >= kRewindAfter && head >= next_rewind_check_) {
+      next_rewind_check_ = head + kRewindAfter;
+      const std::uint64_t step = cap - head % cap;
+      if (step + multicast_.span_at(0, bytes.size()) <= cap && drained(head)) {
+        to_start = step;
+        reader_floor_ = head;
+      }
+    }
+    const std::uint64_t need = to_start + multicast_.span_at(head + to_start, bytes.size());
     HMCAST_ASSERT(reader_floor_ <= head);
-    if (head + need - reader_floor_ > multicast_.capacity && !evict_stalled(head + need)) {
+    if (head + need - reader_floor_ > cap && !evict_stalled(head + need)) {
       count(&ShmStats::multicast_overruns);
       return;
     }
     RecordHeader h;
     h.length = static_cast<std::uint32_t>(bytes.size());
     h.source = self_;
-    multicast_ahead_.before_write(multicast_, head, need);
+    if (to_start != 0) {
+      head = multicast_.pad_to_end(head);
+      count(&ShmStats::log_rewinds);
+    }
+    multicast_ahead_.before_write(multicast_, head, need - to_start);
     if (crash_due(bytes.size(), 0)) die_mid_record(multicast_, head, h, bytes, {}, 0, bytes.size(), 0);
     const std::uint64_t tail = multicast_.write(head, h, bytes);
     header_->multicast_head.store(tail, std::memory_order_release);
@@ -221,6 +245,19 @@ bool Endpoint::evict_stalled(std::uint64_t new_head) {
   if (checked) next_reader_check_ = now + kLivenessCheck;
   reader_floor_ = floor;
   return fits;
+}
+
+bool Endpoint::drained(std::uint64_t head) const {
+  const std::uint32_t used = std::min(header_->readers_used.load(std::memory_order_acquire), kMaxReaders);
+  for (std::uint32_t i = 0; i < used; ++i) {
+    const ReaderSlot& slot = header_->readers[i];
+    const std::uint32_t member = slot.member.load(std::memory_order_acquire);
+    // A reader still claiming its slot starts at the head as it finds it then: at
+    // `head` or after the padding, never inside it.
+    if (member == 0 || member == kClaiming) continue;
+    if (slot.position.load(std::memory_order_acquire) != head) return false;
+  }
+  return true;
 }
 
 void Endpoint::evict(std::uint32_t i) {
@@ -815,7 +852,8 @@ ShmStats Endpoint::stats() const {
       &ShmStats::frames_received, &ShmStats::link_bytes_sent,      &ShmStats::multicast_overruns,
       &ShmStats::readers_evicted, &ShmStats::evicted_from_peers,   &ShmStats::bad_input,
       &ShmStats::peers_unreachable, &ShmStats::bytes_placed,       &ShmStats::inbox_locks_recovered,
-      &ShmStats::partial_frames_dropped, &ShmStats::acks_mailed, &ShmStats::acks_mail_received};
+      &ShmStats::partial_frames_dropped, &ShmStats::acks_mailed, &ShmStats::acks_mail_received,
+      &ShmStats::log_rewinds};
   static_assert(sizeof(ShmStats) == kFields.size() * sizeof(std::uint64_t), "a counter is missing here");
   ShmStats out;
   auto& counters = const_cast<ShmStats&>(stats_);  // NOLINT: read through atomic_ref, as count() writes

@@ -65,6 +65,9 @@ struct ShmStats {
   std::uint64_t link_bytes_sent = 0;
   /// Datagrams dropped because an attached reader had not read a whole log's worth.
   std::uint64_t multicast_overruns = 0;
+  /// Times this member went back to the start of its log early: every reader had
+  /// read all of it, and the start is still in the caches (Endpoint::multicast).
+  std::uint64_t log_rewinds = 0;
   /// Readers this member's log let go of (dead, or stalled for reader_stall).
   std::uint64_t readers_evicted = 0;
   /// Times this member found itself evicted from a peer's log (datagrams lost there).
@@ -202,6 +205,8 @@ class Endpoint {
   std::optional<Inbound> read_inbox();
   std::optional<Inbound> read_multicast(Peer& p);
   bool evict_stalled(std::uint64_t need);  // multicast_mu_ held
+  /// Whether every counted reader of our log has read up to `head` (multicast_mu_ held).
+  bool drained(std::uint64_t head) const;
   void refresh_snapshot();
 
   MemberId self_;
@@ -221,6 +226,9 @@ class Endpoint {
   /// last scan; readers only move on, and attach at the head): while a record fits
   /// above it, the writer skips the scan and leaves the readers' slots to them.
   std::uint64_t reader_floor_ = 0;
+  /// The writer looks whether it may go back to the start of its log (drained())
+  /// only once its head is past here, at most once per kRewindAfter bytes written.
+  std::uint64_t next_rewind_check_ = 0;
   /// Readers this member evicted from its log, ever: a peer's mail slot (its reader
   /// slot) is looked up again when this moved (mail_ack).
   std::atomic<std::uint64_t> evictions_{0};
