@@ -66,6 +66,9 @@ TEST_CASE("zk: an ephemeral node lives as long as its session, and a watch sees 
     CHECK(member.id() != watcher.id());
     REQUIRE(member.create("/hmcast-test/members/m1", bytes("127.0.0.1:7000"), true) == "/hmcast-test/members/m1");
     CHECK(!member.create("/hmcast-test/members/m1", bytes("x"), true).has_value());  // one owner
+    // The watcher's server may not have applied the member's write yet (each session
+    // reads its own server's state): sync it first, as a reader told by other means must.
+    watcher.sync("/hmcast-test/members");
     const auto names = watcher.children("/hmcast-test/members", [&] { ++changes; });
     REQUIRE(names == std::vector<std::string>{"m1"});
     const auto d = watcher.get("/hmcast-test/members/m1");

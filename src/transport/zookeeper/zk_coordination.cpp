@@ -29,6 +29,9 @@ std::string group_path(const std::string& root, const std::string& group) {
 }
 
 std::optional<std::pair<std::string, std::uint16_t>> find_coordinator(Session& s, const std::string& root) {
+  // A member looks after losing the last coordinator: without a sync its server may
+  // still show that one's address.
+  s.sync(leader_path(root));
   const auto node = s.get(leader_path(root));
   if (!node) return std::nullopt;
   const std::string text(reinterpret_cast<const char*>(node->bytes.data()), node->bytes.size());

@@ -207,4 +207,41 @@ std::vector<std::string> Session::children(const std::string& path, std::functio
   return out;
 }
 
+void Session::sync(const std::string& path) {
+  // The client always runs a completion, with ZCLOSING at the latest when the session
+  // closes; so the state it fills is shared with it and outlives a timed-out wait here.
+  struct Pending {
+    std::mutex mu;
+    std::condition_variable done;
+    bool finished = false;
+    int rc = 0;
+  };
+  const auto run = [&]() -> int {
+    auto pending = std::make_shared<Pending>();
+    auto* held = new std::shared_ptr<Pending>(pending);
+    const int rc = zoo_async(
+        s_->zh, path.c_str(),
+        [](int result, const char*, const void* data) {
+          auto* p = static_cast<const std::shared_ptr<Pending>*>(data);
+          {
+            std::lock_guard lock((*p)->mu);
+            (*p)->finished = true;
+            (*p)->rc = result;
+          }
+          (*p)->done.notify_all();
+          delete p;
+        },
+        held);
+    if (rc != ZOK) {
+      delete held;  // not queued: nothing will call it
+      return rc;
+    }
+    std::unique_lock lock(pending->mu);
+    if (!pending->done.wait_for(lock, s_->timeout, [&] { return pending->finished; })) return ZOPERATIONTIMEOUT;
+    return pending->rc;
+  };
+  const int rc = s_->retry(run);
+  if (rc != ZOK && rc != ZNONODE) fail("cannot sync ZooKeeper node " + path, rc);
+}
+
 }  // namespace hmcast::zk

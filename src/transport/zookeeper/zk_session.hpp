@@ -60,6 +60,10 @@ class Session {
   /// The names of the node's children. With `on_change`, it runs once (on the
   /// client's thread) when they next change or the node goes.
   std::vector<std::string> children(const std::string& path, std::function<void()> on_change = {});
+  /// Brings the server this session talks to up to date with the ensemble's leader for
+  /// `path`. Reads are only as fresh as that server: another session's write, learnt
+  /// of by another way than a watch, shows in a read only after a sync.
+  void sync(const std::string& path);
 
  private:
   struct State;
