@@ -179,7 +179,7 @@ TEST_CASE("randomized: multi-datagram messages, several senders and loss keep la
   // against the same run without loss, the p99 of completion grows at most 4x (plus
   // a few hop round trips, which dominate the smallest runs), what is repaired is
   // proportional to what was lost, and a loss-free network needs no repair at all.
-  const auto seeds = static_cast<std::uint64_t>(std::max(12.0, 60.0 * test_scale()));
+  const auto seeds = static_cast<std::uint64_t>(std::max(6.0, 60.0 * test_scale()));
   std::uint64_t failures = 0, megabyte_runs = 0, many_senders = 0;
   for (std::uint64_t seed = 1; seed <= seeds; ++seed) {
     hmcast::Rng r(seed * 104729);
