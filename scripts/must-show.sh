@@ -12,7 +12,7 @@ run() {  # run <python condition on d> <hmcast args...>
 
 run_cmd() {  # run_cmd <python condition on d> <command...>: the command's last line is JSON
   local cond="$1"; shift
-  local out
+  local out began=$SECONDS
   # Explicit returns: run_cmd also runs where `set -e` does not apply (`if ! (run_cmd ...)`),
   # and a failed command or an unmet condition must still fail it there.
   if ! out=$("$@" | tail -n 1); then
@@ -30,6 +30,7 @@ cond = sys.argv[2]
 if not eval(cond, {}, {"d": d}):
     print("NOT MET: " + cond); sys.exit(1)
 print("met: " + cond)' "$out" "$cond" || return 1
+  echo "($(( SECONDS - began )) s)"  # where CI's minutes go
   LAST="$out"
 }
 
