@@ -220,7 +220,7 @@ bool Endpoint::evict_stalled(std::uint64_t new_head) {
   bool checked = false;
   // A reader that attaches during the scan starts at the head or later.
   std::uint64_t floor = header_->multicast_head.load(std::memory_order_relaxed);
-  const std::uint32_t used = std::min(header_->readers_used.load(std::memory_order_acquire), kMaxReaders);
+  const std::uint32_t used = slots_used();
   for (std::uint32_t i = 0; i < used; ++i) {
     ReaderSlot& slot = header_->readers[i];
     const std::uint32_t member = slot.member.load(std::memory_order_acquire);
@@ -247,8 +247,14 @@ bool Endpoint::evict_stalled(std::uint64_t new_head) {
   return fits;
 }
 
+std::uint32_t Endpoint::slots_used() const {
+  // Readers (other processes) raise readers_used as they claim slots: never trusted
+  // past the slots there are.
+  return std::min(header_->readers_used.load(std::memory_order_acquire), kMaxReaders);
+}
+
 bool Endpoint::drained(std::uint64_t head) const {
-  const std::uint32_t used = std::min(header_->readers_used.load(std::memory_order_acquire), kMaxReaders);
+  const std::uint32_t used = slots_used();
   for (std::uint32_t i = 0; i < used; ++i) {
     const ReaderSlot& slot = header_->readers[i];
     const std::uint32_t member = slot.member.load(std::memory_order_acquire);
@@ -407,7 +413,7 @@ bool Endpoint::mail_ack(Peer& p, std::span<const std::byte> frame) {
   const std::uint64_t evictions = evictions_.load(std::memory_order_acquire);
   if (p.mail_slot >= kMaxReaders || p.mail_evictions != evictions || ++p.mail_unchecked >= kMailRecheck) {
     const std::uint32_t was = p.mail_slot;
-    const std::uint32_t used = std::min(header_->readers_used.load(std::memory_order_acquire), kMaxReaders);
+    const std::uint32_t used = slots_used();
     p.mail_slot = kMaxReaders;
     for (std::uint32_t i = 0; i < used && p.mail_slot == kMaxReaders; ++i)
       if (header_->readers[i].member.load(std::memory_order_acquire) == p.id) p.mail_slot = i;
@@ -587,7 +593,7 @@ void Endpoint::remove_peer(MemberId id) {
   {
     // Its slot in our log would hold the log back once it fills.
     std::lock_guard lock(multicast_mu_);
-    const std::uint32_t used = std::min(header_->readers_used.load(std::memory_order_acquire), kMaxReaders);
+    const std::uint32_t used = slots_used();
     for (std::uint32_t i = 0; i < used; ++i)
       if (header_->readers[i].member.load(std::memory_order_acquire) == id) evict(i);
   }

@@ -207,6 +207,8 @@ class Endpoint {
   bool evict_stalled(std::uint64_t need);  // multicast_mu_ held
   /// Whether every counted reader of our log has read up to `head` (multicast_mu_ held).
   bool drained(std::uint64_t head) const;
+  /// How many of our log's reader slots to look at: readers_used, bounded.
+  std::uint32_t slots_used() const;
   void refresh_snapshot();
 
   MemberId self_;
