@@ -6,6 +6,7 @@
 #include <mutex>
 #include <thread>
 
+#include "eventually.hpp"
 #include "hmcast/hmcast.hpp"
 
 namespace {
@@ -188,6 +189,79 @@ TEST_CASE("api: a member that goes away is removed and the others complete witho
   }
   CHECK(ga.view().size() == 2);
   ga.leave();  // the callback captures `left`: no view change may reach it after this scope
+}
+
+TEST_CASE("api: views before on_view_change() is set are held for it, the latest 64 at most", "[api][view]") {
+  // A member killed right after join() changes the view before the application has
+  // set its callbacks: that view must still reach it (a survivor waits for it).
+  hmcast::Config cfg;
+  static int run = 0;  // Catch runs the case once per section: a fresh fabric each time
+  cfg.fabric = "api-held-views-" + std::to_string(++run);
+  cfg.group_size = 3;
+  std::vector<std::unique_ptr<hmcast::Node>> nodes;
+  for (int i = 0; i < 3; ++i) nodes.push_back(std::make_unique<hmcast::Node>(cfg));
+  std::vector<hmcast::Group> groups(3);
+  std::vector<std::thread> joiners;
+  for (std::size_t i = 0; i < 3; ++i) joiners.emplace_back([&, i] { groups[i] = nodes[i]->join("g"); });
+  for (auto& t : joiners) t.join();
+  hmcast::Group& watcher = groups[0];
+  const hmcast::MemberId gone = groups[2].self();
+  const std::vector<std::byte> m(64, std::byte{7});
+  groups[1].broadcast(m).get();  // delivered to the watcher, which listens to nothing yet
+  groups[2].leave();
+  REQUIRE(hmcast::testing::eventually([&] { return watcher.view().size() == 2; }));
+
+  SECTION("the departure, and the delivery") {
+    std::mutex mu;
+    std::vector<std::pair<std::size_t, std::vector<hmcast::MemberId>>> views;  // size, left
+    std::size_t delivered = 0;
+    watcher.on_view_change([&](const hmcast::View& v, std::span<const hmcast::MemberId> left) {
+      std::lock_guard lock(mu);
+      views.emplace_back(v.size(), std::vector<hmcast::MemberId>(left.begin(), left.end()));
+    });
+    watcher.on_deliver([&](const hmcast::Delivery& d) {
+      std::lock_guard lock(mu);
+      if (std::equal(d.bytes.begin(), d.bytes.end(), m.begin(), m.end())) ++delivered;
+    });
+    const bool both = hmcast::testing::eventually([&] {
+      std::lock_guard lock(mu);
+      return views.size() == 1 && delivered == 1;
+    });
+    std::lock_guard lock(mu);
+    INFO("views " << views.size() << ", delivered " << delivered);
+    REQUIRE(both);
+    CHECK(views[0].first == 2);
+    CHECK(views[0].second == std::vector<hmcast::MemberId>{gone});
+  }
+  SECTION("an application that never listens holds no more than the latest 64") {
+    // Each joiner brings a view and takes one away when it leaves.
+    hmcast::Config late = cfg;
+    late.join_timeout = std::chrono::seconds(20);
+    for (int i = 0; i < 40; ++i) {
+      hmcast::Node n(late);
+      hmcast::Group g = n.join("g");
+      g.leave();
+    }
+    REQUIRE(hmcast::testing::eventually([&] { return watcher.view().id >= 80; }));
+    const std::uint64_t last = watcher.view().id;
+    std::mutex mu;
+    std::vector<std::uint64_t> ids;
+    watcher.on_view_change([&](const hmcast::View& v, std::span<const hmcast::MemberId>) {
+      std::lock_guard lock(mu);
+      ids.push_back(v.id);
+    });
+    watcher.on_deliver([](const hmcast::Delivery&) {});  // wakes the progress thread
+    REQUIRE(hmcast::testing::eventually([&] {
+      std::lock_guard lock(mu);
+      return !ids.empty() && ids.back() == last;
+    }));
+    std::lock_guard lock(mu);
+    CHECK(ids.size() == 64);
+    CHECK(std::is_sorted(ids.begin(), ids.end()));
+    CHECK(ids.front() == last - 63);
+  }
+  watcher.leave();  // the callbacks capture this scope's locals
+  groups[1].leave();
 }
 
 TEST_CASE("api: join gives up with a clear error when the group never fills", "[api]") {

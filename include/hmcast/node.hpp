@@ -37,7 +37,8 @@
 //   Delivery::bytes is valid during the callback; keep Delivery::buffer to hold on
 //   to the message without a copy (for a small message, the datagram it came in,
 //   shared with the messages batched with it). Deliveries that arrive before
-//   on_deliver() is set are held and handed over when it is set.
+//   on_deliver() is set, and view changes after join() but before on_view_change()
+//   (the latest 64 at most), are held and handed over when it is set.
 #pragma once
 
 #include <algorithm>

@@ -52,6 +52,9 @@ namespace {
 // enough that a burst is ACKed once (on_drained), small enough that a delivery waits
 // for at most one round.
 constexpr std::size_t kDrainRound = 256;
+// Views held for an application that has not set on_view_change(): enough for any
+// churn between join() and setting it, a bound for one that never sets it.
+constexpr std::size_t kMaxHeldViews = 64;
 }  // namespace
 
 void NodeState::run() {
@@ -227,12 +230,30 @@ void NodeState::run_callbacks(GroupState& g) {
     std::lock_guard lock(g.mu);
     deliver = g.on_deliver;
     view = g.on_view;
-    if (!deliver && !g.callbacks_stopped) {
-      // Hold deliveries until the application listens; pass the rest on.
+    if ((!deliver || !view) && !g.callbacks_stopped) {
+      // Hold each kind of event until the application sets its callback: a view that
+      // came between join() and on_view_change() (a member killed at once) is not
+      // lost. Completions and the rest pass on. Views are few, but an application
+      // that never listens for them must not grow this list for ever: past
+      // kMaxHeldViews the oldest held view goes.
       AppEvents keep;
-      for (auto& a : g.to_app)
-        (std::holds_alternative<action::Deliver>(a) || std::holds_alternative<action::DeliverLarge>(a) ? keep : todo)
-            .push_back(std::move(a));
+      std::size_t views_held = 0;
+      for (auto& a : g.to_app) {
+        const bool is_delivery =
+            std::holds_alternative<action::Deliver>(a) || std::holds_alternative<action::DeliverLarge>(a);
+        const bool is_view = std::holds_alternative<action::ViewInstalled>(a);
+        if (is_view && !view) ++views_held;
+        ((is_delivery && !deliver) || (is_view && !view) ? keep : todo).push_back(std::move(a));
+      }
+      for (auto it = keep.begin(); views_held > kMaxHeldViews;) {
+        HMCAST_ASSERT(it != keep.end());
+        if (std::holds_alternative<action::ViewInstalled>(*it)) {
+          it = keep.erase(it);
+          --views_held;
+        } else {
+          ++it;
+        }
+      }
       g.to_app.swap(keep);
     } else {
       todo.swap(g.to_app);
