@@ -480,6 +480,8 @@ int run_member(const MemberOptions& o) {
   };
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(o.timeout_s);
   auto next_progress = std::chrono::steady_clock::now();
+  bool finished = false;  // every message sent and settled, every one expected here delivered
+  bool out_of_time = false;  // --timeout passed first
   {
     std::unique_lock lock(led.mu);
     for (;;) {
@@ -489,10 +491,10 @@ int run_member(const MemberOptions& o) {
                                     : led.unique >= expected ||
                                           (!led.departed.empty() && led.senders_accounted(o.senders, o.messages));
       const bool sent_all = !sender || completed + send_failures >= o.messages;
+      finished = got_all && sent_all;
       // A stopped group delivers nothing more: report what we have (the parent judges).
-      if ((got_all && sent_all) || !led.stopped.empty() || stdin_closed ||
-          std::chrono::steady_clock::now() >= deadline)
-        break;
+      out_of_time = std::chrono::steady_clock::now() >= deadline;
+      if (finished || !led.stopped.empty() || stdin_closed || out_of_time) break;
       if (std::chrono::steady_clock::now() >= next_progress) {
         const auto unique = led.unique;
         lock.unlock();
@@ -512,8 +514,15 @@ int run_member(const MemberOptions& o) {
   }
   const auto t_done = mono_ns();
   const auto cpu_at_done = process_cpu_seconds();  // before the waits below, which carry no traffic
+  // Past --timeout, or told to stop, with messages still in flight: the sending threads
+  // may wait in broadcast() for room or on a completion that never settles. Leaving
+  // fails both at once, so the report comes now and not when the parent kills us.
+  if (!finished && sender) g.leave();
   if (send_thread.joinable()) send_thread.join();
   if (wait_thread.joinable()) wait_thread.join();
+  if (out_of_time && send_failures > 0)
+    send_error = "--timeout (" + std::to_string(o.timeout_s) + " s) passed with " +
+                 std::to_string(o.messages - completed.load()) + " of this member's messages unsettled";
   // Verbs: final buffers stay registered until the message is stable here and every
   // peer that could write into them confirmed it stopped. A receiver can also have all
   // its messages before the view that drops a killed peer is installed, with its
@@ -564,6 +573,7 @@ int run_member(const MemberOptions& o) {
             {"completed", completed.load()},
             {"send_failures", send_failures.load()},
             {"send_error", send_error},
+            {"timed_out", out_of_time},
             {"latencies_us", latencies_us},
             {"send_ns", send_ns},
             {"last_complete_ns", last_complete_ns},

@@ -762,6 +762,7 @@ GroupRunReport run_group(const GroupRunOptions& o) {
       rep.faults_released_early += f->value("released_early", std::uint64_t{0});
     }
     rep.completed += d["completed"].get<std::uint64_t>();
+    if (d.value("timed_out", false)) rep.timed_out = true;  // it stopped at its own --timeout
     rep.send_failures += d["send_failures"].get<std::uint64_t>();
     if (d["send_failures"].get<std::uint64_t>() > 0)
       rep.problems.push_back("member " + std::to_string(*c.member) + ": " + d["send_error"].get<std::string>());
