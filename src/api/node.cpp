@@ -230,29 +230,32 @@ void NodeState::run_callbacks(GroupState& g) {
     std::lock_guard lock(g.mu);
     deliver = g.on_deliver;
     view = g.on_view;
-    if ((!deliver || !view) && !g.callbacks_stopped) {
+    const bool hold = (!deliver || !view) && !g.callbacks_stopped;
+    if (hold || g.views_held > 0) {
       // Hold each kind of event until the application sets its callback: a view that
       // came between join() and on_view_change() (a member killed at once) is not
       // lost. Completions and the rest pass on. Views are few, but an application
-      // that never listens for them must not grow this list for ever: past
-      // kMaxHeldViews the oldest held view goes.
-      AppEvents keep;
-      std::size_t views_held = 0;
-      for (auto& a : g.to_app) {
-        const bool is_delivery =
-            std::holds_alternative<action::Deliver>(a) || std::holds_alternative<action::DeliverLarge>(a);
-        const bool is_view = std::holds_alternative<action::ViewInstalled>(a);
-        if (is_view && !view) ++views_held;
-        ((is_delivery && !deliver) || (is_view && !view) ? keep : todo).push_back(std::move(a));
-      }
-      for (auto it = keep.begin(); views_held > kMaxHeldViews;) {
-        HMCAST_ASSERT(it != keep.end());
-        if (std::holds_alternative<action::ViewInstalled>(*it)) {
-          it = keep.erase(it);
-          --views_held;
+      // that never listens for them must not grow this list for ever: of the views
+      // not yet handed over, the oldest past kMaxHeldViews go.
+      const auto is_view = [](const AppEvent& a) { return std::holds_alternative<action::ViewInstalled>(a); };
+      auto waiting = static_cast<std::size_t>(std::count_if(g.to_app.begin(), g.to_app.end(), is_view));
+      for (auto it = g.to_app.begin(); waiting > kMaxHeldViews;) {
+        HMCAST_ASSERT(it != g.to_app.end());
+        if (is_view(*it)) {
+          it = g.to_app.erase(it);
+          --waiting;
         } else {
           ++it;
         }
+      }
+      AppEvents keep;
+      g.views_held = 0;
+      for (auto& a : g.to_app) {
+        const bool delivery =
+            std::holds_alternative<action::Deliver>(a) || std::holds_alternative<action::DeliverLarge>(a);
+        const bool kept = hold && ((delivery && !deliver) || (is_view(a) && !view));
+        if (kept && is_view(a)) ++g.views_held;
+        (kept ? keep : todo).push_back(std::move(a));
       }
       g.to_app.swap(keep);
     } else {

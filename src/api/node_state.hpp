@@ -51,6 +51,7 @@ struct GroupState {
   std::shared_ptr<CompletionBoard> small_done = std::make_shared<CompletionBoard>();
   std::map<Seq, std::promise<void>> pending_large;
   AppEvents to_app;  // deliveries, completions, views: for the progress thread
+  std::size_t views_held = 0;  // views in to_app held for on_view_change() (run_callbacks)
   /// What one call into the runtime produced, until queue_for_app() moves it to
   /// to_app: kept, like to_app, so their capacity is reused (no allocation per message).
   AppEvents produced;
