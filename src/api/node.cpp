@@ -43,7 +43,10 @@ std::chrono::nanoseconds NodeState::completion_spin(bool large) const {
 }
 
 void NodeState::queue_for_app(GroupState& g, AppEvents& app) {
-  for (auto& a : app) g.to_app.push_back(std::move(a));
+  for (auto& a : app) {
+    if (std::holds_alternative<action::ViewInstalled>(a)) ++g.views_queued;
+    g.to_app.push_back(std::move(a));
+  }
   app.clear();  // keeps its capacity: app is GroupState::produced, or one broadcast's
 }
 
@@ -230,36 +233,38 @@ void NodeState::run_callbacks(GroupState& g) {
     std::lock_guard lock(g.mu);
     deliver = g.on_deliver;
     view = g.on_view;
-    const bool hold = (!deliver || !view) && !g.callbacks_stopped;
-    if (hold || g.views_held > 0) {
+    HMCAST_ASSERT(g.views_held <= g.views_queued);  // held views stay in to_app
+    const bool hold_deliveries = !deliver && !g.callbacks_stopped;
+    const bool hold_views = !view && !g.callbacks_stopped;
+    // Views are rare: a round with none to hold or trim hands the queue over whole,
+    // keeping its capacity (no allocation per round for an application that never
+    // sets on_view_change()).
+    if (hold_deliveries || (g.views_queued > 0 && (hold_views || g.views_held > 0))) {
       // Hold each kind of event until the application sets its callback: a view that
       // came between join() and on_view_change() (a member killed at once) is not
-      // lost. Completions and the rest pass on. Views are few, but an application
-      // that never listens for them must not grow this list for ever: of the views
-      // not yet handed over, the oldest past kMaxHeldViews go.
-      const auto is_view = [](const AppEvent& a) { return std::holds_alternative<action::ViewInstalled>(a); };
-      auto waiting = static_cast<std::size_t>(std::count_if(g.to_app.begin(), g.to_app.end(), is_view));
-      for (auto it = g.to_app.begin(); waiting > kMaxHeldViews;) {
-        HMCAST_ASSERT(it != g.to_app.end());
-        if (is_view(*it)) {
-          it = g.to_app.erase(it);
-          --waiting;
-        } else {
-          ++it;
-        }
-      }
+      // lost. Completions and the rest pass on. An application that never listens
+      // for views must not grow this list for ever: of the views not yet handed
+      // over, the oldest past kMaxHeldViews go.
+      std::size_t drop = g.views_queued > kMaxHeldViews ? g.views_queued - kMaxHeldViews : 0;
       AppEvents keep;
       g.views_held = 0;
       for (auto& a : g.to_app) {
+        const bool is_view = std::holds_alternative<action::ViewInstalled>(a);
+        if (is_view && drop > 0) {
+          --drop;
+          continue;
+        }
         const bool delivery =
             std::holds_alternative<action::Deliver>(a) || std::holds_alternative<action::DeliverLarge>(a);
-        const bool kept = hold && ((delivery && !deliver) || (is_view(a) && !view));
-        if (kept && is_view(a)) ++g.views_held;
+        const bool kept = (delivery && hold_deliveries) || (is_view && hold_views);
+        if (kept && is_view) ++g.views_held;
         (kept ? keep : todo).push_back(std::move(a));
       }
+      g.views_queued = g.views_held;
       g.to_app.swap(keep);
     } else {
       todo.swap(g.to_app);
+      g.views_queued = 0;
     }
   }
   bool room = false;  // a small message completed: its window space is free

@@ -51,7 +51,8 @@ struct GroupState {
   std::shared_ptr<CompletionBoard> small_done = std::make_shared<CompletionBoard>();
   std::map<Seq, std::promise<void>> pending_large;
   AppEvents to_app;  // deliveries, completions, views: for the progress thread
-  std::size_t views_held = 0;  // views in to_app held for on_view_change() (run_callbacks)
+  std::size_t views_queued = 0;  // views in to_app (queue_for_app counts them in)
+  std::size_t views_held = 0;    // of those, the ones run_callbacks() held for on_view_change()
   /// What one call into the runtime produced, until queue_for_app() moves it to
   /// to_app: kept, like to_app, so their capacity is reused (no allocation per message).
   AppEvents produced;
