@@ -134,12 +134,21 @@ TEST_CASE("a profile file round-trips and rejects what it cannot trust", "[polic
   CHECK_THROWS_WITH(parse_profile(text + "tree_radix 3\n"), Catch::Contains("appears twice"));
   CHECK_THROWS_WITH(parse_profile(text + "color blue\n"), Catch::Contains("unknown key"));
   CHECK_THROWS_WITH(parse_profile(""), Catch::Contains("first line"));
-  CHECK_THROWS_WITH(parse_profile("hmcast-profile 4\n"), Catch::Contains("version 4 is not supported"));
+  CHECK_THROWS_WITH(parse_profile("hmcast-profile 5\n"), Catch::Contains("version 5 is not supported"));
   CHECK_THROWS_WITH(parse_profile("hmcast-profile 0\n"), Catch::Contains("version 0 is not supported"));
   CHECK_THROWS_WITH(parse_profile(without("segment_size")), Catch::Contains("missing key 'segment_size'"));
   CHECK_THROWS_WITH(parse_profile(without("segment_size") + "segment_size 100\n"), Catch::Contains("segment_size"));
+  CHECK_THROWS_WITH(parse_profile(without("small_bytes_per_receiver")),
+                    Catch::Contains("missing key 'small_bytes_per_receiver'"));
+  // A version-3 file (before small_bytes_per_receiver) still reads, as 0; it may not name the key.
+  std::string v3 = without("small_bytes_per_receiver");
+  v3.replace(0, v3.find('\n'), "hmcast-profile 3");
+  CHECK(parse_profile(v3) == p);
+  CHECK_THROWS_WITH(parse_profile(v3 + "small_bytes_per_receiver 5\n"), Catch::Contains("unknown key"));
   // A version-2 file (before segment_size) still reads, as 64 KiB; it may not name the key.
   std::string v2 = without("segment_size");
+  v2 = v2.substr(0, v2.find("small_bytes_per_receiver")) +
+       v2.substr(v2.find('\n', v2.find("small_bytes_per_receiver")) + 1);
   v2.replace(0, v2.find('\n'), "hmcast-profile 2");
   Profile older = p;
   older.segment_size = 64U << 10;
@@ -149,6 +158,8 @@ TEST_CASE("a profile file round-trips and rejects what it cannot trust", "[polic
   // A version-1 file (before the per-member crossover) still reads, as 0; it may not name the key.
   std::string v1 = without("small_bytes_per_member");
   v1 = v1.substr(0, v1.find("segment_size")) + v1.substr(v1.find('\n', v1.find("segment_size")) + 1);
+  v1 = v1.substr(0, v1.find("small_bytes_per_receiver")) +
+       v1.substr(v1.find('\n', v1.find("small_bytes_per_receiver")) + 1);
   v1.replace(0, v1.find('\n'), "hmcast-profile 1");
   Profile old = p;
   old.small_bytes_per_member = 0;
@@ -225,6 +236,37 @@ TEST_CASE("with 64 KiB datagrams the socket's small path carries messages eight 
   shm.transport = TransportKind::shm;
   shm.key.emplace();
   CHECK(transport_mtu(shm) == shm.shm.mtu);  // shared memory carries no tags
-  // Shared memory keeps its own figures.
-  CHECK(builtin_profile("shm", 65'000).small_bytes_per_member == (512U << 10));
+  // Shared memory keeps its own figures: its crossover grows by the receivers.
+  const Profile shm_profile = builtin_profile("shm", 65'000);
+  CHECK(shm_profile.small_bytes_per_member == 0);
+  CHECK(shm_profile.small_bytes_per_receiver == (1U << 20));
+  CHECK(small_route_for(shm_profile, 1) == 1U << 20);
+  CHECK(small_route_for(shm_profile, 2) == 1U << 20);
+  CHECK(small_route_for(shm_profile, 4) == 3U << 20);
+  CHECK(small_route_for(shm_profile, 8) == shm_profile.max_small_message);
+}
+
+TEST_CASE("a crossover by receivers grows from one receiver's worth, and excludes one by members", "[policy]") {
+  Profile p = builtin_profile("socket");
+  p.max_small_message = 8U << 20;
+  p.small_bytes_per_member = 0;
+  p.small_bytes_per_receiver = 512U << 10;
+  CHECK_NOTHROW(validate(p));
+  CHECK(small_route_for(p, 2) == 512U << 10);
+  CHECK(small_route_for(p, 3) == 1U << 20);
+  CHECK(small_route_for(p, 9) == 4U << 20);
+  CHECK(small_route_for(p, 100) == 8U << 20);
+  CHECK(choose(p, 1U << 20, 3, 8192).path == Path::small);
+  CHECK(choose(p, (1U << 20) + 1, 3, 8192).path == Path::large);
+  CHECK(tuned(p, 3, ProtocolConfig{}).small_route_max == 1U << 20);
+  // It round-trips through a file; both slopes at once are refused, in a file too.
+  CHECK(parse_profile(format_profile(p)) == p);
+  Profile both = p;
+  both.small_bytes_per_member = 1;
+  CHECK_THROWS_WITH(validate(both), Catch::Contains("both set"));
+  std::string text = format_profile(p);
+  const auto at = text.find("small_bytes_per_member 0");
+  REQUIRE(at != std::string::npos);
+  text.replace(at, std::string("small_bytes_per_member 0").size(), "small_bytes_per_member 7");
+  CHECK_THROWS_WITH(parse_profile(text), Catch::Contains("both set"));
 }

@@ -85,7 +85,9 @@ void run_calibration(std::uint32_t procs, const GroupRunOptions& base, const std
   }
   // What members accept stays at least the built-in limit; the route scales with the group.
   p.max_small_message = std::max(p.max_small_message, crossover);
+  // One group size measured gives one slope: by the group size, as the socket's.
   p.small_bytes_per_member = std::max<std::uint32_t>(1, crossover / std::max<std::uint32_t>(procs, 2));
+  p.small_bytes_per_receiver = 0;
 
   // 3. Block size for a 16 MiB message.
   constexpr std::uint64_t kBig = 16ULL << 20;

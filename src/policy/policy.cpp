@@ -16,9 +16,12 @@ std::uint32_t radix_for(const Profile& p, std::uint32_t group_size) noexcept {
 }
 
 std::uint32_t small_route_for(const Profile& p, std::uint32_t group_size) noexcept {
-  if (p.small_bytes_per_member == 0) return p.max_small_message;
-  const std::uint64_t by_size = std::uint64_t{p.small_bytes_per_member} * std::max<std::uint32_t>(group_size, 2);
-  return static_cast<std::uint32_t>(std::min<std::uint64_t>(by_size, p.max_small_message));
+  // A group of one is treated as two (one receiver): its route is never empty.
+  const std::uint32_t members = std::max<std::uint32_t>(group_size, 2);
+  std::uint64_t route = p.max_small_message;
+  if (p.small_bytes_per_member != 0) route = std::uint64_t{p.small_bytes_per_member} * members;
+  else if (p.small_bytes_per_receiver != 0) route = std::uint64_t{p.small_bytes_per_receiver} * (members - 1);
+  return static_cast<std::uint32_t>(std::min<std::uint64_t>(route, p.max_small_message));
 }
 
 std::uint32_t small_route_for(const ProtocolConfig& c) noexcept {

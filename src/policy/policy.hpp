@@ -35,7 +35,8 @@ struct Choice {
 /// ACK-tree radix for a group of `group_size` members.
 [[nodiscard]] std::uint32_t radix_for(const Profile& p, std::uint32_t group_size) noexcept;
 /// The largest message that takes the small path in a group of this size
-/// (Profile::small_bytes_per_member, capped at max_small_message).
+/// (Profile::small_bytes_per_member or small_bytes_per_receiver, capped at
+/// max_small_message).
 [[nodiscard]] std::uint32_t small_route_for(const Profile& p, std::uint32_t group_size) noexcept;
 /// The same with a ProtocolConfig's fields: small_route_max, or max_small_message when 0.
 [[nodiscard]] std::uint32_t small_route_for(const ProtocolConfig& c) noexcept;

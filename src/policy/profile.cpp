@@ -78,12 +78,14 @@ Profile builtin_profile(std::string_view transport, std::uint32_t datagram) {
     // The socket profile (the same processes on one host, woken the same way), but a
     // datagram is written once into the sender's log and read by all, while the large
     // path moves every block through each receiver's inbox, member to member: the
-    // small path stays faster up to about 512 KiB per member (docs/benchmarks.md,
-    // "Members on one host"). At most half of the default multicast log
+    // small path stays faster up to about 1 MiB per receiver: 1 MiB at 2 members
+    // and 3 MiB at 4 (docs/benchmarks.md, "Members on one host" and "The shared
+    // memory crossover by receivers"). At most half of the default multicast log
     // (ShmOptions), so one message never overruns a reader that is a little behind.
     p = builtin_profile("socket");  // the 8 KiB one: the shm figures below replace its crossover
     p.transport = std::string(transport);
-    p.small_bytes_per_member = 512U << 10;
+    p.small_bytes_per_member = 0;
+    p.small_bytes_per_receiver = 1U << 20;
     p.max_small_message = 4U << 20;
     // The blocks and segments this transport was measured with (its large path
     // copies through the receivers' inboxes, with no system call per segment to
@@ -115,6 +117,10 @@ void validate(const Profile& p) {
     fail("transport must be one word of at most 32 characters");
   check_range("max_small_message", p.max_small_message, bounds::kMinSmall, bounds::kMaxSmall);
   check_range("small_bytes_per_member", p.small_bytes_per_member, 0U, bounds::kMaxSmall);
+  check_range("small_bytes_per_receiver", p.small_bytes_per_receiver, 0U, bounds::kMaxSmall);
+  if (p.small_bytes_per_member != 0 && p.small_bytes_per_receiver != 0)
+    fail("small_bytes_per_member and small_bytes_per_receiver are both set: the route scales with one of them, "
+         "set the other to 0");
   check_range("flat_tree_max_group", p.flat_tree_max_group, 1U, bounds::kMaxFlatGroup);
   check_range("tree_radix", p.tree_radix, 2U, bounds::kMaxRadix);
   check_range("min_block_size", p.min_block_size, bounds::kMinBlock, bounds::kMaxBlock);
@@ -133,6 +139,7 @@ std::string format_profile(const Profile& p) {
       << "transport " << p.transport << "\n"
       << "max_small_message " << p.max_small_message << "\n"
       << "small_bytes_per_member " << p.small_bytes_per_member << "\n"
+      << "small_bytes_per_receiver " << p.small_bytes_per_receiver << "\n"
       << "flat_tree_max_group " << p.flat_tree_max_group << "\n"
       << "tree_radix " << p.tree_radix << "\n"
       << "min_block_size " << p.min_block_size << "\n"
@@ -183,6 +190,8 @@ Profile parse_profile(std::string_view text) {
       p.max_small_message = number<std::uint32_t>(key, value, line_no);
     } else if (key == "small_bytes_per_member" && version >= 2) {
       p.small_bytes_per_member = number<std::uint32_t>(key, value, line_no);
+    } else if (key == "small_bytes_per_receiver" && version >= 4) {
+      p.small_bytes_per_receiver = number<std::uint32_t>(key, value, line_no);
     } else if (key == "flat_tree_max_group") {
       p.flat_tree_max_group = number<std::uint32_t>(key, value, line_no);
     } else if (key == "tree_radix") {
@@ -211,6 +220,7 @@ Profile parse_profile(std::string_view text) {
     if (seen[k] != 1) fail(std::string("missing key '") + k + "'");
   if (version >= 2 && seen["small_bytes_per_member"] != 1) fail("missing key 'small_bytes_per_member'");
   if (version >= 3 && seen["segment_size"] != 1) fail("missing key 'segment_size'");
+  if (version >= 4 && seen["small_bytes_per_receiver"] != 1) fail("missing key 'small_bytes_per_receiver'");
   validate(p);
   return p;
 }

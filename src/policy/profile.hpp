@@ -5,9 +5,10 @@
 // a profile file (format below), which a Node loads through Config::profile_file.
 //
 // File format (text, one "key value" per line, '#' starts a comment):
-//   hmcast-profile 3            first line: the format version (1: without
+//   hmcast-profile 4            first line: the format version (1: without
 //                               small_bytes_per_member, read as 0; 1 and 2: without
-//                               segment_size, read as 65536)
+//                               segment_size, read as 65536; 1 to 3: without
+//                               small_bytes_per_receiver, read as 0)
 //   transport socket
 //   max_small_message 1048576   the largest message the small path carries (and accepts)
 //   small_bytes_per_member 65536  messages up to this times the group size (and at most
@@ -15,6 +16,10 @@
 //                               max_small_message. The small path's one multicast wins more
 //                               the more members there are; the large path's fixed costs
 //                               per hop lose less the larger the message.
+//   small_bytes_per_receiver 0  the same rule by the group's receivers (its size less
+//                               one) instead: what the route grows by with each member
+//                               is then not what it starts from. At most one of the two
+//                               is not 0.
 //   flat_tree_max_group 16      groups up to this size ACK straight to the sender
 //   tree_radix 4                ACK-tree radix in larger groups (>= 2)
 //   min_block_size 65536        a large message is cut into about target_blocks
@@ -41,6 +46,7 @@ struct Profile {
   std::string transport = "socket";
   std::uint32_t max_small_message = 1U << 20;
   std::uint32_t small_bytes_per_member = 0;
+  std::uint32_t small_bytes_per_receiver = 0;
   std::uint32_t flat_tree_max_group = 16;
   std::uint32_t tree_radix = 4;
   std::uint64_t min_block_size = 64U << 10;
@@ -70,7 +76,7 @@ struct ProfileError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-inline constexpr int kProfileVersion = 3;
+inline constexpr int kProfileVersion = 4;
 
 /// The built-in profile of "socket", "verbs", "sim" or "inproc", for datagrams of
 /// up to `datagram` bytes (0: the transport's usual size; the socket transport's
