@@ -119,17 +119,19 @@ TEST_CASE("a profile file round-trips and rejects what it cannot trust", "[polic
   CHECK(parse_profile(text) == p);
   CHECK(parse_profile("# comment\n\n" + text + "  # trailing comment\n") == p);
 
-  const auto without = [&](const std::string& key) {
+  // `from` without the line that sets `key`.
+  const auto drop = [](const std::string& from, const std::string& key) {
     std::string out;
     std::size_t pos = 0;
-    while (pos < text.size()) {
-      const auto nl = text.find('\n', pos);
-      const std::string line = text.substr(pos, nl - pos);
+    while (pos < from.size()) {
+      const auto nl = from.find('\n', pos);
+      const std::string line = from.substr(pos, nl - pos);
       if (line.rfind(key + " ", 0) != 0) out += line + "\n";
       pos = nl + 1;
     }
     return out;
   };
+  const auto without = [&](const std::string& key) { return drop(text, key); };
   CHECK_THROWS_WITH(parse_profile(without("tree_radix")), Catch::Contains("missing key 'tree_radix'"));
   CHECK_THROWS_WITH(parse_profile(text + "tree_radix 3\n"), Catch::Contains("appears twice"));
   CHECK_THROWS_WITH(parse_profile(text + "color blue\n"), Catch::Contains("unknown key"));
@@ -146,9 +148,7 @@ TEST_CASE("a profile file round-trips and rejects what it cannot trust", "[polic
   CHECK(parse_profile(v3) == p);
   CHECK_THROWS_WITH(parse_profile(v3 + "small_bytes_per_receiver 5\n"), Catch::Contains("unknown key"));
   // A version-2 file (before segment_size) still reads, as 64 KiB; it may not name the key.
-  std::string v2 = without("segment_size");
-  v2 = v2.substr(0, v2.find("small_bytes_per_receiver")) +
-       v2.substr(v2.find('\n', v2.find("small_bytes_per_receiver")) + 1);
+  std::string v2 = drop(without("segment_size"), "small_bytes_per_receiver");
   v2.replace(0, v2.find('\n'), "hmcast-profile 2");
   Profile older = p;
   older.segment_size = 64U << 10;
@@ -156,10 +156,7 @@ TEST_CASE("a profile file round-trips and rejects what it cannot trust", "[polic
   CHECK_THROWS_WITH(parse_profile(v2 + "segment_size 65536\n"), Catch::Contains("unknown key"));
   CHECK_THROWS_WITH(parse_profile(without("small_bytes_per_member")), Catch::Contains("missing key 'small_bytes_per_member'"));
   // A version-1 file (before the per-member crossover) still reads, as 0; it may not name the key.
-  std::string v1 = without("small_bytes_per_member");
-  v1 = v1.substr(0, v1.find("segment_size")) + v1.substr(v1.find('\n', v1.find("segment_size")) + 1);
-  v1 = v1.substr(0, v1.find("small_bytes_per_receiver")) +
-       v1.substr(v1.find('\n', v1.find("small_bytes_per_receiver")) + 1);
+  std::string v1 = drop(drop(without("small_bytes_per_member"), "segment_size"), "small_bytes_per_receiver");
   v1.replace(0, v1.find('\n'), "hmcast-profile 1");
   Profile old = p;
   old.small_bytes_per_member = 0;

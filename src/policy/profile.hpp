@@ -78,7 +78,7 @@ struct ProfileError : std::runtime_error {
 
 inline constexpr int kProfileVersion = 4;
 
-/// The built-in profile of "socket", "verbs", "sim" or "inproc", for datagrams of
+/// The built-in profile of "socket", "shm", "verbs", "sim" or "inproc", for datagrams of
 /// up to `datagram` bytes (0: the transport's usual size; the socket transport's
 /// crossover depends on it). Throws ProfileError for another name.
 [[nodiscard]] Profile builtin_profile(std::string_view transport, std::uint32_t datagram = 0);
