@@ -2,6 +2,7 @@
 // file: round trip, version, bounds and malformed input.
 #include <catch2/catch.hpp>
 
+#include "core/wire.hpp"
 #include "policy/defaults.hpp"
 #include "policy/policy.hpp"
 #include "policy/profile.hpp"
@@ -192,6 +193,24 @@ TEST_CASE("the socket profile moves blocks of at least 512 KiB in segments of 25
   Profile small_blocks = p;
   small_blocks.min_block_size = 64U << 10;
   CHECK(tuned(small_blocks, 8, ProtocolConfig{}).segment_size == (64U << 10));
+}
+
+TEST_CASE("the protocol takes datagrams up to 128 KiB; the socket transport keeps UDP's limit", "[policy]") {
+  // Shared memory fragments nothing, so its datagrams may pass UDP's 65507 bytes
+  // (docs/benchmarks.md, "One 64 KiB message in one shm datagram"); a batch item's
+  // u16 length bounds them all.
+  ProtocolConfig c;
+  c.max_small_message = 1U << 20;
+  c.small_route_max = 0;
+  for (const std::uint32_t mtu : {65'507U, 65'508U, 67'584U, static_cast<std::uint32_t>(hmcast::wire::kMaxDatagram)}) {
+    c.mtu = mtu;
+    CHECK_FALSE(check(c).has_value());
+  }
+  c.mtu = static_cast<std::uint32_t>(hmcast::wire::kMaxDatagram) + 1;
+  const auto why = check(c);
+  REQUIRE(why.has_value());
+  CHECK(why->find("131072") != std::string::npos);
+  CHECK(why->find("65507 on the socket transport") != std::string::npos);
 }
 
 TEST_CASE("with 64 KiB datagrams the socket's small path carries messages eight times as long", "[policy]") {

@@ -169,6 +169,35 @@ TEST_CASE("shm: a datagram reaches every other member once, a frame only its rec
   CHECK(eps[2]->stats().frames_received == 1);
 }
 
+TEST_CASE("shm: a datagram over UDP's limit arrives whole; one over the MTU is refused", "[shm]") {
+  // ShmOptions::mtu may pass 65507 (no network fragments it): a whole 64 KiB message
+  // and its header in one record.
+  const auto group = test_group(9);
+  auto cfg = config(group);
+  cfg.mtu = 67'584;
+  auto eps = group_of(2, cfg);
+  const auto big = numbered(11, 67'584);
+  eps[0]->multicast(big);
+  auto in = next(*eps[1]);
+  REQUIRE(in);
+  CHECK(in->datagram);
+  CHECK(in->bytes == big);
+  CHECK(eps[1]->stats().bad_input == 0);
+  // A reader with a smaller MTU counts the record as bad input and skips it.
+  auto small_cfg = config(test_group(10));
+  small_cfg.mtu = 65'507;
+  auto writer_cfg = small_cfg;
+  writer_cfg.mtu = 67'584;
+  auto writer = std::make_unique<shm::Endpoint>(1, writer_cfg);
+  auto reader = std::make_unique<shm::Endpoint>(2, small_cfg);
+  writer->add_peer(2);
+  reader->add_peer(1);
+  (void)next(*reader, 20ms);  // attaches to the writer's log
+  writer->multicast(big);
+  CHECK_FALSE(next(*reader, 50ms));
+  CHECK(reader->stats().bad_input == 1);
+}
+
 TEST_CASE("shm ring: padding to the end early, the next record starts at 0", "[shm]") {
   std::vector<std::byte> data(1024);
   shm::Ring ring{data.data(), data.size()};

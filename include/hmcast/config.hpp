@@ -262,9 +262,11 @@ struct SocketOptions {
 /// The shared-memory transport (TransportKind::shm). Each member's file holds
 /// both areas below, touched as they fill (the log 128 KiB ahead of its writer).
 struct ShmOptions {
-  /// Largest datagram (hmcast header included; at most 65507, as on the other
-  /// transports). No network fragments it here, so the default is the largest:
-  /// fewer, larger datagrams cost fewer records and fewer ACKs per byte.
+  /// Largest datagram (hmcast header included; at most 128 KiB, as no network
+  /// fragments it here). The default is near UDP's limit: fewer, larger datagrams
+  /// cost fewer records and fewer ACKs per byte. Above 65536 a 64 KiB message is one
+  /// datagram and is copied once less, but messages of several such datagrams
+  /// were then slower (docs/benchmarks.md, "One 64 KiB message in one shm datagram").
   std::uint32_t mtu = 65'000;
   /// The member's multicast log. A datagram is dropped (and repaired by the
   /// protocol) only when some attached reader is this far behind.
