@@ -13,6 +13,7 @@
 
 #include "calibrate.hpp"
 #include "commands.hpp"
+#include "core/wire.hpp"
 #include "group_runner.hpp"
 #include "hmcast/config.hpp"
 #include "sim/large_scenario.hpp"
@@ -217,7 +218,7 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("--warmup", knobs->warmup,
                   "socket: broadcasts before each latency row's measured ones, left out of its percentiles (as "
                   "hmcast_mpi_bench's --warmup)");
-  cmd->add_option("--mtu", base->mtu, "Largest datagram members send")->check(CLI::Range(256U, 131072U));
+  cmd->add_option("--mtu", base->mtu, "Largest datagram members send")->check(CLI::Range(256U, static_cast<unsigned>(wire::kMaxDatagram)));
   cmd->add_option("--profile", *profile, "socket: members load this profile file (default: built in)");
   cmd->add_option("--radix", *radix, "socket: override the policy's ACK-tree radix")->check(CLI::Range(2U, 65536U));
   cmd->add_option("--algo", *algo, "socket: large-path schedule: sequential, chain, tree, binomial_pipeline");

@@ -24,6 +24,7 @@
 #include <thread>
 
 #include "commands.hpp"
+#include "core/wire.hpp"
 #include "hmcast/hmcast.hpp"
 #include "mono_clock.hpp"
 #include "process_info.hpp"
@@ -695,7 +696,7 @@ void add_member_command(CLI::App& app) {
                   "The host this member says it runs on (members naming the same share memory with socket+shm; "
                   "default: the real host's)");
   cmd->add_option("--mtu", o->mtu, "Largest datagram (default: the transport's; verbs: at most 4096, the UD MTU)")
-      ->check(CLI::Range(256U, 131072U));
+      ->check(CLI::Range(256U, static_cast<unsigned>(wire::kMaxDatagram)));
   cmd->add_option("--transport", o->transport, "socket, verbs, shm (members on one host) or socket+shm (shared memory inside a host, the socket between hosts)")
       ->check(CLI::IsMember({"socket", "verbs", "shm", "socket+shm"}))
       ->capture_default_str();

@@ -5,6 +5,7 @@
 #include <iostream>
 
 #include "commands.hpp"
+#include "core/wire.hpp"
 #include "group_runner.hpp"
 
 namespace hmcast::tools {
@@ -87,7 +88,7 @@ void add_soak_command(CLI::App& app) {
                   "Members per host: the {i} of --prefix and --interface-template is member i's host, (i - 1) / N + "
                   "1; without --prefix, socket+shm members on this machine name host{i} as their host")
       ->check(CLI::Range(1U, 1024U));
-  cmd->add_option("--mtu", o->mtu, "Largest datagram (default: the transport's)")->check(CLI::Range(256U, 131072U));
+  cmd->add_option("--mtu", o->mtu, "Largest datagram (default: the transport's)")->check(CLI::Range(256U, static_cast<unsigned>(wire::kMaxDatagram)));
   cmd->add_option("--timeout", o->timeout_s, "Seconds before the run is called failed")->capture_default_str();
   cmd->add_flag("--json", *json, "Print the result as one JSON line (last line of output)");
   cmd->add_flag("--block-multicast", o->block_multicast,

@@ -209,11 +209,13 @@ struct Batch {
 /// Bytes a batch adds to its items: its header and count, and a length per item.
 inline constexpr std::size_t kBatchOverhead = kHeaderSize + 2;
 inline constexpr std::size_t kBatchItemOverhead = 2;
-/// The largest datagram any transport may carry (ProtocolConfig::mtu): UDP's limit is
-/// lower (the socket transport checks its own), shared memory's is not. Bounded so
-/// that a batch item (held only when two fit in one datagram, Emitter) keeps its u16
-/// length.
+/// The largest datagram any transport may carry (ProtocolConfig::mtu): UDP's limit,
+/// kMaxUdpDatagram, is lower (the socket transport checks it), shared memory's is
+/// not. Bounded so that a batch item (held only when two fit in one datagram,
+/// Emitter) keeps its u16 length.
 inline constexpr std::size_t kMaxDatagram = std::size_t{128} << 10;
+/// The largest UDP payload over IPv4.
+inline constexpr std::size_t kMaxUdpDatagram = 65'507;
 static_assert((kMaxDatagram - kBatchOverhead) / 2 - kBatchItemOverhead <= 0xffff,
               "a batch item's length is a u16");
 

@@ -107,7 +107,7 @@ std::optional<std::string> check(const ProtocolConfig& c) {
   if (c.radix < 2) return bad("radix must be at least 2");
   if (c.mtu < wire::kDataOverhead + 64 || c.mtu > wire::kMaxDatagram)
     return bad("mtu must be in [" + std::to_string(wire::kDataOverhead + 64) + ", " + std::to_string(wire::kMaxDatagram) +
-               "] (and at most 65507 on the socket transport: a UDP datagram)");
+               "] (and at most " + std::to_string(wire::kMaxUdpDatagram) + " on the socket transport: a UDP datagram)");
   if (c.window_messages == 0 || c.initial_window_messages == 0) return bad("window_messages and initial_window_messages must be at least 1");
   if (c.window_bytes == 0) return bad("window_bytes must be at least 1");
   if (c.max_small_message > wire::kMaxPacket / 2) return bad("max_small_message must be at most 32 MiB");

@@ -50,16 +50,15 @@ constexpr unsigned kDatagramBatch = 8;
 constexpr std::size_t kSpareSlots = 2 * kDatagramBatch;
 constexpr int kAcceptsPerEvent = 64;
 constexpr std::size_t kScratch = 256U << 10;
-constexpr std::size_t kMaxUdpPayload = 65507;
 
 }  // namespace
 
 Endpoint::Endpoint(MemberId id, const SocketConfig& config)
     : id_(id), cfg_(config), pacer_(config.completion, config.busy_poll, config.busy_poll_max) {
-  if (cfg_.mtu < wire::kHeaderSize || cfg_.mtu > kMaxUdpPayload)
+  if (cfg_.mtu < wire::kHeaderSize || cfg_.mtu > wire::kMaxUdpDatagram)
     throw Error(ErrorCode::invalid_config, "SocketConfig::mtu is " + std::to_string(cfg_.mtu) + ": choose one in [" +
                                                std::to_string(wire::kHeaderSize) + ", " +
-                                               std::to_string(kMaxUdpPayload) + "]");
+                                               std::to_string(wire::kMaxUdpDatagram) + "]");
   if (cfg_.max_frame < kHelloSize || cfg_.max_frame > UINT32_MAX)
     throw Error(ErrorCode::invalid_config, "SocketConfig::max_frame must be in [" + std::to_string(kHelloSize) +
                                                ", 2^32-1]");
