@@ -315,6 +315,78 @@ TEST_CASE("socket: a reader fed no more than until_head() gets every placed tail
   CHECK(r.partial() == 0);
 }
 
+TEST_CASE("socket: a reader waits at a head its placer declines for now, and places it when asked again",
+          "[socket][placement]") {
+  // An announcement (30 bytes) and a block (5000) right behind it: the block's place
+  // exists only once the announcement is handled, which happens after the reader
+  // handed it on. Fed no more than until_head(), the reader stops at the block's head
+  // while the announcement waits, and the tail then lands in place, not in a copy.
+  constexpr std::size_t kHead = 16;
+  const std::vector<std::size_t> sizes{30, 5000, 5000};
+  const Bytes stream = frames(sizes);
+  sk::FrameReader r(100'000);
+  auto dest = std::make_shared<Bytes>(5000, std::byte{0});
+  std::vector<Bytes> unhandled;  // handed on, not yet handled (the endpoint's inbox)
+  bool announced = false;        // the announcement was handled: the block has a place
+  int asked = 0;
+  bool may_wait = true;
+  r.set_placer(
+      kHead,
+      [&](std::span<const std::byte>, std::size_t body) -> std::optional<sk::Placement> {
+        if (body < 1000) return std::nullopt;
+        ++asked;
+        if (!announced) return std::nullopt;
+        return sk::Placement{std::span(*dest).first(body - kHead), dest};
+      },
+      [&] { return may_wait && !unhandled.empty(); });
+  std::vector<std::pair<Bytes, bool>> out;
+  const auto on_frame = [&](Bytes&& b) {
+    out.emplace_back(b, r.placed());
+    unhandled.push_back(std::move(b));
+    return true;
+  };
+  std::size_t off = 0;
+  const auto read_some = [&] {
+    while (off < stream.size() && !r.waiting()) {
+      const auto rest = std::span<const std::byte>(stream).subspan(off);
+      if (!r.direct().empty()) {
+        const std::size_t n = std::min(r.direct().size(), rest.size());
+        std::copy_n(rest.begin(), n, r.direct().begin());
+        REQUIRE(r.direct_filled(n, on_frame));
+        off += n;
+        continue;
+      }
+      const std::size_t n = std::min(r.until_head(), rest.size());
+      REQUIRE(r.feed(rest.first(n), on_frame));
+      off += n;
+    }
+  };
+  read_some();
+  REQUIRE(r.waiting());
+  CHECK(asked == 1);
+  REQUIRE(out.size() == 1);  // the announcement, handed on
+  CHECK(off == 4 + 30 + 4 + kHead);  // and nothing of the block past its head
+  // The announcement is handled; asked again, the placer names the place.
+  unhandled.clear();
+  announced = true;
+  r.ask_again();
+  CHECK_FALSE(r.waiting());
+  CHECK(asked == 2);
+  // The third frame: declined for good once nothing waits to be handled (no waiting).
+  announced = false;
+  unhandled.clear();
+  may_wait = false;
+  read_some();
+  REQUIRE(out.size() == 3);
+  CHECK(out[1].second);
+  const auto block = pattern(5000, 1);
+  CHECK(std::equal(block.begin() + kHead, block.end(), dest->begin()));
+  CHECK_FALSE(out[2].second);
+  CHECK(same(out[2].first, pattern(5000, 2)));
+  CHECK(asked == 3);
+  CHECK(r.partial() == 0);
+}
+
 TEST_CASE("socket: block payloads on a link land in their place with no copy through the link's buffer",
           "[socket][placement]") {
   // Block frames back to back on a new link (the first read with its hello), a small

@@ -58,6 +58,14 @@ struct ProtocolConfig {
   /// delays its credits by that queue).
   std::uint32_t large_receive_window = 1;
   std::uint64_t large_credit_lead_bytes = 256U << 10;
+  /// A member sends its first block to a peer without waiting for that peer's
+  /// credit, right behind the announcement on the same link, where the block is the
+  /// peer's first receive and the peer has sent this member a frame of the large
+  /// path in this view (so it has installed the view and takes the announcement
+  /// first): a receiver gives that credit on the announcement anyway, and this
+  /// saves its round trip on every message. Off: every block waits for its credit
+  /// (verbs, whose blocks land by RDMA WRITE into the region a credit advertises).
+  bool large_unasked_first_block = true;
   /// Schedule of the large path's blocks.
   LargeAlgorithm large_algorithm = LargeAlgorithm::binomial_pipeline;
   /// Own large messages waiting behind the one in flight; beyond it broadcast()

@@ -11,7 +11,24 @@ namespace hmcast::large {
 
 namespace {
 constexpr std::size_t kEarlyLimit = 4096;
+
+/// The rank `rank` receives its first block from, in the two-level plan (hosts not
+/// empty) or in `flat`.
+std::optional<std::uint32_t> first_source(const Schedule* flat, LargeAlgorithm algorithm, std::uint32_t root,
+                                          std::uint32_t blocks, std::span<const std::uint64_t> hosts,
+                                          std::uint32_t rank) {
+  if (flat == nullptr) {
+    const RankPlan plan = host_plan(algorithm, root, blocks, hosts, rank);
+    if (plan.receives.empty()) return std::nullopt;
+    return plan.receives.front().from;
+  }
+  for (std::uint32_t step = 0; step < flat->steps(); ++step) {
+    const auto r = flat->receives(rank, step);
+    if (!r.empty()) return r.front().from;
+  }
+  return std::nullopt;
 }
+}  // namespace
 
 Pipeline::Pipeline(MemberId self, View view, const ProtocolConfig& config, Emitter& emit)
     : self_(self), view_(std::move(view)), cfg_(config), emit_(emit) {
@@ -89,16 +106,30 @@ Pipeline::Message& Pipeline::create(MemberId sender, Seq seq, std::uint64_t size
     t.recv_peers.insert(view_.members[tr.from]);
     t.receive_order.push_back(view_.members[tr.from]);
   };
-  if (by_host(hosts)) {
+  const bool two_level = by_host(hosts);
+  std::unique_ptr<Schedule> schedule;
+  if (two_level) {
     // Each block crosses to a host once, then moves inside it (host_schedule.hpp).
     const RankPlan plan = host_plan(algorithm, root, t.blocks, hosts, me);
     for (const auto& tr : plan.sends) add_send(tr);
     for (const auto& tr : plan.receives) add_receive(tr);
   } else {
-    const auto schedule = make_schedule(algorithm, n, root, t.blocks);
+    schedule = make_schedule(algorithm, n, root, t.blocks);
     for (std::uint32_t step = 0; step < schedule->steps(); ++step) {
       for (const auto& tr : schedule->sends(me, step)) add_send(tr);
       for (const auto& tr : schedule->receives(me, step)) add_receive(tr);
+    }
+  }
+  if (cfg_.large_unasked_first_block) {
+    // A receiver credits its first receive as soon as it takes the announcement,
+    // which we send ahead of any block on the same FIFO link: where that receive is
+    // from us, the credit is as good as here (ProtocolConfig::large_unasked_first_block).
+    // Only for members heard from in this view: one still in an older view would keep
+    // the block among its future frames, or lose it, and never credit it again.
+    for (MemberId p : t.send_peers) {
+      if (heard_.count(p) == 0) continue;
+      const auto from = first_source(schedule.get(), algorithm, root, t.blocks, hosts, *view_.rank_of(p));
+      if (from == me) t.credit_from[p] = std::max<std::uint32_t>(t.credit_from[p], 1);
     }
   }
   const ack_tree::HostTree tree(n, root, cfg_.radix, hosts);
@@ -109,13 +140,14 @@ Pipeline::Message& Pipeline::create(MemberId sender, Seq seq, std::uint64_t size
     for (MemberId c : early->second.acks)
       if (t.ack_children.count(c) != 0) t.acked.insert(c);
     for (const auto& [p, credit] : early->second.credit)
-      if (t.send_peers.count(p) != 0) t.credit_from[p] = credit;
+      if (t.send_peers.count(p) != 0) t.credit_from[p] = std::max(t.credit_from[p], credit);
     early_.erase(early);
   }
   return t;
 }
 
 void Pipeline::on_announce(MemberId from, const wire::Announce& a, Outbox& out) {
+  heard_.insert(from);
   const Key key{a.sender, a.seq};
   if (a.sender == self_ || !view_.contains(a.sender) || transfers_.count(key) != 0) return;  // ours, or seen
   if (a.seq <= finished_[a.sender]) return;  // a late copy of something over
@@ -175,6 +207,7 @@ void Pipeline::grant(Message& t, Outbox& out) {
 }
 
 void Pipeline::on_ready(MemberId from, const wire::Ready& r, Outbox& out) {
+  heard_.insert(from);
   auto it = transfers_.find({r.sender, r.seq});
   if (it == transfers_.end()) {
     // A member that heard of the message by another route may be ready before we hear of it.
@@ -265,6 +298,7 @@ bool Pipeline::may_place_segment(MemberId from, const wire::Block& b) const {
 }
 
 void Pipeline::on_block(MemberId from, const wire::Block& b, Outbox& out) {
+  heard_.insert(from);
   switch (check_segment(from, b)) {
     case SegmentCheck::invalid:
     case SegmentCheck::ahead:
@@ -317,6 +351,7 @@ void Pipeline::hand_over(MemberId sender, Seq seq, std::uint64_t size, bool deli
 }
 
 void Pipeline::on_ack(MemberId from, const wire::LargeAck& a, Outbox& out) {
+  heard_.insert(from);
   auto it = transfers_.find({a.sender, a.seq});
   if (it == transfers_.end()) {
     if (a.seq > finished_[a.sender] && view_.contains(a.sender) && early_.size() < kEarlyLimit)
@@ -359,6 +394,7 @@ void Pipeline::send_to_all(const wire::LargeCommit& c, Outbox& out) {
 }
 
 void Pipeline::on_commit(MemberId from, const wire::LargeCommit& c, Outbox& out) {
+  heard_.insert(from);
   // From the sender itself, or relayed by a survivor once the sender left.
   if (from != c.sender && view_.contains(c.sender)) {
     ++stats_.invalid_dropped;
@@ -447,6 +483,7 @@ void Pipeline::on_view(const View& view, Outbox& out) {
   }
   transfers_.clear();
   early_.clear();
+  heard_.clear();  // who installed the new view shows again by its frames
   finished_.clear();  // a surviving sender may restart a seq that was over here
   own_active_.reset();
   // Departed senders restart nothing: forget them, but relay (below) the commit of

@@ -13,7 +13,10 @@
 //      one more just in time (below). No block is ever sent without a credit, and a
 //      receiver never has more than the window (plus the one just in time) of blocks
 //      coming at once, so members that run ahead of the schedule cannot crowd a
-//      receiver (RDMC's ready-for-block).
+//      receiver (RDMC's ready-for-block). The credit for a member's first receive is
+//      given on the announcement, so its source may take it as given and send that
+//      block right behind the announcement (ProtocolConfig::large_unasked_first_block),
+//      saving a round trip per message.
 //   3. Each member sends its scheduled blocks in schedule order. A block moves as
 //      segments (Block frames covering part of it, `segment_size` bytes each) and a
 //      member forwards a segment as soon as it holds it and has the receiver's
@@ -232,6 +235,9 @@ class Pipeline {
     std::set<MemberId> acks;
   };
   std::map<Key, Early> early_;  // Ready and ACK frames that beat the announcement (bounded)
+  /// Members that sent us a frame of the large path in this view: they installed it,
+  /// so an announcement and a block right behind it reach them in this view.
+  std::set<MemberId> heard_;
   // Per sender, in this view: every seq up to here is over (later copies are ignored).
   // Cleared by a view change, since a surviving sender restarts what was unfinished.
   std::map<MemberId, Seq> finished_;

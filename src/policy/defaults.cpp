@@ -60,6 +60,9 @@ ProtocolConfig transport_defaults(std::string_view transport, std::uint32_t mtu)
   // window anyway. window_bytes bounds every burst, the first included.
   p.initial_window_messages = p.window_messages;
   p.stable_announce_ns = 1'000'000;
+  // Its blocks land by RDMA WRITE in the region a credit advertises; a block sent
+  // before that credit would take the copy path.
+  if (transport == "verbs") p.large_unasked_first_block = false;
   if (transport != "inproc") {
     // Processes on shared cores can be descheduled for many milliseconds (and
     // Soft-RoCE runs in the kernel's softirqs): time alone must not remove a live

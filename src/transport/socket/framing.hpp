@@ -17,6 +17,7 @@
 #include <span>
 #include <vector>
 
+#include "core/assert.hpp"
 #include "core/wire.hpp"
 #include "hmcast/types.hpp"
 #include "transport/transport.hpp"
@@ -71,17 +72,35 @@ using transport::Placement;
 /// caller reading straight into direct()), and the frame handed on is the head
 /// alone, with placed() true while on_frame runs. Large blocks thus land in their
 /// final buffer with no copy through the reader.
+///
+/// Waiting: the placer may decline only because frames handed on before are not
+/// yet handled (a block right behind the announcement that makes its buffer). If
+/// `may_wait` says so when it declines, and the head came with nothing after it,
+/// the reader stops at the head: waiting() is true, the caller reads no more until
+/// those frames are handled, then calls ask_again(), which asks the placer once
+/// more and takes its answer as final.
 class FrameReader {
  public:
   using Placer = std::function<std::optional<Placement>(std::span<const std::byte> head, std::size_t body_size)>;
+  using MayWait = std::function<bool()>;
 
   explicit FrameReader(std::size_t max_frame) : limit_(max_frame) {}
 
   /// Ask `placer` about bodies longer than `head` bytes (an empty placer: never); from
   /// the next frame on, so it may be set from inside the callback of feed().
-  void set_placer(std::size_t head, Placer placer) {
+  void set_placer(std::size_t head, Placer placer, MayWait may_wait = {}) {
     head_ = head;
     placer_ = std::move(placer);
+    may_wait_ = std::move(may_wait);
+  }
+  /// Stopped at a head the placer declined for now (see Waiting above).
+  [[nodiscard]] bool waiting() const { return waiting_; }
+  /// Asks the placer about the head waited at once more; its answer is final.
+  void ask_again() {
+    if (!waiting_) return;
+    waiting_ = false;
+    HMCAST_ASSERT(in_body_ && body_.size() == head_ && need_ > head_ && !placement_);
+    take_placement(placer_(body_, need_));
   }
   /// Whether the frame being handed to on_frame had its tail placed, and how many bytes.
   [[nodiscard]] bool placed() const { return handing_placed_ > 0; }
@@ -123,6 +142,7 @@ class FrameReader {
   template <class OnFrame>
   bool feed(std::span<const std::byte> data, OnFrame&& on_frame) {
     if (bad_) return false;
+    HMCAST_ASSERT(!waiting_);  // the caller reads nothing while the reader waits
     for (;;) {
       if (!in_body_) {
         if (data.empty()) break;
@@ -161,10 +181,11 @@ class FrameReader {
       data = data.subspan(take);
       if (asking && body_.size() == head_) {
         auto p = placer_(body_, need_);
-        if (p && p->dest.size() == need_ - head_) {
-          placement_ = std::move(p);
-          placed_have_ = 0;
+        if (!p && data.empty() && may_wait_ && may_wait_()) {
+          waiting_ = true;
+          break;
         }
+        take_placement(std::move(p));
         continue;
       }
       if (body_.size() == need_) {
@@ -182,6 +203,13 @@ class FrameReader {
   }
 
  private:
+  void take_placement(std::optional<Placement> p) {
+    if (p && p->dest.size() == need_ - head_) {
+      placement_ = std::move(p);
+      placed_have_ = 0;
+    }
+  }
+
   template <class OnFrame>
   bool finish(OnFrame& on_frame) {
     in_body_ = false;
@@ -209,6 +237,8 @@ class FrameReader {
   bool bad_ = false;
   std::size_t head_ = 0;
   Placer placer_;
+  MayWait may_wait_;
+  bool waiting_ = false;
   std::optional<Placement> placement_;
   std::size_t placed_have_ = 0;
   std::size_t handing_placed_ = 0;

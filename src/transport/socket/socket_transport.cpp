@@ -473,6 +473,7 @@ std::optional<Inbound> Endpoint::wait(std::chrono::steady_clock::time_point dead
       if (!inbox_.empty()) {
         Inbound in = std::move(inbox_.front());
         inbox_.pop_front();
+        ++popped_;
         // woken_ stays: a wake() is never lost, the next wait() returns at once.
         pacer_.on_arrival(std::chrono::steady_clock::now());
         return in;
@@ -729,13 +730,23 @@ bool Endpoint::read_connection(Connection& c) {
     // Offer each big enough Block frame's payload to the placer once its head is in.
     c.placing = true;
     const MemberId from = *c.peer;
-    c.reader.set_placer(wire::kBlockHeadSize, [this, from](std::span<const std::byte> head, std::size_t size) {
-      if (wire::peek_type(head) != wire::Type::block || size < wire::kBlockHeadSize + min_placed_)
-        return std::optional<Placement>{};
-      return placer_(from, head, size);
-    });
+    c.reader.set_placer(
+        wire::kBlockHeadSize,
+        [this, from](std::span<const std::byte> head, std::size_t size) {
+          if (wire::peek_type(head) != wire::Type::block || size < wire::kBlockHeadSize + min_placed_)
+            return std::optional<Placement>{};
+          return placer_(from, head, size);
+        },
+        // A block declined while the frame read just before it on this link waits to
+        // be handled (the announcement that makes its buffer) may find its place
+        // once it is: read no further until then (FrameReader: Waiting). The reader
+        // lives in `c`, which stays at its node of conns_ until dropped.
+        [this, &c] { return c.last_handed > popped_; });
   };
   start_placing();
+  // The frames read before the head we stopped at were handled since (wait() reads
+  // connections only once its inbox is empty).
+  c.reader.ask_again();
   const auto on_frame = [&](std::vector<std::byte>&& frame) {
     if (!c.peer) {
       c.peer = decode_hello(frame);
@@ -751,9 +762,11 @@ bool Endpoint::read_connection(Connection& c) {
     stats_.bytes_placed += c.reader.placed_bytes();
     stats_.bytes_placed_copied += c.reader.placed_copied();
     inbox_.push_back(Inbound{false, *c.peer, std::move(frame), placed});
+    c.last_handed = popped_ + inbox_.size();
     return true;
   };
   for (int round = 0; round < kReadRounds; ++round) {
+    if (c.reader.waiting()) return true;  // level-triggered: the connection reports again
     const auto direct = c.reader.direct();  // a placed payload still to come: read it in place
     // Into scratch_, while blocks come, only up to the next frame's head: a block's
     // payload read there would be copied again into its place (a segment is as large
@@ -817,6 +830,7 @@ void Endpoint::close_locked() {
   close_fd(udp_fd_);
   close_fd(listen_fd_);
   close_fd(direct_fd_);
+  popped_ += inbox_.size();
   inbox_.clear();
   const std::uint64_t one = 1;
   // Wakes a thread in wait(); EAGAIN means a wake is already pending. Nothing to do about other errors here.

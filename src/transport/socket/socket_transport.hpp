@@ -233,6 +233,8 @@ class Endpoint {
     // Frames since its last placed one (kNeverPlaced: none yet): blocks come between
     // the credits and other frames the same peer sends, so a block is likely next.
     std::uint32_t since_placed = kNeverPlaced;
+    // Its last frame handed on, counted as popped_ counts (not handled while above it).
+    std::uint64_t last_handed = 0;
   };
   struct Peer {
     sockaddr_in addr{};
@@ -289,6 +291,7 @@ class Endpoint {
   std::atomic<bool> blocking_{false};
   mutable std::atomic<bool> watched_{false};  // epoll_fd() was handed out
   std::deque<Inbound> inbox_;
+  std::uint64_t popped_ = 0;  // frames and datagrams taken from inbox_ (or dropped with it), ever
   std::map<MemberId, Peer> peers_;
   std::unordered_map<std::uint64_t, Connection> conns_;
   std::map<MemberId, std::uint64_t> outgoing_;  // peer -> key of the connection we send on
