@@ -46,13 +46,13 @@ TEST_CASE("the block grows with the message, within the profile's bounds", "[pol
   p.min_block_size = 64U << 10;
   p.max_block_size = 1U << 20;
   p.target_blocks = 64;
-  CHECK(block_size_for(p, 2U << 20) == (64U << 10));    // 2 MiB / 64 = 32 KiB, raised to the minimum
-  CHECK(block_size_for(p, 16U << 20) == (256U << 10));  // exactly 64 blocks
-  CHECK(block_size_for(p, 64ULL << 20) == (1U << 20));
-  CHECK(block_size_for(p, 1ULL << 30) == (1U << 20));  // capped
+  CHECK(block_size_for(p, 2U << 20, 7) == (64U << 10));    // 2 MiB / 64 = 32 KiB, raised to the minimum
+  CHECK(block_size_for(p, 16U << 20, 7) == (256U << 10));  // exactly 64 blocks
+  CHECK(block_size_for(p, 64ULL << 20, 7) == (1U << 20));
+  CHECK(block_size_for(p, 1ULL << 30, 7) == (1U << 20));  // capped
   std::uint64_t last = 0;
   for (std::uint64_t size = 1U << 20; size <= (1ULL << 32); size *= 3) {
-    const auto b = block_size_for(p, size);
+    const auto b = block_size_for(p, size, 7);
     CHECK(b >= last);  // never shrinks as the message grows
     CHECK(b % 4096 == 0);
     last = b;
@@ -68,10 +68,10 @@ TEST_CASE("tuned() carries the profile into a ProtocolConfig; block_size_for agr
   CHECK(c.large_receive_window == p.receive_window);
   CHECK(c.large_credit_lead_bytes == p.credit_lead_bytes);
   for (std::uint64_t size : {2ULL << 20, 5ULL << 20, 16ULL << 20, 64ULL << 20, 1ULL << 30})
-    CHECK(block_size_for(c, size) == block_size_for(p, size));
+    for (std::uint32_t receivers : {1U, 2U, 7U}) CHECK(block_size_for(c, size, receivers) == block_size_for(p, size, receivers));
   ProtocolConfig fixed = c;
   fixed.target_blocks = 0;
-  CHECK(block_size_for(fixed, 2ULL << 20) == fixed.block_size);
+  CHECK(block_size_for(fixed, 2ULL << 20, 7) == fixed.block_size);
 }
 
 TEST_CASE("built-in profiles exist for socket, verbs, sim and inproc, and are valid", "[policy]") {
@@ -178,10 +178,16 @@ TEST_CASE("a profile file round-trips and rejects what it cannot trust", "[polic
 TEST_CASE("the socket profile moves blocks of at least 512 KiB in segments of 256 KiB", "[policy]") {
   // Measured on loopback and on 8 rate-limited hosts (src/policy/profile.cpp).
   const Profile p = builtin_profile("socket");
-  CHECK(block_size_for(p, 64ULL << 20) == (512U << 10));
-  CHECK(block_size_for(p, 8ULL << 20) == (512U << 10));
-  CHECK(block_size_for(p, 1ULL << 20) == (512U << 10));
-  CHECK(block_size_for(p, 1ULL << 30) == (1U << 20));
+  CHECK(block_size_for(p, 64ULL << 20, 7) == (512U << 10));
+  CHECK(block_size_for(p, 8ULL << 20, 3) == (512U << 10));
+  CHECK(block_size_for(p, 1ULL << 20, 2) == (512U << 10));
+  CHECK(block_size_for(p, 1ULL << 30, 7) == (1U << 20));
+  // One receiver relays nothing: the largest block, whatever the message.
+  for (std::uint64_t size : {1ULL << 20, 8ULL << 20, 64ULL << 20}) {
+    CHECK(block_size_for(p, size, 1) == (1U << 20));
+    CHECK(choose(p, size, 2, 65000).block_size == (1U << 20));
+    CHECK(choose(p, size, 3, 65000).block_size == block_size_for(p, size, 2));
+  }
   const ProtocolConfig c = tuned(p, 8, ProtocolConfig{});
   CHECK(c.segment_size == (256U << 10));
   CHECK(c.min_block_size == (512U << 10));

@@ -28,14 +28,15 @@ std::uint32_t small_route_for(const ProtocolConfig& c) noexcept {
   return c.small_route_max != 0 ? c.small_route_max : c.max_small_message;
 }
 
-std::uint64_t block_size_for(const Profile& p, std::uint64_t size) noexcept {
+std::uint64_t block_size_for(const Profile& p, std::uint64_t size, std::uint32_t receivers) noexcept {
+  if (receivers <= 1) return std::max(p.min_block_size, p.max_block_size);
   const std::uint64_t want = (size + p.target_blocks - 1) / std::max<std::uint32_t>(1, p.target_blocks);
   const std::uint64_t aligned = (want + kBlockAlign - 1) / kBlockAlign * kBlockAlign;
   return std::clamp(aligned, p.min_block_size, std::max(p.min_block_size, p.max_block_size));
 }
 
-std::uint64_t block_size_for(const ProtocolConfig& c, std::uint64_t size) noexcept {
-  if (c.target_blocks == 0) return c.block_size;
+std::uint64_t block_size_for(const ProtocolConfig& c, std::uint64_t size, std::uint32_t receivers) noexcept {
+  if (c.target_blocks == 0 || receivers <= 1) return c.block_size;
   const std::uint64_t want = (size + c.target_blocks - 1) / c.target_blocks;
   const std::uint64_t aligned = (want + kBlockAlign - 1) / kBlockAlign * kBlockAlign;
   return std::clamp(aligned, std::min(c.min_block_size, c.block_size), c.block_size);
@@ -51,7 +52,7 @@ Choice choose(const Profile& p, std::uint64_t size, std::uint32_t group_size, st
     return c;
   }
   c.path = Path::large;
-  c.block_size = block_size_for(p, size);
+  c.block_size = block_size_for(p, size, group_size > 0 ? group_size - 1 : 0);
   c.blocks = static_cast<std::uint32_t>((size + c.block_size - 1) / c.block_size);
   return c;
 }

@@ -40,11 +40,14 @@ struct Choice {
 [[nodiscard]] std::uint32_t small_route_for(const Profile& p, std::uint32_t group_size) noexcept;
 /// The same with a ProtocolConfig's fields: small_route_max, or max_small_message when 0.
 [[nodiscard]] std::uint32_t small_route_for(const ProtocolConfig& c) noexcept;
-/// Block size of a large message of `size` bytes.
-[[nodiscard]] std::uint64_t block_size_for(const Profile& p, std::uint64_t size) noexcept;
+/// Block size of a large message of `size` bytes to `receivers` members. With one
+/// receiver nobody relays a block, so smaller blocks fill no pipeline and only add
+/// their credits and sends: the largest block then.
+[[nodiscard]] std::uint64_t block_size_for(const Profile& p, std::uint64_t size, std::uint32_t receivers) noexcept;
 /// The same rule with a ProtocolConfig's fields (block_size is the largest block;
 /// target_blocks 0: always block_size). What a Node uses per large message.
-[[nodiscard]] std::uint64_t block_size_for(const ProtocolConfig& c, std::uint64_t size) noexcept;
+[[nodiscard]] std::uint64_t block_size_for(const ProtocolConfig& c, std::uint64_t size,
+                                           std::uint32_t receivers) noexcept;
 /// Everything at once (mtu: the small path's datagram size, header included).
 [[nodiscard]] Choice choose(const Profile& p, std::uint64_t size, std::uint32_t group_size,
                             std::uint32_t mtu) noexcept;

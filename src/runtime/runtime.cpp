@@ -138,7 +138,7 @@ large::LargeResult Runtime::broadcast_large(transport::LargeBuffer bytes, std::u
   // The buffer is in place before the engine can name it in a SendBlock.
   const Seq seq = engine_.large_path().next_seq();
   large_[{engine_.self(), seq}] = std::move(bytes);
-  const std::uint64_t block = policy::block_size_for(engine_.config(), size);
+  const std::uint64_t block = policy::block_size_for(engine_.config(), size, engine_.view().size() - 1);
   Outbox out;
   const auto r = engine_.broadcast_large(size, block, now, out);
   HMCAST_ASSERT(r.error != large::LargeError::none || r.seq == seq);
