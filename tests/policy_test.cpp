@@ -219,6 +219,25 @@ TEST_CASE("the protocol takes datagrams up to 128 KiB; the socket transport keep
   CHECK(why->find("65507 on the socket transport") != std::string::npos);
 }
 
+TEST_CASE("shared memory sends a 64 KiB message whole and cuts longer ones at 65,000 bytes", "[policy]") {
+  Config shm;
+  shm.transport = TransportKind::shm;
+  const ProtocolConfig c = protocol_for(shm);
+  CHECK(c.mtu == 67'584U);
+  CHECK(c.fragment_mtu == 65'000U);
+  CHECK_FALSE(check(c).has_value());
+  // An mtu of 65,000 or less: one size for all.
+  shm.shm.mtu = 65'000;
+  CHECK(protocol_for(shm).fragment_mtu == 0U);
+  // fragment_mtu is checked against the mtu and the datagram count.
+  ProtocolConfig bad = c;
+  bad.fragment_mtu = c.mtu + 1;
+  REQUIRE(check(bad).has_value());
+  CHECK(check(bad)->find("fragment_mtu") != std::string::npos);
+  bad.fragment_mtu = 100;
+  CHECK(check(bad).has_value());
+}
+
 TEST_CASE("with 64 KiB datagrams the socket's small path carries messages eight times as long", "[policy]") {
   // Measured side by side on loopback (src/policy/profile.cpp, docs/benchmarks.md).
   const Profile jumbo = builtin_profile("socket", 65'000);

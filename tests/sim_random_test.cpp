@@ -13,6 +13,7 @@
 #include <iostream>
 #include <string>
 
+#include "core/wire.hpp"
 #include "sim/small_scenario.hpp"
 
 namespace {
@@ -44,6 +45,12 @@ hmcast::sim::SmallScenario draw(std::uint64_t seed) {
   sc.block_multicast = r.chance(0.15);
   sc.crash_senders = sc.senders > 1 && sc.nodes > 4 && r.chance(0.25) ? 1 : 0;
   sc.per_host = r.chance(0.4) ? static_cast<std::uint32_t>(2 + r.below(7)) : 1;  // the two-level group's trees
+  // Sometimes messages of several datagrams are cut smaller than one that goes whole
+  // (ProtocolConfig::fragment_mtu, as on shared memory).
+  if (r.chance(0.3)) {
+    const std::uint32_t least = static_cast<std::uint32_t>(hmcast::wire::kDataOverhead) + 64;
+    sc.protocol.fragment_mtu = least + static_cast<std::uint32_t>(r.below(sc.protocol.mtu - least));
+  }
   return sc;
 }
 

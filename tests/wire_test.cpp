@@ -421,6 +421,36 @@ TEST_CASE("wire: multi-fragment Data from the fragmenter has the right offsets",
   CHECK(two[1].size() == w::kDataOverhead + 1);
 }
 
+TEST_CASE("wire: a message that fits one datagram goes whole; a larger one is cut at fragment_mtu", "[wire]") {
+  // As on shared memory: datagrams of up to 1,000 bytes, messages of several cut at 600.
+  constexpr std::uint32_t kWhole = 1000, kCut = 600;
+  const hmcast::small::Cut cut = hmcast::small::cut_of(kWhole, kCut);
+  const std::uint32_t whole = kWhole - static_cast<std::uint32_t>(w::kDataOverhead);
+  const std::uint32_t per = kCut - static_cast<std::uint32_t>(w::kDataOverhead);
+  const w::Header h{w::Type::data, 77, 3, 2};
+  CHECK(hmcast::small::fragment(h, 2, 1, 0, pool(0, whole), cut).size() == 1);
+  CHECK(hmcast::small::fragment(h, 2, 1, 0, pool(0, whole), cut)[0].size() == kWhole);
+  for (const std::size_t len : {std::size_t{whole} + 1, std::size_t{3} * per, std::size_t{3} * per + 1}) {
+    INFO("length " << len);
+    const Bytes msg = pattern(len, 4);
+    const auto frags = hmcast::small::fragment(h, 2, 1, 0, msg, cut);
+    CHECK(frags.size() == (len + per - 1) / per);
+    CHECK(frags.size() == hmcast::small::fragment_count(len, cut));
+    Bytes rebuilt(len);
+    for (const auto& f : frags) {
+      CHECK(f.size() <= kCut);
+      const auto res = w::decode(f);
+      REQUIRE(res.ok());
+      const auto& d = std::get<w::Data>(res.packet.body);
+      std::copy(d.payload.begin(), d.payload.end(), rebuilt.begin() + static_cast<std::ptrdiff_t>(d.offset));
+    }
+    CHECK(rebuilt == msg);
+  }
+  // 0, or at least the mtu: one size for all.
+  CHECK(hmcast::small::cut_of(kWhole, 0).cut == kWhole);
+  CHECK(hmcast::small::cut_of(kWhole, 2000).cut == kWhole);
+}
+
 TEST_CASE("wire: every truncation of every packet is refused", "[wire]") {
   std::size_t prefixes = 0;
   for (const auto& smp : samples()) {

@@ -26,6 +26,11 @@ struct ProtocolConfig {
   std::uint32_t radix = 2;
   /// Largest datagram the transport carries, header included (the UD path MTU).
   std::uint32_t mtu = 4096;
+  /// A small message that fits one datagram of `mtu` goes whole; a larger one is cut
+  /// into datagrams of at most this many bytes (0: `mtu`). Every member must use the
+  /// same, as `mtu`. Shared memory: a 64 KiB message goes in one datagram, while
+  /// messages of several keep the records its log was measured with.
+  std::uint32_t fragment_mtu = 0;
   /// Sender window: at most this many of a sender's messages are not yet all-acked.
   std::uint32_t window_messages = 64;
   /// The window opens at this many messages and grows by one per completion (slow
@@ -271,11 +276,12 @@ struct SocketOptions {
 /// both areas below, touched as they fill (the log 128 KiB ahead of its writer).
 struct ShmOptions {
   /// Largest datagram (hmcast header included; at most 128 KiB, as no network
-  /// fragments it here). The default is near UDP's limit: fewer, larger datagrams
-  /// cost fewer records and fewer ACKs per byte. Above 65536 a 64 KiB message is one
-  /// datagram and is copied once less, but messages of several such datagrams
-  /// were then slower (docs/benchmarks.md, "One 64 KiB message in one shm datagram").
-  std::uint32_t mtu = 65'000;
+  /// fragments it here). Fewer, larger datagrams cost fewer records and fewer ACKs
+  /// per byte, and above 65536 a 64 KiB message is one datagram, copied once less.
+  /// Messages of several datagrams are cut at 65,000 bytes all the same
+  /// (ProtocolConfig::fragment_mtu): at this size they were slower (docs/benchmarks.md,
+  /// "One 64 KiB message in one shm datagram").
+  std::uint32_t mtu = 67'584;
   /// The member's multicast log. A datagram is dropped (and repaired by the
   /// protocol) only when some attached reader is this far behind.
   std::size_t multicast_bytes = std::size_t{8} << 20;

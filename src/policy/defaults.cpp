@@ -9,6 +9,11 @@
 
 namespace hmcast::policy {
 
+namespace {
+/// Shared memory: the datagrams of a message of several (ProtocolConfig::fragment_mtu).
+constexpr std::uint32_t kShmCutMtu = 65'000;
+}  // namespace
+
 ProtocolConfig transport_defaults(std::string_view transport, std::uint32_t mtu) {
   ProtocolConfig p;
   p.mtu = mtu;
@@ -60,6 +65,11 @@ ProtocolConfig transport_defaults(std::string_view transport, std::uint32_t mtu)
   // window anyway. window_bytes bounds every burst, the first included.
   p.initial_window_messages = p.window_messages;
   p.stable_announce_ns = 1'000'000;
+  // A 64 KiB message in one shared-memory datagram is copied once less; messages of
+  // several datagrams keep 65,000-byte records, with which the log goes back to its
+  // start where they were measured (docs/benchmarks.md, "One 64 KiB message in one
+  // shm datagram").
+  if (transport == "shm" && mtu > kShmCutMtu) p.fragment_mtu = kShmCutMtu;
   // Its blocks land by RDMA WRITE in the region a credit advertises; a block sent
   // before that credit would take the copy path.
   if (transport == "verbs") p.large_unasked_first_block = false;
@@ -116,8 +126,11 @@ std::optional<std::string> check(const ProtocolConfig& c) {
   if (c.max_small_message > wire::kMaxPacket / 2) return bad("max_small_message must be at most 32 MiB");
   if (c.small_route_max > c.max_small_message)
     return bad("small_route_max must be at most max_small_message (0: max_small_message)");
-  if ((std::uint64_t{c.max_small_message} + c.mtu - wire::kDataOverhead - 1) / (c.mtu - wire::kDataOverhead) > 0xffff)
-    return bad("max_small_message needs more than 65535 datagrams of this mtu: lower it or raise mtu");
+  if (c.fragment_mtu != 0 && (c.fragment_mtu < wire::kDataOverhead + 64 || c.fragment_mtu > c.mtu))
+    return bad("fragment_mtu must be 0 (the mtu) or in [" + std::to_string(wire::kDataOverhead + 64) + ", mtu]");
+  const std::uint32_t cut = c.fragment_mtu != 0 ? c.fragment_mtu : c.mtu;
+  if ((std::uint64_t{c.max_small_message} + cut - wire::kDataOverhead - 1) / (cut - wire::kDataOverhead) > 0xffff)
+    return bad("max_small_message needs more than 65535 datagrams of this mtu (or fragment_mtu): lower it or raise them");
   if (c.block_size == 0 || c.block_size > wire::kMaxBlock) return bad("block_size must be in [1, 1 GiB]");
   if (c.min_block_size == 0) return bad("min_block_size must be at least 1");
   if (c.segment_size == 0) return bad("segment_size must be at least 1");

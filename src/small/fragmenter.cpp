@@ -2,10 +2,10 @@
 
 namespace hmcast::small {
 
-wire::Data fragment_of(MemberId sender, Seq seq, Seq stable, std::span<const std::byte> message, std::uint32_t mtu,
+wire::Data fragment_of(MemberId sender, Seq seq, Seq stable, std::span<const std::byte> message, Cut cut,
                        std::uint32_t index) {
-  const std::uint32_t per = fragment_payload(mtu);
-  const std::uint32_t count = fragment_count(message.size(), mtu);
+  const std::uint32_t per = fragment_payload(message.size(), cut);
+  const std::uint32_t count = fragment_count(message.size(), cut);
   HMCAST_ASSERT(count <= 0xffffU && index < count);  // policy::check bounds max_small_message by the MTU
   const std::size_t offset = std::size_t{index} * per;
   wire::Data d;
@@ -21,10 +21,10 @@ wire::Data fragment_of(MemberId sender, Seq seq, Seq stable, std::span<const std
 }
 
 std::vector<std::vector<std::byte>> fragment(const wire::Header& header, MemberId sender, Seq seq, Seq stable,
-                                             std::span<const std::byte> message, std::uint32_t mtu) {
+                                             std::span<const std::byte> message, Cut cut) {
   std::vector<std::vector<std::byte>> out;
-  out.reserve(fragment_count(message.size(), mtu));
-  for_each_fragment(header, sender, seq, stable, message, mtu,
+  out.reserve(fragment_count(message.size(), cut));
+  for_each_fragment(header, sender, seq, stable, message, cut,
                     [&](std::vector<std::byte> d, std::uint32_t) { out.push_back(std::move(d)); });
   return out;
 }

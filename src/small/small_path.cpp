@@ -35,7 +35,7 @@ BroadcastResult SmallPath::broadcast(MessageBuffer message, TimeNs now, Outbox& 
   const bool may_hold = cfg_.batch_delay_ns > 0 && in_flight() > 0;
   const Seq seq = next_seq_++;
   own_bytes_in_flight_ += message->size();
-  for_each_fragment(emit_.header(), self_, seq, s.known_stable, *message, cfg_.mtu,
+  for_each_fragment(emit_.header(), self_, seq, s.known_stable, *message, cut(),
                     [&](std::vector<std::byte> dgram, std::uint32_t count) {
                       emit_.datagram_bytes(std::move(dgram), out, may_hold && count == 1);
                     });
@@ -433,7 +433,7 @@ void SmallPath::on_nack(MemberId from, const wire::Nack& n, TimeNs now, Outbox& 
     }
     if (n.seq <= s->known_stable) return;
     if (auto held = s->held.find(n.seq); held != s->held.end()) {
-      if (n.frag_count == 0 || n.frag_count == fragment_count(held->second.msg->size(), cfg_.mtu))
+      if (n.frag_count == 0 || n.frag_count == fragment_count(held->second.msg->size(), cut()))
         send_fragments(*s, from, n.seq, n.missing, now, out);
       else
         ++stats_.invalid_dropped;
@@ -451,7 +451,7 @@ void SmallPath::on_nack(MemberId from, const wire::Nack& n, TimeNs now, Outbox& 
   // stays within two windows of the stable prefix.
   if (n.seq <= s->known_stable || n.seq > s->known_stable + 2ULL * cfg_.window_messages) return;
   if (auto held = s->held.find(n.seq); held != s->held.end()) {
-    if (n.frag_count != 0 && n.frag_count != fragment_count(held->second.msg->size(), cfg_.mtu)) {
+    if (n.frag_count != 0 && n.frag_count != fragment_count(held->second.msg->size(), cut())) {
       ++stats_.invalid_dropped;
       return;
     }
@@ -499,16 +499,16 @@ void SmallPath::send_fragments(Stream& s, MemberId to, Seq seq, const std::vecto
   }
   if (missing.empty()) {
     ++stats_.repairs_sent;
-    stats_.repair_datagrams += fragment_count(m.size(), cfg_.mtu);
+    stats_.repair_datagrams += fragment_count(m.size(), cut());
     emit_.frame(to, wire::Repair{s.sender, seq, s.known_stable, m}, out);
     return;
   }
-  const std::uint32_t count = fragment_count(m.size(), cfg_.mtu);
+  const std::uint32_t count = fragment_count(m.size(), cut());
   for (std::uint32_t i = 0; i < count; ++i)
     if (has_bit(missing, i)) {
       ++stats_.fragment_repairs_sent;
       ++stats_.repair_datagrams;
-      emit_.frame(to, wire::FragmentRepair{fragment_of(s.sender, seq, s.known_stable, m, cfg_.mtu, i)}, out);
+      emit_.frame(to, wire::FragmentRepair{fragment_of(s.sender, seq, s.known_stable, m, cut(), i)}, out);
     }
 }
 
@@ -734,7 +734,7 @@ void SmallPath::rearm_child(Stream& s, std::uint32_t idx, TimeNs now) {
     // A child that lost fragments of a multi-datagram message sees it and asks
     // (nack); for those this wait is only the backstop (a lost tail, a dead child), so
     // it starts a step later and does not race the nack's answer with the whole message.
-    const bool child_sees_losses = held != s.held.end() && held->second.msg->size() > fragment_payload(cfg_.mtu);
+    const bool child_sees_losses = held != s.held.end() && fragment_count(held->second.msg->size(), cut()) > 1;
     wait = c.timeout.timeout(c.attempts + (child_sees_losses ? 1U : 0U));
   } else if (c.stable < std::min(c.have, s.delivered)) {
     // It holds everything, its subtree does not yet: that is the child's job, but
@@ -774,7 +774,7 @@ void SmallPath::fire_child(Stream& s, std::uint32_t idx, TimeNs now, Outbox& out
   // frame and a lost tail one round trip; pushing whole messages at every timeout
   // would only queue more behind what is already late.
   const auto held = s.held.find(from);
-  const bool several = held != s.held.end() && held->second.msg->size() > fragment_payload(cfg_.mtu);
+  const bool several = held != s.held.end() && fragment_count(held->second.msg->size(), cut()) > 1;
   // A message of one datagram is also asked about first: its ACK may only be late.
   if (lagging || several || c.attempts == 1) {
     ++stats_.ack_queries_sent;
@@ -808,13 +808,13 @@ void SmallPath::fire_child(Stream& s, std::uint32_t idx, TimeNs now, Outbox& out
     const TimeNs overdue = now - c.timeout.timeout(0);
     // At most repair_batch datagrams' worth per round (at least one message).
     std::uint64_t sent = 0;
-    const std::uint64_t budget = std::uint64_t{cfg_.repair_batch} * fragment_payload(cfg_.mtu);
+    const std::uint64_t budget = std::uint64_t{cfg_.repair_batch} * fragment_payload(cut().cut);
     for (auto it = s.held.lower_bound(from); it != s.held.end() && (sent == 0 || sent < budget); ++it) {
       const Seq q = it->first;
       if (q > s.delivered || (q != from && (q > known_top || it->second.arrival > overdue))) break;
       if (child_holds(c, q)) continue;
       ++stats_.repairs_sent;
-      stats_.repair_datagrams += fragment_count(it->second.msg->size(), cfg_.mtu);
+      stats_.repair_datagrams += fragment_count(it->second.msg->size(), cut());
       sent += std::max<std::size_t>(it->second.msg->size(), 1);
       c.repaired_upto = std::max(c.repaired_upto, q);
       emit_.frame(c.id, wire::Repair{s.sender, q, s.known_stable, *it->second.msg}, out);
@@ -828,8 +828,8 @@ void SmallPath::remulticast(Stream& s, Seq seq, Outbox& out) {
   auto it = s.held.find(seq);
   if (it == s.held.end()) return;
   ++stats_.remulticasts;
-  stats_.repair_datagrams += fragment_count(it->second.msg->size(), cfg_.mtu);
-  for (auto& dgram : fragment(emit_.header(), s.sender, seq, s.known_stable, *it->second.msg, cfg_.mtu))
+  stats_.repair_datagrams += fragment_count(it->second.msg->size(), cut());
+  for (auto& dgram : fragment(emit_.header(), s.sender, seq, s.known_stable, *it->second.msg, cut()))
     emit_.datagram_bytes(std::move(dgram), out);
 }
 

@@ -30,6 +30,7 @@
 
 #include "ack_tree/ack_timeout.hpp"
 #include "core/actions.hpp"
+#include "small/fragmenter.hpp"
 #include "core/emitter.hpp"
 #include "core/timer_queue.hpp"
 #include "core/wire.hpp"
@@ -235,6 +236,8 @@ class SmallPath {
   View view_;
   std::vector<std::uint64_t> hosts_;
   const ProtocolConfig& cfg_;
+  /// How messages are cut into datagrams (mtu, fragment_mtu).
+  [[nodiscard]] Cut cut() const { return cut_of(cfg_.mtu, cfg_.fragment_mtu); }
   Emitter& emit_;
   TimerQueue& timers_;
   TimeNs view_start_ = 0;
