@@ -253,7 +253,7 @@ bool borrowing(const detail::GroupState& g, std::size_t size) {
   if (cfg.borrow_progress == BorrowProgress::never || g.node->caller_progress()) return false;
   if (cfg.transport != TransportKind::socket && cfg.transport != TransportKind::shm) return false;
   if (cfg.borrow_progress == BorrowProgress::always) return true;
-  if (cfg.transport == TransportKind::shm && small::fragment_count(size, small::cut_of(g.node->protocol.mtu, g.node->protocol.fragment_mtu)) == 1) return true;
+  if (cfg.transport == TransportKind::shm && small::fragment_count(size, small::cut_of(g.node->protocol)) == 1) return true;
   // shm: every member of the view is on this host, one polling thread each meanwhile.
   const auto host_pollers = cfg.transport == TransportKind::shm
                                 ? static_cast<std::uint32_t>(g.runtime->engine().view().members.size())

@@ -106,9 +106,8 @@ Pipeline::Message& Pipeline::create(MemberId sender, Seq seq, std::uint64_t size
     t.recv_peers.insert(view_.members[tr.from]);
     t.receive_order.push_back(view_.members[tr.from]);
   };
-  const bool two_level = by_host(hosts);
-  std::unique_ptr<Schedule> schedule;
-  if (two_level) {
+  std::unique_ptr<Schedule> schedule;  // the flat schedule; none for the two-level plan
+  if (by_host(hosts)) {
     // Each block crosses to a host once, then moves inside it (host_schedule.hpp).
     const RankPlan plan = host_plan(algorithm, root, t.blocks, hosts, me);
     for (const auto& tr : plan.sends) add_send(tr);

@@ -8,6 +8,7 @@
 
 #include "core/assert.hpp"
 #include "core/wire.hpp"
+#include "hmcast/config.hpp"
 
 namespace hmcast::small {
 
@@ -30,10 +31,12 @@ struct Cut {
   std::uint32_t cut;
 };
 
-/// The cut of a checked ProtocolConfig.
+/// The cut of `mtu` and a ProtocolConfig::fragment_mtu (0: none).
 inline Cut cut_of(std::uint32_t mtu, std::uint32_t fragment_mtu) {
   return fragment_mtu == 0 || fragment_mtu >= mtu ? Cut(mtu) : Cut(mtu, fragment_mtu);
 }
+/// The cut of a checked ProtocolConfig.
+inline Cut cut_of(const ProtocolConfig& c) { return cut_of(c.mtu, c.fragment_mtu); }
 
 /// Payload bytes per fragment of a message of `msg_len` bytes.
 inline std::uint32_t fragment_payload(std::size_t msg_len, Cut c) {

@@ -237,7 +237,7 @@ class SmallPath {
   std::vector<std::uint64_t> hosts_;
   const ProtocolConfig& cfg_;
   /// How messages are cut into datagrams (mtu, fragment_mtu).
-  [[nodiscard]] Cut cut() const { return cut_of(cfg_.mtu, cfg_.fragment_mtu); }
+  [[nodiscard]] Cut cut() const { return cut_of(cfg_); }
   Emitter& emit_;
   TimerQueue& timers_;
   TimeNs view_start_ = 0;
