@@ -236,6 +236,18 @@ TEST_CASE("shared memory sends a 64 KiB message whole and cuts longer ones at 65
   CHECK(check(bad)->find("fragment_mtu") != std::string::npos);
   bad.fragment_mtu = 100;
   CHECK(check(bad).has_value());
+  // The datagram count is the small path's own (small::cut_of): the longest message
+  // cut into 64-byte payloads needs 65,536 datagrams, one too many for a fragment index.
+  bad.fragment_mtu = static_cast<std::uint32_t>(hmcast::wire::kDataOverhead) + 64;
+  bad.small_route_max = 0;  // the route follows max_small_message
+  bad.max_small_message = 64U * 65'536U;
+  REQUIRE(check(bad).has_value());
+  CHECK(check(bad)->find("65535 datagrams") != std::string::npos);
+  bad.max_small_message = 64U * 65'535U;
+  CHECK_FALSE(check(bad).has_value());
+  // A longest message that fits one datagram of the mtu goes whole: never cut.
+  bad.max_small_message = c.mtu - static_cast<std::uint32_t>(hmcast::wire::kDataOverhead);
+  CHECK_FALSE(check(bad).has_value());
 }
 
 TEST_CASE("with 64 KiB datagrams the socket's small path carries messages eight times as long", "[policy]") {

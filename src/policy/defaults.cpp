@@ -6,6 +6,7 @@
 #include "hmcast/error.hpp"
 #include "policy/policy.hpp"
 #include "policy/profile.hpp"
+#include "small/fragmenter.hpp"
 
 namespace hmcast::policy {
 
@@ -128,8 +129,8 @@ std::optional<std::string> check(const ProtocolConfig& c) {
     return bad("small_route_max must be at most max_small_message (0: max_small_message)");
   if (c.fragment_mtu != 0 && (c.fragment_mtu < wire::kDataOverhead + 64 || c.fragment_mtu > c.mtu))
     return bad("fragment_mtu must be 0 (the mtu) or in [" + std::to_string(wire::kDataOverhead + 64) + ", mtu]");
-  const std::uint32_t cut = c.fragment_mtu != 0 ? c.fragment_mtu : c.mtu;
-  if ((std::uint64_t{c.max_small_message} + cut - wire::kDataOverhead - 1) / (cut - wire::kDataOverhead) > 0xffff)
+  // The small path's own rule (small::cut_of), on the bounds checked above.
+  if (small::fragment_count(c.max_small_message, small::cut_of(c)) > 0xffff)
     return bad("max_small_message needs more than 65535 datagrams of this mtu (or fragment_mtu): lower it or raise them");
   if (c.block_size == 0 || c.block_size > wire::kMaxBlock) return bad("block_size must be in [1, 1 GiB]");
   if (c.min_block_size == 0) return bad("min_block_size must be at least 1");
