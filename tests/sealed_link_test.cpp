@@ -299,8 +299,10 @@ class RecordingLink final : public Link {
   std::optional<Inbound> wait(std::chrono::steady_clock::time_point /*deadline*/) override { return std::nullopt; }
   void wake() override {}
   void close() override {}
+  void set_sole_poller(bool sole) override { sole_calls.push_back(sole); }
 
   std::vector<std::vector<std::byte>> frames;
+  std::vector<bool> sole_calls;
   std::vector<const std::byte*> owned_data;
 };
 
@@ -460,4 +462,15 @@ TEST_CASE("sealed link: direct datagrams are sealed on a channel of their own, a
     CHECK(s.replays_refused == 0);
     CHECK(s.opened == 2 * kEach);
   }
+}
+
+TEST_CASE("sealed link: whether its waiter polls alone reaches the transport under it", "[auth]") {
+  // A borrower that polls alone may keep its CPU (Link::set_sole_poller); a layer in
+  // between must not swallow that.
+  auto inner = std::make_unique<RecordingLink>();
+  auto* rec = inner.get();
+  transport::SealedLink sealed(std::move(inner), auth::generate_key(), kGroupId);
+  sealed.set_sole_poller(true);
+  sealed.set_sole_poller(false);
+  CHECK(rec->sole_calls == std::vector<bool>{true, false});
 }

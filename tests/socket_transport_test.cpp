@@ -879,3 +879,19 @@ TEST_CASE("socket: the direct socket and the listener share one port number, als
   }
   ::close(holder);
 }
+
+TEST_CASE("socket: a waiter that polls alone counts one polling thread, then the configured ones again",
+          "[socket]") {
+  // Between polls a thread keeps its CPU only where the member's polling threads fit
+  // the CPUs it may use (cpu_share.hpp): a borrower polls while the progress thread
+  // is parked (Link::set_sole_poller), and counts itself alone meanwhile.
+  sk::SocketConfig cfg = config();
+  cfg.polling_threads = 2;
+  sk::Endpoint e(1, cfg);
+  CHECK(e.polling_threads_now() == 2U);
+  e.set_sole_poller(true);
+  CHECK(e.polling_threads_now() == 1U);
+  e.set_sole_poller(false);
+  CHECK(e.polling_threads_now() == 2U);
+  e.close();
+}

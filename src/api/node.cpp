@@ -122,8 +122,13 @@ bool NodeState::borrow_progress(const CompletionBoard& board, Seq seq, std::chro
   if (t_in_callbacks != nullptr || stop.load()) return settled();
   borrowers.fetch_add(1, std::memory_order_seq_cst);
   wake_progress();  // the progress thread leaves its round's wait, and then parks
-  while (!settled() && !stop.load() && !transport_failed.load() && std::chrono::steady_clock::now() < until)
+  while (!settled() && !stop.load() && !transport_failed.load() && std::chrono::steady_clock::now() < until) {
+    // The only borrower polls alone (the progress thread parks): it may keep its
+    // CPU between polls where two polling threads would share it.
+    link->set_sole_poller(borrowers.load(std::memory_order_relaxed) == 1);
     (void)try_round(until);
+  }
+  link->set_sole_poller(false);
   const bool done = settled();
   // A waiter that gives up goes to sleep on the group: the progress thread takes over now.
   if (borrowers.fetch_sub(1, std::memory_order_seq_cst) == 1 && !done) unpark_if_parked();

@@ -88,6 +88,7 @@ class SocketLink final : public EndpointLink<socket::Endpoint, socket::Transport
   SocketLink(MemberId self, const socket::SocketConfig& cfg, std::size_t pool_bytes)
       : EndpointLink(self, cfg), pool_(std::make_shared<BufferPool>(pool_bytes)) {}
   void set_block_placer(BlockPlacer placer) override { endpoint_->set_block_placer(std::move(placer)); }
+  void set_sole_poller(bool sole) override { endpoint_->set_sole_poller(sole); }
   bool unicast_datagram(MemberId to, std::vector<std::byte> frame) override {
     return endpoint_->unicast_datagram(to, std::move(frame));
   }

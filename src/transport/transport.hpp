@@ -115,6 +115,11 @@ class Link : public Transport {
   /// Where Block payloads go, for transports that can read them straight into their
   /// final buffer (socket). Others ignore it.
   virtual void set_block_placer(BlockPlacer /*placer*/) {}
+  /// Whether the thread that waits from now on is the member's only polling thread:
+  /// one that borrows the progress thread's rounds while that thread is parked. A
+  /// transport that yields its CPU between polls because another thread of the member
+  /// may need it (cpu_share.hpp) may keep it then. Others ignore it.
+  virtual void set_sole_poller(bool /*sole*/) {}
   /// A file descriptor that polls readable whenever wait() may find something
   /// without sleeping (socket: its epoll set), for a link that waits on this one and
   /// another at once (HostLink); -1: none.

@@ -499,7 +499,9 @@ std::optional<Inbound> Endpoint::wait(std::chrono::steady_clock::time_point dead
     // microseconds, more in a VM) on the next arrival; yielding between polls lets
     // other processes on the same cores run, as MPI does when oversubscribed.
     const bool spin = pacer_.spin(now);
-    if (spin && polled) relax_(transport::may_keep_cpu(transport::cpu_share(), cfg_.polling_threads, 0));
+    if (spin && polled) {
+      relax_(transport::may_keep_cpu(transport::cpu_share(), polling_threads_now(), 0));
+    }
     // At most a day at a time, so no conversion below overflows.
     const std::chrono::nanoseconds left =
         deadline <= now || spin ? std::chrono::nanoseconds{0}

@@ -196,6 +196,13 @@ class Endpoint {
   /// thread in wait(), with this endpoint's lock held: it must not call the endpoint,
   /// nor block on a lock that a caller of unicast() may hold.
   void set_block_placer(BlockPlacer placer, std::size_t min_payload = 4096);
+  /// Link::set_sole_poller: while set, wait() counts one polling thread of this
+  /// member instead of SocketConfig::polling_threads.
+  void set_sole_poller(bool sole) { sole_poller_.store(sole, std::memory_order_relaxed); }
+  /// The polling threads wait() counts now (cpu_share.hpp's `own`).
+  [[nodiscard]] std::uint32_t polling_threads_now() const {
+    return sole_poller_.load(std::memory_order_relaxed) ? 1U : cfg_.polling_threads;
+  }
 
   /// Closes every socket (best effort to hand queued output to the kernel first)
   /// and wakes wait(); afterwards wait() returns nothing at once and sends fail.
@@ -274,6 +281,7 @@ class Endpoint {
   bool pwait2_ = true;
   transport::PollPacer pacer_;  // when wait() polls rather than sleeps; only wait() touches it
   transport::Relax relax_;  // between polls (wait)
+  std::atomic<bool> sole_poller_{false};  // set_sole_poller()
   /// When the last epoll that found input returned, whether the last look right
   /// after one found more, and how many such looks were skipped since one was made
   /// (wait() only; see kRepollAfter).
