@@ -89,6 +89,17 @@ std::optional<shm::Inbound> next(shm::Endpoint& e, std::chrono::milliseconds lim
   return e.wait(Clock::now() + limit);
 }
 
+/// The next frame at `to`, the writer `from` moving on what waits for room in its
+/// inbox meanwhile (its own wait() does), until `deadline`.
+std::optional<shm::Inbound> next_moving(shm::Endpoint& from, shm::Endpoint& to, Clock::time_point deadline) {
+  std::optional<shm::Inbound> in;
+  while (!in && Clock::now() < deadline) {
+    (void)from.wait(Clock::now() + 1ms);
+    in = to.wait(Clock::now() + 1ms);
+  }
+  return in;
+}
+
 }  // namespace
 
 TEST_CASE("shm ring: records wrap with padding and read back in order", "[shm]") {
@@ -632,26 +643,39 @@ TEST_CASE("shm: a Block's payload goes from the sender's buffer straight into th
   // One frame placed, then an ordinary one behind it.
   REQUIRE(eps[0]->unicast(2, head, std::span<const std::byte>(*src), src));
   REQUIRE(eps[0]->unicast(2, pattern(1000, 1)));
-  std::optional<shm::Inbound> in;
   const auto deadline = Clock::now() + 10s;
-  while (!in && Clock::now() < deadline) {
-    (void)eps[0]->wait(Clock::now() + 1ms);  // moves what waits for room in the inbox
-    in = eps[1]->wait(Clock::now() + 1ms);
-  }
+  auto in = next_moving(*eps[0], *eps[1], deadline);
   REQUIRE(in);
   CHECK(in->placed);
   CHECK(in->bytes == head);
   CHECK(asked == 1);
   CHECK(std::equal(src->begin(), src->end(), dest->begin() + 50));
   CHECK(eps[1]->stats().bytes_placed == kLen);
-  in.reset();
-  while (!in && Clock::now() < deadline) {
-    (void)eps[0]->wait(Clock::now() + 1ms);
-    in = eps[1]->wait(Clock::now() + 1ms);
-  }
+  in = next_moving(*eps[0], *eps[1], deadline);
   REQUIRE(in);
   CHECK_FALSE(in->placed);
   CHECK(in->bytes == pattern(1000, 1));
+}
+
+TEST_CASE("shm: a payload lent for the call only (no keeper) is copied when it must wait for room", "[shm][lent]") {
+  const auto group = test_group(8);
+  auto eps = group_of(2, config(group, 1 << 20, 64 << 10));  // a 64 KiB inbox: most of it waits
+  constexpr std::uint32_t kLen = 300'000;
+  Bytes lent = pattern(kLen, 11);
+  const Bytes want = lent;
+  const Bytes head = pattern(20, 12);
+  REQUIRE(eps[0]->unicast(2, head, lent, nullptr));
+  std::fill(lent.begin(), lent.end(), std::byte{0xEE});  // the lender reuses its buffer at once
+  CHECK(eps[0]->stats().lent_payloads_copied == 1);
+  const auto deadline = Clock::now() + 10s;
+  auto in = next_moving(*eps[0], *eps[1], deadline);
+  REQUIRE(in);
+  REQUIRE(in->bytes.size() == head.size() + kLen);
+  CHECK(std::equal(head.begin(), head.end(), in->bytes.begin()));
+  CHECK(std::equal(want.begin(), want.end(), in->bytes.begin() + static_cast<std::ptrdiff_t>(head.size())));
+  // One that fits goes at once, and is not copied.
+  REQUIRE(eps[0]->unicast(2, head, std::span<const std::byte>(want).subspan(0, 1000), nullptr));
+  CHECK(eps[0]->stats().lent_payloads_copied == 1);
 }
 
 TEST_CASE("shm randomized: frames of random sizes from three writers, random inbox sizes, against a model",

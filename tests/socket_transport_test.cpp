@@ -460,6 +460,32 @@ TEST_CASE("socket: a datagram reaches every other endpoint on the host, and not 
   CHECK_THROWS_WITH(a.multicast(big), Catch::Contains("ProtocolConfig::mtu"));
 }
 
+TEST_CASE("socket: a tail lent for the call only (no keeper) is copied when it must wait, and arrives as it was",
+          "[socket][lent]") {
+  // 8 MB cannot all go into the kernel at once, and b reads nothing until the
+  // sender's buffer has been overwritten: what reaches b is the bytes as lent.
+  sk::Endpoint a(1, config()), b(2, config());
+  connect_all({&a, &b});
+  const std::vector<std::size_t> sizes{8U << 20, 1000};
+  std::vector<Bytes> want;
+  for (std::size_t i = 0; i < sizes.size(); ++i) {
+    Bytes lent = pattern(sizes[i], static_cast<std::uint32_t>(20 + i));
+    want.push_back(lent);
+    REQUIRE(a.unicast(2, Bytes{std::byte{7}}, lent, nullptr));
+    std::fill(lent.begin(), lent.end(), std::byte{0xEE});  // the lender reuses its buffer at once
+  }
+  CHECK(a.stats().lent_tails_copied == 2);  // the 8 MB frame waited for b, the small one behind it
+  std::vector<std::vector<sk::Inbound>> got;
+  REQUIRE(pump({&a, &b}, got, [&] { return frames_from(got[1], 1).size() >= sizes.size(); }, 4000ms));
+  const auto frames = frames_from(got[1], 1);
+  for (std::size_t i = 0; i < sizes.size(); ++i) {
+    INFO("frame " << i);
+    REQUIRE(frames[i]->bytes.size() == 1 + sizes[i]);
+    CHECK(frames[i]->bytes[0] == std::byte{7});
+    CHECK(std::equal(want[i].begin(), want[i].end(), frames[i]->bytes.begin() + 1));
+  }
+}
+
 TEST_CASE("socket: unicast frames of 0 B, 1 B, 100 KB and 5 MB arrive intact and in order", "[socket]") {
   sk::Endpoint a(1, config()), b(2, config()), c(3, config());
   connect_all({&a, &b, &c});

@@ -34,6 +34,9 @@
 //   callbacks run one at a time, inside the application's calls to Group::poll(),
 //   Completion::get() / wait_for() and a broadcast() waiting for room.
 // - Memory: broadcast() copies the bytes; the caller may reuse its buffer at once.
+//   prepare() gives a buffer to write a message into, sent without a copy;
+//   broadcast_from() sends a large message from the caller's memory and returns once
+//   the group has let go of it.
 //   Delivery::bytes is valid during the callback; keep Delivery::buffer to hold on
 //   to the message without a copy (for a small message, the datagram it came in,
 //   shared with the messages batched with it). Deliveries that arrive before
@@ -65,7 +68,9 @@ struct Delivery {
   /// Owns `bytes`, which stay valid while any copy of it lives. A small message that
   /// arrived whole in one datagram is a slice of that datagram, shared with the
   /// messages batched with it: holding `buffer` keeps the whole datagram (up to the
-  /// transport's MTU). Copy `bytes` to keep a few small messages for long.
+  /// transport's MTU). Copy `bytes` to keep a few small messages for long. Null for
+  /// a sender's own message sent by Group::broadcast_from(): its bytes are the
+  /// caller's, valid during the callback.
   std::shared_ptr<const std::vector<std::byte>> buffer;
 };
 
@@ -264,6 +269,16 @@ class Group {
   [[nodiscard]] OutgoingMessage prepare(std::size_t size);
   /// Broadcasts a prepared message (taking it over: `message` is empty afterwards).
   Completion broadcast(OutgoingMessage&& message, SendMode mode = SendMode::wait);
+  /// Broadcasts `bytes` and waits, as broadcast(bytes).get() does, but a large message
+  /// (over the small route) is read from the caller's memory as it goes out instead
+  /// of being copied first (prepare() still needs the caller to write the message into
+  /// it; this sends it from where it already lies). Returns once every member of the
+  /// view has it and the group no longer reads `bytes`, so the caller may reuse them
+  /// at once; they must stay unchanged until then. Throws like get(): then, too, the
+  /// group no longer reads `bytes` (what it still needed, it copied). Waits for room
+  /// as SendMode::wait does; never from a callback (it waits for this member's own
+  /// delivery, which runs on the progress thread).
+  void broadcast_from(std::span<const std::byte> bytes);
   [[nodiscard]] View view() const;
   [[nodiscard]] MemberId self() const;
   [[nodiscard]] GroupStats stats() const;
@@ -284,6 +299,7 @@ class Group {
   explicit Group(std::shared_ptr<detail::GroupState> s) : state_(std::move(s)) {}
   Completion broadcast_large(std::span<const std::byte> bytes, SendMode mode);
   Completion send_large(std::shared_ptr<std::vector<std::byte>> buf, SendMode mode);
+  Completion send_lent(std::span<const std::byte> bytes, std::shared_ptr<const void> lender, Seq& seq);
   Completion send_small(std::shared_ptr<const std::vector<std::byte>> msg, SendMode mode);
   std::shared_ptr<detail::GroupState> state_;
 };

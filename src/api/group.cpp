@@ -1,5 +1,6 @@
 // Group and Completion: broadcasts, callbacks, stats and leaving, over the
 // group's runtime (api/node_state.hpp says who locks what).
+#include <atomic>
 #include <thread>
 
 #include "api/completion_board.hpp"
@@ -326,6 +327,67 @@ Completion Group::broadcast_large(std::span<const std::byte> bytes, SendMode mod
   auto buf = state_->node->link->allocate_large(bytes.size());
   std::copy(bytes.begin(), bytes.end(), buf->begin());
   return send_large(std::move(buf), mode);
+}
+
+void Group::broadcast_from(std::span<const std::byte> bytes) {
+  auto& g = *state_;
+  if (detail::in_callback_of(g))
+    throw Error(ErrorCode::invalid_config,
+                "broadcast_from() in a callback: it waits for this member's own delivery, which runs after the "
+                "callback; use broadcast() there");
+  if (bytes.size() <= policy::small_route_for(g.node->protocol)) {
+    broadcast(bytes).get();  // datagrams are copies anyway
+    return;
+  }
+  check_large_size(g.node->protocol, bytes.size());
+  // The lender: the runtime holds it while it may read `bytes` (and this member's
+  // own delivery, while it waits to run); this call holds none, so its release
+  // says the bytes are the caller's again.
+  auto released = std::make_shared<std::atomic<bool>>(false);
+  std::shared_ptr<const void> lender(bytes.data(), [released](const void*) {
+    released->store(true, std::memory_order_release);
+    released->notify_all();
+  });
+  Seq seq = 0;
+  const Completion c = send_lent(bytes, std::move(lender), seq);
+  const auto wait_released = [&] {
+    // Normally at once: the release and the completion come in one round, and the
+    // delivery's callback soon after.
+    while (!released->load(std::memory_order_acquire)) {
+      if (g.node->caller_progress()) {
+        (void)g.node->drive(std::chrono::steady_clock::now() + std::chrono::milliseconds(1));
+        continue;
+      }
+      if (!detail::spin_until([&] { return released->load(std::memory_order_acquire); }, std::chrono::microseconds(50)))
+        released->wait(false, std::memory_order_acquire);
+    }
+  };
+  try {
+    c.get();
+  } catch (...) {
+    // The message will not complete: the group keeps what it still needs in a copy
+    // of its own (the runtime's, and a delivery not yet handed to the application).
+    {
+      std::lock_guard lock(g.mu);
+      (void)g.runtime->own_lent(seq, g.to_app);
+    }
+    wait_released();
+    throw;
+  }
+  wait_released();
+}
+
+Completion Group::send_lent(std::span<const std::byte> bytes, std::shared_ptr<const void> lender, Seq& seq) {
+  auto lock = wait_for_room(*state_, SendMode::wait, true, [&] { return state_->runtime->engine().can_broadcast_large(); });
+  AppEvents app;
+  const auto res = state_->runtime->broadcast_lent(bytes, std::move(lender), detail::now_ns(), app);
+  if (res.error == large::LargeError::over_limit)
+    throw Error(ErrorCode::message_too_large,
+                "a message of " + std::to_string(bytes.size()) + " bytes needs more blocks than receivers accept (" +
+                    std::to_string(wire::kMaxBlocks) + "): raise ProtocolConfig::min_block_size and block_size");
+  HMCAST_ASSERT(res.error == large::LargeError::none);  // can_broadcast_large() said so, under the same lock
+  seq = res.seq;
+  return register_large_completion(*state_, res.seq, app, lock);
 }
 
 // `buf` came from allocate_large() after check_large_size() (broadcast_large or prepare).

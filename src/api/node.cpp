@@ -285,7 +285,11 @@ void NodeState::run_callbacks(GroupState& g) {
               user([&] { deliver(Delivery{d.sender, d.seq, false, d.message.bytes(), d.message.owner()}); });
             },
             [&](action::DeliverLarge& d) {
-              user([&] { deliver(Delivery{d.sender, d.seq, true, d.message.bytes(), d.message.owner()}); });
+              // Our own message from lent memory: no buffer to keep (the bytes are the
+              // lender's, valid during the callback: broadcast_from() waits for it).
+              user([&] {
+                deliver(Delivery{d.sender, d.seq, true, d.message.bytes(), d.message.lent() ? nullptr : d.message.owner()});
+              });
             },
             [&](action::Completed& c) {
               g.small_done->complete_through(c.seq);

@@ -35,6 +35,18 @@ class MessageBuffer {
                                      bytes_.data() + bytes_.size() <= owner_->data() + owner_->size()));
   }
 
+  /// Memory the sending application lent for its own message (Group::broadcast_from):
+  /// `lender` is held, not owned bytes, so owner() shows an empty buffer and lent()
+  /// says so; the bytes stay valid while any copy of this is held.
+  static MessageBuffer lent(std::shared_ptr<const void> lender, std::span<const std::byte> bytes) {
+    HMCAST_ASSERT(lender != nullptr);
+    MessageBuffer m;
+    m.owner_ = SharedBytes(std::move(lender), &lent_marker());
+    m.bytes_ = bytes;
+    return m;
+  }
+  [[nodiscard]] bool lent() const { return owner_.get() == &lent_marker(); }
+
   [[nodiscard]] explicit operator bool() const { return owner_ != nullptr; }
   [[nodiscard]] const std::span<const std::byte>& operator*() const { return bytes_; }
   [[nodiscard]] const std::span<const std::byte>* operator->() const { return &bytes_; }
@@ -43,6 +55,10 @@ class MessageBuffer {
   [[nodiscard]] const SharedBytes& owner() const { return owner_; }
 
  private:
+  static const std::vector<std::byte>& lent_marker() {
+    static const std::vector<std::byte> marker;
+    return marker;
+  }
   SharedBytes owner_;
   std::span<const std::byte> bytes_;
 };

@@ -201,10 +201,12 @@ CommGroup::~CommGroup() {
 
 void CommGroup::on_message(const Delivery& d) {
   if (d.sender == self_) return;  // a root's own copy: it already has the data
-  if (!d.bytes.empty() && d.bytes[0] == kData) {
+  // Large messages are all data, with no header byte but at one size (wait_next sees to it).
+  const std::size_t head = d.large ? 0 : 1;
+  if (d.large || (!d.bytes.empty() && d.bytes[0] == kData)) {
     std::lock_guard lock(mu_);
-    inbox_[{d.sender, d.large}].push_back(Message{d.bytes.subspan(1), d.buffer});
-    queued_bytes_ += d.bytes.size() - 1;
+    inbox_[{d.sender, d.large}].push_back(Message{d.bytes.subspan(head), d.buffer});
+    queued_bytes_ += d.bytes.size() - head;
     stats().note_queued(queued_bytes_);
     arrivals_.fetch_add(1, std::memory_order_release);
     arrived_.notify_all();
@@ -241,7 +243,21 @@ void CommGroup::send_credit(MemberId root, std::uint64_t messages, std::uint64_t
   }
 }
 
+bool CommGroup::headed(std::size_t size) const { return size <= max_small_ + 1; }
+
 std::optional<BcastError> CommGroup::send(std::span<const std::byte> bytes) {
+  if (!headed(bytes.size())) {
+    // Large, and this call waits anyway: sent from the caller's buffer, no copy.
+    if (auto err = admit(bytes.size(), true)) return err;
+    try {
+      group_.broadcast_from(bytes);
+    } catch (const std::exception& e) {
+      return BcastError{MPI_ERR_OTHER, std::string("hmcast broadcast failed: ") + e.what()};
+    }
+    std::lock_guard lock(mu_);
+    if (!broken_.empty()) return BcastError{MPI_ERR_OTHER, broken_};  // as finish() says
+    return std::nullopt;
+  }
   Completion c;
   if (auto err = start(bytes, c, true)) return err;
   bool done = false;
@@ -249,6 +265,21 @@ std::optional<BcastError> CommGroup::send(std::span<const std::byte> bytes) {
 }
 
 std::optional<BcastError> CommGroup::start(std::span<const std::byte> bytes, Completion& out, bool hold_back) {
+  if (auto err = admit(bytes.size(), hold_back)) return err;
+  try {
+    // The header byte only where the path needs it (above).
+    const std::size_t head = headed(bytes.size()) ? 1 : 0;
+    OutgoingMessage m = group_.prepare(bytes.size() + head);  // the one copy broadcast(bytes) would make
+    if (head != 0) m.bytes()[0] = kData;
+    if (!bytes.empty()) std::memcpy(m.bytes().data() + head, bytes.data(), bytes.size());
+    out = group_.broadcast(std::move(m));
+  } catch (const std::exception& e) {
+    return BcastError{MPI_ERR_OTHER, std::string("hmcast broadcast failed: ") + e.what()};
+  }
+  return std::nullopt;
+}
+
+std::optional<BcastError> CommGroup::admit(std::size_t size, bool hold_back) {
   {
     std::unique_lock lock(mu_);
     if (!broken_.empty()) return BcastError{MPI_ERR_OTHER, broken_};
@@ -270,15 +301,7 @@ std::optional<BcastError> CommGroup::start(std::span<const std::byte> bytes, Com
       if (!broken_.empty()) return BcastError{MPI_ERR_OTHER, broken_};
     }
     ++sent_.messages;
-    sent_.bytes += bytes.size();
-  }
-  try {
-    OutgoingMessage m = group_.prepare(bytes.size() + 1);  // the one copy broadcast(bytes) would make
-    m.bytes()[0] = kData;
-    if (!bytes.empty()) std::memcpy(m.bytes().data() + 1, bytes.data(), bytes.size());
-    out = group_.broadcast(std::move(m));
-  } catch (const std::exception& e) {
-    return BcastError{MPI_ERR_OTHER, std::string("hmcast broadcast failed: ") + e.what()};
+    sent_.bytes += size;
   }
   return std::nullopt;
 }
@@ -311,6 +334,10 @@ std::optional<BcastError> CommGroup::wait_next(int root, std::size_t size, Messa
       q.pop_front();
       got = true;
       queued_bytes_ -= out.bytes.size();
+      // The one large size that carries its header byte (headed()): counted without
+      // it, as its root counted it.
+      if (key.second && headed(size) && out.bytes.size() == size + 1 && out.bytes[0] == kData)
+        out.bytes = out.bytes.subspan(1);
       Taken& t = taken_[from];
       ++t.messages;
       t.bytes += out.bytes.size();

@@ -16,8 +16,11 @@
 // rank busy elsewhere holds a bounded backlog. MPI_Ibcast is not held back: its
 // initiation must return at once (MPI 3.0, 5.12).
 //
-// Every message carries one byte first: data, or a credit (u32 root member,
-// u64 messages, u64 bytes taken).
+// A small-path message carries one byte first: data, or a credit (u32 root member,
+// u64 messages, u64 bytes taken). Large-path messages are all data and carry none,
+// so a root's blocking MPI_Bcast sends them from the caller's buffer
+// (Group::broadcast_from): except at the one size, max_small() + 1, that the header
+// byte itself lifts onto the large path.
 //
 // Delivery order: hmcast keeps each sender's order per path (small and large
 // messages are numbered apart). Every rank knows the byte count of a broadcast
@@ -95,6 +98,11 @@ class CommGroup {
     std::shared_ptr<const std::vector<std::byte>> owner;
   };
   std::optional<BcastError> wait_next(int root, std::size_t size, Message& out, bool block, bool& got);
+  /// Flow control for a broadcast of `size` bytes (waits for credit if `hold_back`),
+  /// then counts it as sent.
+  std::optional<BcastError> admit(std::size_t size, bool hold_back);
+  /// Whether a broadcast of `size` bytes goes with its header byte (above).
+  [[nodiscard]] bool headed(std::size_t size) const;
   /// A message's bytes arrived (the progress thread): data to the inbox, a credit to the root.
   void on_message(const Delivery& d);
   /// Tells `root` what this rank took from it.

@@ -137,7 +137,7 @@ large::LargeResult Runtime::broadcast_large(transport::LargeBuffer bytes, std::u
   if (!engine_.can_broadcast_large()) return {large::LargeError::queue_full, 0};
   // The buffer is in place before the engine can name it in a SendBlock.
   const Seq seq = engine_.large_path().next_seq();
-  large_[{engine_.self(), seq}] = std::move(bytes);
+  large_[{engine_.self(), seq}] = HeldLarge{std::move(bytes), {}, nullptr};
   const std::uint64_t block = policy::block_size_for(engine_.config(), size, engine_.view().size() - 1);
   Outbox out;
   const auto r = engine_.broadcast_large(size, block, now, out);
@@ -148,6 +148,47 @@ large::LargeResult Runtime::broadcast_large(transport::LargeBuffer bytes, std::u
   return r;
 }
 
+large::LargeResult Runtime::broadcast_lent(std::span<const std::byte> bytes, std::shared_ptr<const void> lender,
+                                           TimeNs now, AppEvents& app) {
+  HMCAST_ASSERT(lender != nullptr);
+  if (!engine_.can_broadcast_large()) return {large::LargeError::queue_full, 0};
+  const Seq seq = engine_.large_path().next_seq();
+  large_[{engine_.self(), seq}] = HeldLarge{nullptr, bytes, std::move(lender)};
+  const std::uint64_t block = policy::block_size_for(engine_.config(), bytes.size(), engine_.view().size() - 1);
+  Outbox out;
+  const auto r = engine_.broadcast_large(bytes.size(), block, now, out);
+  HMCAST_ASSERT(r.error != large::LargeError::none || r.seq == seq);
+  if (r.error == large::LargeError::none) stats_.last_block_size = block;
+  else large_.erase({engine_.self(), seq});
+  execute(out, now, app);
+  return r;
+}
+
+bool Runtime::own_lent(Seq seq, AppEvents& app) {
+  bool copied = false;
+  // A delivery of it still queued for the application keeps the lender: it gets the copy too.
+  std::shared_ptr<std::vector<std::byte>> copy;
+  auto held = large_.find({engine_.self(), seq});
+  if (held != large_.end() && held->second.lender) {
+    copy = transport_.allocate_large(held->second.lent.size());
+    HMCAST_ASSERT(copy && copy->size() == held->second.lent.size());
+    std::copy(held->second.lent.begin(), held->second.lent.end(), copy->begin());
+    held->second = HeldLarge{copy, {}, nullptr};
+    copied = true;
+  }
+  for (auto& e : app) {
+    auto* dl = std::get_if<action::DeliverLarge>(&e);
+    if (dl == nullptr || dl->sender != engine_.self() || dl->seq != seq || !dl->message.lent()) continue;
+    if (!copy) {
+      const auto b = dl->message.bytes();
+      copy = std::make_shared<std::vector<std::byte>>(b.begin(), b.end());
+      copied = true;
+    }
+    dl->message = MessageBuffer(copy);
+  }
+  return copied;
+}
+
 std::optional<transport::Placement> Runtime::placement(MemberId from, std::span<const std::byte> head,
                                                        std::size_t frame_size) {
   auto res = wire::decode(head);  // the head alone decodes as a Block without payload
@@ -156,8 +197,9 @@ std::optional<transport::Placement> Runtime::placement(MemberId from, std::span<
   if (b == nullptr || b->length != frame_size - head.size()) return std::nullopt;
   if (!engine_.may_place_segment(from, res.packet.header, *b)) return std::nullopt;
   auto buf = large_.find({b->sender, b->seq});
-  if (buf == large_.end() || !buf->second || b->offset + b->length > buf->second->size()) return std::nullopt;
-  return transport::Placement{std::span(*buf->second).subspan(b->offset, b->length), buf->second};
+  const transport::LargeBuffer& into = buf == large_.end() ? nullptr : buf->second.buffer;  // never lent (ours)
+  if (!into || b->offset + b->length > into->size()) return std::nullopt;
+  return transport::Placement{std::span(*into).subspan(b->offset, b->length), into};
 }
 
 void Runtime::execute(Outbox& actions, TimeNs now, AppEvents& app) {
@@ -176,18 +218,20 @@ void Runtime::execute(Outbox& actions, TimeNs now, AppEvents& app) {
               // forwards bytes it placed there when it accepted them.
               auto buf = large_.find({b.sender, b.seq});
               HMCAST_ASSERT(buf != large_.end());  // the engine names ranges of buffers it holds
+              const HeldLarge& held = buf->second;
               std::span<const std::byte> payload;
-              if (buf->second) {
-                HMCAST_ASSERT(b.offset + b.length <= buf->second->size());
-                payload = std::span<const std::byte>(*buf->second).subspan(b.offset, b.length);
+              if (held.buffer || held.lender) {
+                HMCAST_ASSERT(b.offset + b.length <= held.bytes().size());
+                payload = held.bytes().subspan(b.offset, b.length);
               }
-              if (!transport_.send_block(b.to, std::move(b.frame), payload, b.length, buf->second))
+              // Lent memory goes without a keeper: the transport copies what it queues.
+              if (!transport_.send_block(b.to, std::move(b.frame), payload, b.length, held.buffer))
                 broken.push_back(b.to);
             },
             [&](action::NeedBuffer& nb) {
               HMCAST_ASSERT(nb.size <= engine_.config().max_large_message);  // the engine checked the announcement
               auto buf = transport_.allocate_large(nb.size);
-              large_[{nb.sender, nb.seq}] = buf;
+              large_[{nb.sender, nb.seq}] = HeldLarge{buf, {}, nullptr};
               // Before buffer_ready(): its Ready frames are what makes the transport
               // advertise the buffer to the peers that will write into it.
               transport_.offer_region(nb.sender, nb.seq, std::move(buf));
@@ -198,14 +242,18 @@ void Runtime::execute(Outbox& actions, TimeNs now, AppEvents& app) {
             [&](action::BlockAccepted& acc) {
               // The one copy on the receiving side: the segment's bytes, straight to their final offset.
               auto buf = large_.find({acc.sender, acc.seq});
-              if (buf != large_.end() && buf->second && inbound_payload_.size() == acc.length &&
-                  acc.offset + acc.length <= buf->second->size())
+              if (buf != large_.end() && buf->second.buffer && inbound_payload_.size() == acc.length &&
+                  acc.offset + acc.length <= buf->second.buffer->size())
                 std::copy(inbound_payload_.begin(), inbound_payload_.end(),
-                          buf->second->begin() + static_cast<std::ptrdiff_t>(acc.offset));
+                          buf->second.buffer->begin() + static_cast<std::ptrdiff_t>(acc.offset));
             },
             [&](action::DeliverLarge& dl) {
               auto buf = large_.find({dl.sender, dl.seq});
-              if (buf != large_.end()) dl.message = buf->second;
+              if (buf != large_.end()) {
+                const HeldLarge& held = buf->second;
+                // Our own lent message: the delivery holds the lender until it has run.
+                dl.message = held.lender ? MessageBuffer::lent(held.lender, held.lent) : MessageBuffer(held.buffer);
+              }
               app.emplace_back(std::move(dl));
             },
             [&](action::ReleaseLarge& r) {

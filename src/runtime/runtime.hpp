@@ -62,6 +62,16 @@ class Runtime {
   /// A large message of `size` bytes held in `bytes` (null where the transport
   /// carries no bytes), in blocks of the policy's size for it.
   large::LargeResult broadcast_large(transport::LargeBuffer bytes, std::uint64_t size, TimeNs now, AppEvents& app);
+  /// The same from memory the application lends (Group::broadcast_from): read where
+  /// it lies until the runtime lets go of `lender` (the message released, and its own
+  /// delivery here run). Blocks go to the transport without a keeper, so it copies
+  /// what it cannot write at once.
+  large::LargeResult broadcast_lent(std::span<const std::byte> bytes, std::shared_ptr<const void> lender, TimeNs now,
+                                    AppEvents& app);
+  /// Our own large message `seq`, if still read from lent memory, is copied into a
+  /// buffer of the runtime's own (the lender is giving up: its broadcast failed).
+  /// Also the deliveries in `app` that still show lent bytes. True if a copy was made.
+  bool own_lent(Seq seq, AppEvents& app);
 
   /// Where an arriving Block frame's payload may go before the frame itself is
   /// handed in (socket placement): its final offset, if the engine allows it.
@@ -90,7 +100,17 @@ class Runtime {
   group::GroupEngine engine_;
   // Buffers of large messages: ours (kept until no member needs blocks from us) and
   // those coming in (allocated when announced, kept while we forward from them).
-  std::map<std::pair<MemberId, Seq>, transport::LargeBuffer> large_;
+  // Our own may instead be lent by the application: read in place, `lender` held
+  // as long as the runtime may read it.
+  struct HeldLarge {
+    transport::LargeBuffer buffer;      // the runtime's own (null: lent, or no bytes carried)
+    std::span<const std::byte> lent;    // the application's memory, when lent
+    std::shared_ptr<const void> lender;
+    [[nodiscard]] std::span<const std::byte> bytes() const {
+      return buffer ? std::span<const std::byte>(*buffer) : lent;
+    }
+  };
+  std::map<std::pair<MemberId, Seq>, HeldLarge> large_;
   std::span<const std::byte> inbound_payload_;  // of the Block frame being handed to the engine
   std::vector<MemberId> probe_silent_;
   membership::HostLayout hosts_;

@@ -210,6 +210,13 @@ void run_suite(MPI_Comm comm, const char* name, std::uint32_t& tag, const Sizes&
   contiguous_case(comm, name, MPI_BYTE, "MPI_BYTE", 1, MiB, size - 1, ++tag);          // largest small message
   contiguous_case(comm, name, MPI_BYTE, "MPI_BYTE", 1, MiB + 1, 0, ++tag);             // smallest large one
   contiguous_case(comm, name, MPI_DOUBLE, "MPI_DOUBLE", 8, 3 * MiB, size / 2, ++tag);  // large, odd root
+  // The boundary at 2 and 8 ranks as well (512 KiB and 2 MiB), and one byte over it:
+  // the shim's one size whose data goes large with a header byte in front, then the
+  // first that goes large from the root's own buffer.
+  for (std::size_t edge : {512 * KiB, 2 * MiB})
+    for (std::size_t over = 0; over <= 2; ++over)
+      if (edge + over <= limit.max_bytes)
+        contiguous_case(comm, name, MPI_BYTE, "MPI_BYTE", 1, edge + over, static_cast<int>(over) % size, ++tag);
   // One root alternating paths: small and large messages of a sender are queued apart.
   for (int i = 0; i < 3; ++i) {
     contiguous_case(comm, name, MPI_BYTE, "MPI_BYTE", 1, 2 * MiB + 5, size - 1, ++tag);

@@ -327,6 +327,13 @@ bool Endpoint::unicast(MemberId to, std::vector<std::byte> head, std::span<const
     return false;
   }
   flush(*p);
+  if (Pending* last = p->out.empty() ? nullptr : &p->out.back(); last != nullptr && !last->keep && !last->payload.empty()) {
+    // Lent for this call only (earlier frames were seen to in theirs): keep a copy.
+    auto copy = std::make_shared<const std::vector<std::byte>>(last->payload.begin(), last->payload.end());
+    last->payload = std::span<const std::byte>(*copy);
+    last->keep = std::move(copy);
+    count(&ShmStats::lent_payloads_copied);
+  }
   return !p->broken;
 }
 
@@ -859,7 +866,7 @@ ShmStats Endpoint::stats() const {
       &ShmStats::readers_evicted, &ShmStats::evicted_from_peers,   &ShmStats::bad_input,
       &ShmStats::peers_unreachable, &ShmStats::bytes_placed,       &ShmStats::inbox_locks_recovered,
       &ShmStats::partial_frames_dropped, &ShmStats::acks_mailed, &ShmStats::acks_mail_received,
-      &ShmStats::log_rewinds};
+      &ShmStats::log_rewinds, &ShmStats::lent_payloads_copied};
   static_assert(sizeof(ShmStats) == kFields.size() * sizeof(std::uint64_t), "a counter is missing here");
   ShmStats out;
   auto& counters = const_cast<ShmStats&>(stats_);  // NOLINT: read through atomic_ref, as count() writes

@@ -86,6 +86,9 @@ struct ShmStats {
   /// and ACK frames taken from peers' mail slots.
   std::uint64_t acks_mailed = 0;
   std::uint64_t acks_mail_received = 0;
+  /// Payloads lent without a keeper (a sender's lent message) that had to wait for
+  /// room in an inbox, and were copied.
+  std::uint64_t lent_payloads_copied = 0;
 };
 
 /// The file name of member `member` of group `group` ("/hmcast-<group>-<member>").
@@ -108,7 +111,8 @@ class Endpoint {
   /// more than ShmOptions::max_pending_bytes wait for room in its inbox.
   bool unicast(MemberId to, std::vector<std::byte> frame);
   /// A frame of `head` followed by `payload`, which is written into the peer's
-  /// inbox from where it lies (`keep` holds it until then).
+  /// inbox from where it lies (`keep` holds it until then; a null `keep` lends it for
+  /// this call only, and what must wait for room is copied).
   bool unicast(MemberId to, std::vector<std::byte> head, std::span<const std::byte> payload,
                std::shared_ptr<const void> keep);
   /// Where Block payloads go (transport::BlockPlacer): read from the inbox straight

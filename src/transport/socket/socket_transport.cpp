@@ -306,18 +306,32 @@ bool Endpoint::unicast(MemberId to, std::vector<std::byte> head, std::span<const
   c->out_bytes += f.size();
   c->out.push_back(std::move(f));
   ++stats_.frames_sent;
-  if (c->connecting) return true;  // sent once connected
+  if (c->connecting) {  // sent once connected
+    own_lent_tail(*c);
+    return true;
+  }
   switch (flush(*c)) {
     case Flush::failed:
       drop(c->key, true);
       return false;
     case Flush::pending:
+      own_lent_tail(*c);
       watch_output(*c, true);
       return true;
     case Flush::done:
       return true;
   }
   return true;
+}
+
+void Endpoint::own_lent_tail(Connection& c) {
+  if (c.out.empty()) return;
+  OutFrame& f = c.out.back();  // the frame unicast() just queued: earlier ones were seen to
+  if (f.keep != nullptr || f.tail.empty()) return;
+  auto copy = std::make_shared<const std::vector<std::byte>>(f.tail.begin(), f.tail.end());
+  f.tail = std::span<const std::byte>(*copy);
+  f.keep = std::move(copy);
+  ++stats_.lent_tails_copied;
 }
 
 Endpoint::Connection& Endpoint::add_connection(int fd, std::uint32_t events) {

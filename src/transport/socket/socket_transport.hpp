@@ -126,6 +126,7 @@ struct Stats {
   std::uint64_t direct_sent = 0;             // unicast_datagram()s sent as datagrams
   std::uint64_t direct_send_dropped = 0;     // the kernel had no room, or the peer's host is unreachable
   std::uint64_t direct_received = 0;         // datagrams on the direct socket, queued for wait()
+  std::uint64_t lent_tails_copied = 0;       // tails sent without a keeper that had to wait, copied
 };
 
 using transport::BlockPlacer;
@@ -185,7 +186,9 @@ class Endpoint {
   /// The largest frame unicast_datagram() sends as a datagram (0: none).
   [[nodiscard]] std::size_t direct_datagram_limit() const { return cfg_.direct_datagrams ? cfg_.mtu : 0; }
   /// The same for a frame of `head` followed by `tail`, which is sent from where it
-  /// lies (no copy into the frame); `keep` holds its memory until it is written.
+  /// lies (no copy into the frame); `keep` holds its memory until it is written. A
+  /// null `keep` lends `tail` for this call only: what cannot be written at once is
+  /// copied (a sender's lent message, Group::broadcast_from).
   bool unicast(MemberId to, std::vector<std::byte> head, std::span<const std::byte> tail,
                std::shared_ptr<const void> keep);
 
@@ -253,6 +256,8 @@ class Endpoint {
   Connection* connect_to(MemberId to, Peer& peer);
   /// Registers `fd` with the epoll set under a fresh key (closes it and throws on failure).
   Connection& add_connection(int fd, std::uint32_t events);
+  /// The frame just queued on `c`, if its tail came without a keeper: copied now.
+  void own_lent_tail(Connection& c);
   Flush flush(Connection& c);
   void watch_output(Connection& c, bool on);
   void drop(std::uint64_t key, bool peer_lost);
