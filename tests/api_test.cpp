@@ -1,6 +1,7 @@
 // The public API on the in-process transport: real threads, real time.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <map>
 #include <mutex>
@@ -361,23 +362,37 @@ enum class NoCopy { prepared, lent };
 /// Three members on one fabric, 64 KiB the route; member 0 sends `sizes` one at a
 /// time the `way` given, and every member's deliveries (its own too) are checked.
 /// Returns how many of member 0's own deliveries came with no buffer (lent ones).
-int send_without_copy(const char* fabric, NoCopy way, const std::vector<std::size_t>& sizes) {
-  constexpr std::uint32_t kNodes = 3;
+/// `n` members joined on one fabric: 64 KiB the route and the block, 2 MiB the
+/// largest message.
+struct Members {
+  hmcast::ProtocolConfig protocol;
+  std::vector<std::unique_ptr<hmcast::Node>> nodes;
+  std::vector<hmcast::Group> groups;
+};
+Members join_fabric(const char* fabric, std::uint32_t n) {
+  Members m;
   hmcast::Config cfg;
   cfg.fabric = fabric;
-  cfg.group_size = kNodes;
-  hmcast::ProtocolConfig p = hmcast::default_protocol(cfg);
-  p.max_small_message = 64U << 10;
-  p.small_route_max = 0;            // the route follows it
-  p.block_size = 64U << 10;
-  p.max_large_message = 2U << 20;
-  cfg.protocol = p;
-  std::vector<std::unique_ptr<hmcast::Node>> nodes;
-  for (std::uint32_t i = 0; i < kNodes; ++i) nodes.push_back(std::make_unique<hmcast::Node>(cfg));
-  std::vector<hmcast::Group> groups(kNodes);
+  cfg.group_size = n;
+  m.protocol = hmcast::default_protocol(cfg);
+  m.protocol.max_small_message = 64U << 10;
+  m.protocol.small_route_max = 0;  // the route follows it
+  m.protocol.block_size = 64U << 10;
+  m.protocol.max_large_message = 2U << 20;
+  cfg.protocol = m.protocol;
+  for (std::uint32_t i = 0; i < n; ++i) m.nodes.push_back(std::make_unique<hmcast::Node>(cfg));
+  m.groups.resize(n);
   std::vector<std::thread> joiners;
-  for (std::uint32_t i = 0; i < kNodes; ++i) joiners.emplace_back([&, i] { groups[i] = nodes[i]->join(fabric); });
+  for (std::uint32_t i = 0; i < n; ++i) joiners.emplace_back([&, i] { m.groups[i] = m.nodes[i]->join(fabric); });
   for (auto& t : joiners) t.join();
+  return m;
+}
+
+int send_without_copy(const char* fabric, NoCopy way, const std::vector<std::size_t>& sizes) {
+  constexpr std::uint32_t kNodes = 3;
+  Members members = join_fabric(fabric, kNodes);
+  const hmcast::ProtocolConfig& p = members.protocol;
+  std::vector<hmcast::Group>& groups = members.groups;
   std::vector<Received> got(kNodes);
   std::atomic<int> own_without_buffer{0};
   for (std::uint32_t i = 0; i < kNodes; ++i)
@@ -447,6 +462,91 @@ TEST_CASE("api: broadcast_from sends from the caller's memory, which is the call
   // The sender's own large messages show the lent bytes, with no buffer to keep:
   // 200,000 B, 2 MiB, 70,000 B and 64 KiB + 1.
   CHECK(send_without_copy("lent", NoCopy::lent, {100, 200'000, 2U << 20, 70'000, 0, (64U << 10) + 1}) == 4);
+}
+
+TEST_CASE("api: a receive buffer lent before the announcement gets the message in place; others are left alone",
+          "[api][lent]") {
+  constexpr std::uint32_t kNodes = 4;  // receivers forward blocks to each other from their buffers
+  Members members = join_fabric("lend-receive", kNodes);
+  std::vector<hmcast::Group>& groups = members.groups;
+  struct Seen {
+    std::mutex mu;
+    std::vector<const std::byte*> where;  // where each delivery's bytes lay
+    int bad = 0;
+  };
+  std::vector<Seen> seen(kNodes);
+  // Message n (seq n + 1): its size, and which receivers lend how much for it.
+  const std::vector<std::size_t> sizes = {1'000'000, 300'000, 2U << 20, 150'000};  // the last: broadcast_from
+  for (std::uint32_t i = 1; i < kNodes; ++i)
+    groups[i].on_deliver([&, i](const hmcast::Delivery& d) {
+      std::lock_guard lock(seen[i].mu);
+      const auto n = static_cast<std::uint32_t>(d.seq - 1);
+      const auto want = payload(d.sender, n, sizes.at(n));
+      if (!d.large || !std::equal(d.bytes.begin(), d.bytes.end(), want.begin(), want.end())) ++seen[i].bad;
+      seen[i].where.push_back(d.bytes.data());
+    });
+  hmcast::Group& g = groups[0];
+  const hmcast::MemberId from = g.self();
+  constexpr auto kFill = std::byte{0x5A};
+  for (std::uint32_t n = 0; n + 1 < sizes.size(); ++n) {
+    // Every receiver lends exactly the size but member 3, which lends one byte less
+    // for message 1: that one comes in the group's own buffer, and its memory stays untouched.
+    std::vector<std::vector<std::byte>> into(kNodes);
+    std::vector<hmcast::LentReceive> lent(kNodes);
+    for (std::uint32_t i = 1; i < kNodes; ++i) {
+      const std::size_t size = sizes[n] - (i == 3 && n == 1 ? 1 : 0);
+      into[i].assign(size, kFill);
+      lent[i] = groups[i].lend_receive(from, n + 1, into[i]);
+      CHECK(lent[i].lent());
+    }
+    const auto want = payload(from, n, sizes[n]);
+    g.broadcast(want).get();  // every receiver has it
+    for (std::uint32_t i = 1; i < kNodes; ++i) {
+      INFO("message " << n << ", member " << i);
+      CHECK(groups[i].take_back(lent[i], std::chrono::seconds(5)));
+      std::lock_guard lock(seen[i].mu);
+      REQUIRE(seen[i].where.size() == n + 1);
+      if (i == 3 && n == 1) {
+        CHECK(seen[i].where[n] != into[i].data());
+        CHECK(std::all_of(into[i].begin(), into[i].end(), [&](std::byte b) { return b == kFill; }));
+      } else {
+        CHECK(seen[i].where[n] == into[i].data());
+        CHECK(into[i] == want);
+      }
+    }
+    // Too late now (delivered), and for a size the small path carries: not lent.
+    std::vector<std::byte> late(sizes[n]);
+    CHECK_FALSE(groups[1].lend_receive(from, n + 1, late).lent());
+    std::vector<std::byte> small(1000);
+    CHECK_FALSE(groups[1].lend_receive(from, n + 2, small).lent());
+  }
+  // Lent for a message that never comes: taken back at once.
+  std::vector<std::byte> unused(200'000, kFill);
+  auto never = groups[2].lend_receive(from, 99, unused);
+  CHECK(never.lent());
+  CHECK(groups[2].take_back(never, std::chrono::nanoseconds(0)));
+  // Member 0 has no on_deliver(): its own deliveries are held for it, and one from
+  // lent memory is held as a copy, so broadcast_from() still returns.
+  {
+    auto lent = std::make_unique<std::vector<std::byte>>(payload(from, 3, sizes[3]));
+    groups[0].broadcast_from(*lent);
+    lent.reset();
+  }
+  std::mutex own_mu;
+  int own_ok = 0;
+  groups[0].on_deliver([&](const hmcast::Delivery& d) {
+    std::lock_guard lock(own_mu);
+    const auto want = payload(from, static_cast<std::uint32_t>(d.seq - 1), sizes.at(d.seq - 1));
+    if (std::equal(d.bytes.begin(), d.bytes.end(), want.begin(), want.end())) ++own_ok;
+  });
+  CHECK(hmcast::testing::eventually([&] {
+    std::lock_guard lock(own_mu);
+    return own_ok == 4;  // the three sent with broadcast() and the lent one, held until now
+  }));
+  for (std::uint32_t i = 1; i < kNodes; ++i) {
+    std::lock_guard lock(seen[i].mu);
+    CHECK(seen[i].bad == 0);
+  }
 }
 
 TEST_CASE("api: a member the others remove is told so by on_stopped, once", "[api][stopped]") {

@@ -197,7 +197,21 @@ namespace detail {
 struct GroupState;
 struct NodeState;
 class CompletionBoard;
+struct Lending;
 }  // namespace detail
+
+/// Memory lent to a group to receive one large message into (Group::lend_receive).
+class LentReceive {
+ public:
+  /// Whether the group took the memory (else the message comes in a buffer of its own).
+  [[nodiscard]] bool lent() const { return released_ != nullptr; }
+
+ private:
+  friend class Group;
+  MemberId sender_ = 0;
+  Seq seq_ = 0;
+  std::shared_ptr<detail::Lending> released_;
+};
 
 /// The outcome of one broadcast.
 class Completion {
@@ -277,8 +291,27 @@ class Group {
   /// at once; they must stay unchanged until then. Throws like get(): then, too, the
   /// group no longer reads `bytes` (what it still needed, it copied). Waits for room
   /// as SendMode::wait does; never from a callback (it waits for this member's own
-  /// delivery, which runs on the progress thread).
+  /// delivery, which runs on the progress thread; held for a later on_deliver(), that
+  /// delivery gets a copy).
   void broadcast_from(std::span<const std::byte> bytes);
+  /// Lends `into` to receive `sender`'s large message `seq` (Delivery::seq numbers
+  /// them) without the copy out of the group's own buffer: if the message is
+  /// announced here after this, and is exactly `into.size()` bytes, it is written
+  /// straight into `into` and delivered from there (Delivery::bytes is `into`,
+  /// Delivery::buffer null). Not lent (lent() false) where the message has begun to
+  /// arrive or was delivered, for a size the small path carries, on verbs (peers
+  /// write only into registered memory), or with many lent already. The memory is
+  /// the group's until take_back() says otherwise: do not read or write it meanwhile,
+  /// except in the delivery's callback.
+  LentReceive lend_receive(MemberId sender, Seq seq, std::span<std::byte> into);
+  /// Takes back memory lent by lend_receive(), waiting at most `max_wait` until the
+  /// group no longer reads or writes it (after its message's delivery that is soon:
+  /// a member still forwarding blocks from it holds it until its peers have them).
+  /// True: it is the caller's again (also if it was never lent). False: still in use,
+  /// e.g. the message is held whole across a view change for its commit, or the group
+  /// stopped with the message half received; it stays in use until then or until the
+  /// Node is destroyed, so keep it alive that long.
+  bool take_back(LentReceive& lent, std::chrono::nanoseconds max_wait);
   [[nodiscard]] View view() const;
   [[nodiscard]] MemberId self() const;
   [[nodiscard]] GroupStats stats() const;

@@ -342,26 +342,12 @@ void Group::broadcast_from(std::span<const std::byte> bytes) {
   check_large_size(g.node->protocol, bytes.size());
   // The lender: the runtime holds it while it may read `bytes` (and this member's
   // own delivery, while it waits to run); this call holds none, so its release
-  // says the bytes are the caller's again.
-  auto released = std::make_shared<std::atomic<bool>>(false);
-  std::shared_ptr<const void> lender(bytes.data(), [released](const void*) {
-    released->store(true, std::memory_order_release);
-    released->notify_all();
-  });
+  // says the bytes are the caller's again. Normally that is at once: the release
+  // and the completion come in one round, and the delivery's callback soon after.
+  auto lending = std::make_shared<detail::Lending>();
   Seq seq = 0;
-  const Completion c = send_lent(bytes, std::move(lender), seq);
-  const auto wait_released = [&] {
-    // Normally at once: the release and the completion come in one round, and the
-    // delivery's callback soon after.
-    while (!released->load(std::memory_order_acquire)) {
-      if (g.node->caller_progress()) {
-        (void)g.node->drive(std::chrono::steady_clock::now() + std::chrono::milliseconds(1));
-        continue;
-      }
-      if (!detail::spin_until([&] { return released->load(std::memory_order_acquire); }, std::chrono::microseconds(50)))
-        released->wait(false, std::memory_order_acquire);
-    }
-  };
+  const Completion c = send_lent(bytes, detail::lender_for(bytes.data(), lending), seq);
+  const auto forever = std::chrono::steady_clock::time_point::max();
   try {
     c.get();
   } catch (...) {
@@ -371,11 +357,69 @@ void Group::broadcast_from(std::span<const std::byte> bytes) {
       std::lock_guard lock(g.mu);
       (void)g.runtime->own_lent(seq, g.to_app);
     }
-    wait_released();
+    (void)detail::wait_released(g, *lending, forever);
     throw;
   }
-  wait_released();
+  (void)detail::wait_released(g, *lending, forever);
 }
+
+LentReceive Group::lend_receive(MemberId sender, Seq seq, std::span<std::byte> into) {
+  auto& g = *state_;
+  LentReceive r;
+  r.sender_ = sender;
+  r.seq_ = seq;
+  // Verbs peers write blocks only into registered buffers (the transport's pool).
+  if (g.node->cfg.transport == TransportKind::verbs || into.size() <= policy::small_route_for(g.node->protocol) ||
+      into.size() > g.node->protocol.max_large_message)
+    return r;
+  auto lending = std::make_shared<detail::Lending>();
+  std::lock_guard lock(g.mu);
+  if (g.closed || g.runtime->engine().removed()) return r;
+  if (g.runtime->lend_receive(sender, seq, into, detail::lender_for(into.data(), lending))) r.released_ = lending;
+  return r;
+}
+
+bool Group::take_back(LentReceive& lent, std::chrono::nanoseconds max_wait) {
+  if (!lent.lent()) return true;
+  auto& g = *state_;
+  {
+    std::lock_guard lock(g.mu);
+    g.runtime->unlend_receive(lent.sender_, lent.seq_);  // if its message never came
+  }
+  const auto now = std::chrono::steady_clock::now();
+  const auto deadline = max_wait >= std::chrono::steady_clock::time_point::max() - now
+                            ? std::chrono::steady_clock::time_point::max()
+                            : now + max_wait;
+  if (!detail::wait_released(g, *lent.released_, deadline)) return false;
+  lent.released_.reset();
+  return true;
+}
+
+namespace detail {
+
+std::shared_ptr<const void> lender_for(const void* memory, std::shared_ptr<Lending> l) {
+  return {memory, [l = std::move(l)](const void*) {
+            l->released.store(true, std::memory_order_release);
+            l->released.notify_all();
+          }};
+}
+
+bool wait_released(GroupState& g, const Lending& l, std::chrono::steady_clock::time_point deadline) {
+  const auto released = [&] { return l.released.load(std::memory_order_acquire); };
+  while (!released()) {
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= deadline) return false;
+    if (g.node->caller_progress()) {
+      (void)g.node->drive(std::min(deadline, now + std::chrono::milliseconds(1)));
+    } else if (!spin_until(released, std::chrono::microseconds(50))) {
+      if (deadline == std::chrono::steady_clock::time_point::max()) l.released.wait(false, std::memory_order_acquire);
+      else std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+  }
+  return true;
+}
+
+}  // namespace detail
 
 Completion Group::send_lent(std::span<const std::byte> bytes, std::shared_ptr<const void> lender, Seq& seq) {
   auto lock = wait_for_room(*state_, SendMode::wait, true, [&] { return state_->runtime->engine().can_broadcast_large(); });

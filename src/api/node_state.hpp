@@ -71,6 +71,20 @@ struct GroupState {
   std::atomic<bool> callbacks_stopped{false};
 };
 
+/// Memory the application lent to the runtime (Group::broadcast_from,
+/// Group::lend_receive): `released` turns true when the runtime's last hold on it
+/// (the lender token made by lender_for) goes.
+struct Lending {
+  std::atomic<bool> released{false};
+};
+
+/// The token the runtime holds while it may touch `memory`: its end sets `l.released`.
+std::shared_ptr<const void> lender_for(const void* memory, std::shared_ptr<Lending> l);
+
+/// Waits until `l` is released or `deadline` passes (making progress meanwhile
+/// with Progress::caller); true if released.
+bool wait_released(GroupState& g, const Lending& l, std::chrono::steady_clock::time_point deadline);
+
 /// Whether this thread is running a callback of `g` (Group::leave() must not wait
 /// for the callback it is called from).
 bool in_callback_of(const GroupState& g);

@@ -170,6 +170,11 @@ class Pipeline {
   [[nodiscard]] const ProtocolConfig& config() const { return cfg_; }
   /// The seq the next broadcast() will get.
   [[nodiscard]] Seq next_seq() const { return next_seq_; }
+  /// The newest of `sender`'s messages delivered here (0: none, or `sender` left).
+  [[nodiscard]] Seq delivered_from(MemberId sender) const {
+    const auto it = delivered_.find(sender);
+    return it == delivered_.end() ? 0 : it->second;
+  }
   /// Own large messages in flight or queued.
   [[nodiscard]] bool sending() const { return own_active_.has_value() || !queue_.empty(); }
 

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "api/spin_wait.hpp"
+#include "core/assert.hpp"
 #include "core/byte_io.hpp"
 #include "membership/coordinator.hpp"
 #include "mpi/shim_stats.hpp"
@@ -205,7 +206,7 @@ void CommGroup::on_message(const Delivery& d) {
   const std::size_t head = d.large ? 0 : 1;
   if (d.large || (!d.bytes.empty() && d.bytes[0] == kData)) {
     std::lock_guard lock(mu_);
-    inbox_[{d.sender, d.large}].push_back(Message{d.bytes.subspan(head), d.buffer});
+    inbox_[{d.sender, d.large}].push_back(Message{d.bytes.subspan(head), d.buffer, d.seq});
     queued_bytes_ += d.bytes.size() - head;
     stats().note_queued(queued_bytes_);
     arrivals_.fetch_add(1, std::memory_order_release);
@@ -229,6 +230,7 @@ void CommGroup::on_message(const Delivery& d) {
 }
 
 void CommGroup::send_credit(MemberId root, std::uint64_t messages, std::uint64_t bytes) {
+  if (!node_) return;  // given up (receive_into): nothing goes out any more
   std::vector<std::byte> m;
   wire::Writer w(m);
   w.u8(std::to_integer<std::uint8_t>(kCredit));
@@ -322,6 +324,49 @@ std::optional<BcastError> CommGroup::finish(const Completion& c, bool block, boo
   return std::nullopt;
 }
 
+std::optional<BcastError> CommGroup::receive_into(int root, std::span<std::byte> into) {
+  HMCAST_ASSERT(into.size() > max_small_);
+  const MemberId from = member_of_rank_.at(static_cast<std::size_t>(root));
+  // Lent only for the very next message of the root's large path, and only if none
+  // is queued here: then the message the group writes into it is the one this call
+  // takes (each root's large messages come in order).
+  Seq next = 0;
+  bool lend = !headed(into.size());  // at that size the message is one byte longer
+  {
+    std::lock_guard lock(mu_);
+    const std::pair key{from, true};
+    lend = lend && broken_.empty() && inbox_[key].empty();
+    next = taken_seq_[key] + 1;
+  }
+  LentReceive lent;
+  if (lend) lent = group_.lend_receive(from, next, into);
+  Message m;
+  bool got = false;
+  auto err = wait_next(root, into.size(), m, true, got);
+  // The memory is the caller's again before anything else writes into it. After a
+  // delivery that is at once; a failure may hold it longer (a message kept whole
+  // for its commit across a view change), and a group that holds it past the bound
+  // is given up: destroying its Node is what ends every write into the memory.
+  if (!group_.take_back(lent, std::chrono::seconds(1))) {
+    std::string why;
+    {
+      std::lock_guard lock(mu_);
+      if (broken_.empty()) broken_ = "this rank's hmcast group kept a receive buffer after its broadcast failed: given up";
+      why = broken_;
+    }
+    node_.reset();  // not under mu_: its progress thread's callbacks take it
+    return BcastError{MPI_ERR_OTHER, why};
+  }
+  if (err) return err;
+  if (m.bytes.data() == into.data()) {
+    ++stats().received_in_place;
+  } else {
+    std::memcpy(into.data(), m.bytes.data(), m.bytes.size());  // wait_next checked the size
+    ++stats().received_copied;
+  }
+  return std::nullopt;
+}
+
 std::optional<BcastError> CommGroup::wait_next(int root, std::size_t size, Message& out, bool block, bool& got) {
   got = false;
   const MemberId from = member_of_rank_.at(static_cast<std::size_t>(root));
@@ -334,6 +379,7 @@ std::optional<BcastError> CommGroup::wait_next(int root, std::size_t size, Messa
       q.pop_front();
       got = true;
       queued_bytes_ -= out.bytes.size();
+      taken_seq_[key] = out.seq;
       // The one large size that carries its header byte (headed()): counted without
       // it, as its root counted it.
       if (key.second && headed(size) && out.bytes.size() == size + 1 && out.bytes[0] == kData)

@@ -84,6 +84,10 @@ class CommGroup {
   template <class Take>
   std::optional<BcastError> receive(int root, std::size_t size, Take&& take, bool block = true,
                                     bool* done = nullptr);
+  /// A non-root's blocking side for a large broadcast into contiguous memory: lends
+  /// `into` to the group first (Group::lend_receive), so the message is written
+  /// straight into it if it is announced after that, and copied in otherwise.
+  std::optional<BcastError> receive_into(int root, std::span<std::byte> into);
 
   /// Broadcasts above this many bytes take hmcast's large path: the policy's
   /// choice for the group, which form() raises by the shim's byte of header so a
@@ -95,7 +99,8 @@ class CommGroup {
   CommGroup() = default;
   struct Message {
     std::span<const std::byte> bytes;
-    std::shared_ptr<const std::vector<std::byte>> owner;
+    std::shared_ptr<const std::vector<std::byte>> owner;  // null: in memory lent by receive_into()
+    Seq seq = 0;
   };
   std::optional<BcastError> wait_next(int root, std::size_t size, Message& out, bool block, bool& got);
   /// Flow control for a broadcast of `size` bytes (waits for credit if `hold_back`),
@@ -135,6 +140,7 @@ class CommGroup {
   std::uint64_t queued_bytes_ = 0;       // in inbox_
   std::map<MemberId, Taken> taken_;      // per root: what this rank took from it
   std::map<MemberId, Taken> credited_;   // per root: what this rank last told it
+  std::map<std::pair<MemberId, bool>, Seq> taken_seq_;  // (sender, large) -> seq of the last message taken
   Taken sent_;                           // as a root: what it broadcast
   std::map<MemberId, Taken> acked_;      // as a root: what each other rank said it took
   std::condition_variable credit_;

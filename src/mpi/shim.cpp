@@ -219,13 +219,18 @@ int bcast(void* buffer, int count, MPI_Datatype datatype, int root, MPI_Comm com
     err = r.group->send(out);
   } else {
     pending_ibcasts().settle_before(r.group, root, large);  // earlier MPI_Ibcasts take the earlier messages
-    int unpack_rc = MPI_SUCCESS;
-    err = r.group->receive(root, r.bytes, [&](std::span<const std::byte> in) {
-      unpack_rc = unpack_bytes(in, buffer, count, datatype, r.plain, comm);
-    });
-    if (!err && unpack_rc != MPI_SUCCESS) {
-      ++stats().errors;
-      return unpack_rc;
+    if (large && r.plain) {
+      // Contiguous: the message may be written straight into the user's buffer.
+      err = r.group->receive_into(root, std::span<std::byte>(static_cast<std::byte*>(buffer), r.bytes));
+    } else {
+      int unpack_rc = MPI_SUCCESS;
+      err = r.group->receive(root, r.bytes, [&](std::span<const std::byte> in) {
+        unpack_rc = unpack_bytes(in, buffer, count, datatype, r.plain, comm);
+      });
+      if (!err && unpack_rc != MPI_SUCCESS) {
+        ++stats().errors;
+        return unpack_rc;
+      }
     }
   }
   if (err) return raise(comm, *err, "MPI_Bcast");

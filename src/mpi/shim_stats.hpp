@@ -37,6 +37,11 @@ struct ShimStats {
   std::atomic<std::uint64_t> credits_sent{0};
   std::atomic<std::uint64_t> max_queued_bytes{0};
   std::atomic<std::uint64_t> bad_messages{0};
+  // A receiving rank's large MPI_Bcasts that arrived straight into its buffer
+  // (lent to the group before the message was announced), and those that did not
+  // and were copied out of the group's buffer.
+  std::atomic<std::uint64_t> received_in_place{0};
+  std::atomic<std::uint64_t> received_copied{0};
 
   /// One broadcast of `n` bytes that went through hmcast, on the large path or not,
   /// packed or not.

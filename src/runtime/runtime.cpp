@@ -137,7 +137,7 @@ large::LargeResult Runtime::broadcast_large(transport::LargeBuffer bytes, std::u
   if (!engine_.can_broadcast_large()) return {large::LargeError::queue_full, 0};
   // The buffer is in place before the engine can name it in a SendBlock.
   const Seq seq = engine_.large_path().next_seq();
-  large_[{engine_.self(), seq}] = HeldLarge{std::move(bytes), {}, nullptr};
+  large_[{engine_.self(), seq}] = HeldLarge{std::move(bytes), {}, {}, nullptr};
   const std::uint64_t block = policy::block_size_for(engine_.config(), size, engine_.view().size() - 1);
   Outbox out;
   const auto r = engine_.broadcast_large(size, block, now, out);
@@ -153,7 +153,7 @@ large::LargeResult Runtime::broadcast_lent(std::span<const std::byte> bytes, std
   HMCAST_ASSERT(lender != nullptr);
   if (!engine_.can_broadcast_large()) return {large::LargeError::queue_full, 0};
   const Seq seq = engine_.large_path().next_seq();
-  large_[{engine_.self(), seq}] = HeldLarge{nullptr, bytes, std::move(lender)};
+  large_[{engine_.self(), seq}] = HeldLarge{nullptr, bytes, {}, std::move(lender)};
   const std::uint64_t block = policy::block_size_for(engine_.config(), bytes.size(), engine_.view().size() - 1);
   Outbox out;
   const auto r = engine_.broadcast_large(bytes.size(), block, now, out);
@@ -173,7 +173,7 @@ bool Runtime::own_lent(Seq seq, AppEvents& app) {
     copy = transport_.allocate_large(held->second.lent.size());
     HMCAST_ASSERT(copy && copy->size() == held->second.lent.size());
     std::copy(held->second.lent.begin(), held->second.lent.end(), copy->begin());
-    held->second = HeldLarge{copy, {}, nullptr};
+    held->second = HeldLarge{copy, {}, {}, nullptr};
     copied = true;
   }
   for (auto& e : app) {
@@ -189,6 +189,18 @@ bool Runtime::own_lent(Seq seq, AppEvents& app) {
   return copied;
 }
 
+bool Runtime::lend_receive(MemberId sender, Seq seq, std::span<std::byte> into, std::shared_ptr<const void> lender) {
+  HMCAST_ASSERT(lender != nullptr && !into.empty());
+  const std::pair key{sender, seq};
+  if (sender == engine_.self() || large_.count(key) != 0 || lent_into_.count(key) != 0 ||
+      lent_into_.size() >= kMaxLentReceives || seq <= engine_.large_path().delivered_from(sender))
+    return false;
+  lent_into_[key] = LentInto{into, std::move(lender)};
+  return true;
+}
+
+void Runtime::unlend_receive(MemberId sender, Seq seq) { lent_into_.erase({sender, seq}); }
+
 std::optional<transport::Placement> Runtime::placement(MemberId from, std::span<const std::byte> head,
                                                        std::size_t frame_size) {
   auto res = wire::decode(head);  // the head alone decodes as a Block without payload
@@ -197,9 +209,10 @@ std::optional<transport::Placement> Runtime::placement(MemberId from, std::span<
   if (b == nullptr || b->length != frame_size - head.size()) return std::nullopt;
   if (!engine_.may_place_segment(from, res.packet.header, *b)) return std::nullopt;
   auto buf = large_.find({b->sender, b->seq});
-  const transport::LargeBuffer& into = buf == large_.end() ? nullptr : buf->second.buffer;  // never lent (ours)
-  if (!into || b->offset + b->length > into->size()) return std::nullopt;
-  return transport::Placement{std::span(*into).subspan(b->offset, b->length), into};
+  if (buf == large_.end()) return std::nullopt;
+  const auto into = buf->second.into();  // empty for our own (lent or not: never written)
+  if (into.empty() || b->offset + b->length > into.size()) return std::nullopt;
+  return transport::Placement{into.subspan(b->offset, b->length), buf->second.keeper()};
 }
 
 void Runtime::execute(Outbox& actions, TimeNs now, AppEvents& app) {
@@ -230,11 +243,18 @@ void Runtime::execute(Outbox& actions, TimeNs now, AppEvents& app) {
             },
             [&](action::NeedBuffer& nb) {
               HMCAST_ASSERT(nb.size <= engine_.config().max_large_message);  // the engine checked the announcement
-              auto buf = transport_.allocate_large(nb.size);
-              large_[{nb.sender, nb.seq}] = HeldLarge{buf, {}, nullptr};
-              // Before buffer_ready(): its Ready frames are what makes the transport
-              // advertise the buffer to the peers that will write into it.
-              transport_.offer_region(nb.sender, nb.seq, std::move(buf));
+              const std::pair key{nb.sender, nb.seq};
+              if (auto lent = lent_into_.find(key); lent != lent_into_.end() && lent->second.into.size() == nb.size) {
+                // Straight into the application's memory (Group::lend_receive).
+                large_[key] = HeldLarge{nullptr, lent->second.into, lent->second.into, std::move(lent->second.lender)};
+                lent_into_.erase(lent);
+              } else {
+                auto buf = transport_.allocate_large(nb.size);
+                large_[key] = HeldLarge{buf, {}, {}, nullptr};
+                // Before buffer_ready(): its Ready frames are what makes the transport
+                // advertise the buffer to the peers that will write into it.
+                transport_.offer_region(nb.sender, nb.seq, std::move(buf));
+              }
               Outbox more;
               engine_.buffer_ready(nb.sender, nb.seq, more);
               execute(more, now, app);
@@ -242,10 +262,10 @@ void Runtime::execute(Outbox& actions, TimeNs now, AppEvents& app) {
             [&](action::BlockAccepted& acc) {
               // The one copy on the receiving side: the segment's bytes, straight to their final offset.
               auto buf = large_.find({acc.sender, acc.seq});
-              if (buf != large_.end() && buf->second.buffer && inbound_payload_.size() == acc.length &&
-                  acc.offset + acc.length <= buf->second.buffer->size())
+              const auto into = buf == large_.end() ? std::span<std::byte>{} : buf->second.into();
+              if (!into.empty() && inbound_payload_.size() == acc.length && acc.offset + acc.length <= into.size())
                 std::copy(inbound_payload_.begin(), inbound_payload_.end(),
-                          buf->second.buffer->begin() + static_cast<std::ptrdiff_t>(acc.offset));
+                          into.begin() + static_cast<std::ptrdiff_t>(acc.offset));
             },
             [&](action::DeliverLarge& dl) {
               auto buf = large_.find({dl.sender, dl.seq});

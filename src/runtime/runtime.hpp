@@ -72,6 +72,14 @@ class Runtime {
   /// buffer of the runtime's own (the lender is giving up: its broadcast failed).
   /// Also the deliveries in `app` that still show lent bytes. True if a copy was made.
   bool own_lent(Seq seq, AppEvents& app);
+  /// Memory the application lends to receive `sender`'s large message `seq` into
+  /// (Group::lend_receive), held with `lender` until the message, if it comes at
+  /// that size, is released here. False (nothing kept) if it has begun to arrive or
+  /// was delivered, or too many are lent already.
+  bool lend_receive(MemberId sender, Seq seq, std::span<std::byte> into, std::shared_ptr<const void> lender);
+  /// Lent memory not yet used for its message is given back (a used one stays held
+  /// until the message is released).
+  void unlend_receive(MemberId sender, Seq seq);
 
   /// Where an arriving Block frame's payload may go before the frame itself is
   /// handed in (socket placement): its final offset, if the engine allows it.
@@ -105,12 +113,26 @@ class Runtime {
   struct HeldLarge {
     transport::LargeBuffer buffer;      // the runtime's own (null: lent, or no bytes carried)
     std::span<const std::byte> lent;    // the application's memory, when lent
+    std::span<std::byte> lent_into;     // the same, when lent to receive into
     std::shared_ptr<const void> lender;
     [[nodiscard]] std::span<const std::byte> bytes() const {
       return buffer ? std::span<const std::byte>(*buffer) : lent;
     }
+    /// Where a receiver writes (empty: nowhere, no bytes carried).
+    [[nodiscard]] std::span<std::byte> into() const { return buffer ? std::span<std::byte>(*buffer) : lent_into; }
+    /// What holds that memory for a transport placing into it.
+    [[nodiscard]] std::shared_ptr<const void> keeper() const {
+      return buffer ? std::shared_ptr<const void>(buffer) : lender;
+    }
   };
   std::map<std::pair<MemberId, Seq>, HeldLarge> large_;
+  // Receive memory lent for messages not yet announced (lend_receive), few at a time.
+  struct LentInto {
+    std::span<std::byte> into;
+    std::shared_ptr<const void> lender;
+  };
+  static constexpr std::size_t kMaxLentReceives = 64;
+  std::map<std::pair<MemberId, Seq>, LentInto> lent_into_;
   std::span<const std::byte> inbound_payload_;  // of the Block frame being handed to the engine
   std::vector<MemberId> probe_silent_;
   membership::HostLayout hosts_;
