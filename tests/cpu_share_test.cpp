@@ -1,6 +1,12 @@
 // When a polling thread may keep its CPU between polls (transport/cpu_share.hpp).
 #include <catch2/catch.hpp>
 
+#include <sched.h>
+
+#include <atomic>
+#include <chrono>
+#include <thread>
+
 #include "transport/cpu_share.hpp"
 
 namespace tr = hmcast::transport;
@@ -24,4 +30,39 @@ TEST_CASE("cpu share: polling keeps a CPU only where every poller counted has on
   const auto& mine = tr::cpu_share();
   CHECK(mine.allowed >= 1);
   CHECK(mine.allowed <= mine.online);
+}
+
+TEST_CASE("cpu share: a watched yield that hands the CPU to a busy thread for a slice marks the CPU contended",
+          "[transport]") {
+  // This thread and a busy one on the same CPU: a yield lets the busy one run until
+  // the scheduler takes the CPU back, far longer than kLongYieldNs. Unwatched, the
+  // same yields leave the mark alone (it lasts kContendedHoldOffNs: wait it out first).
+  std::this_thread::sleep_for(std::chrono::nanoseconds(tr::kContendedHoldOffNs));
+  REQUIRE_FALSE(tr::cpu_contended());
+  cpu_set_t was;
+  REQUIRE(::sched_getaffinity(0, sizeof was, &was) == 0);
+  std::size_t cpu = 0;
+  while (!CPU_ISSET(cpu, &was)) ++cpu;
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(cpu, &one);
+  REQUIRE(::sched_setaffinity(0, sizeof one, &one) == 0);  // this thread only
+  std::atomic<bool> stop{false};
+  std::thread busy([&] {
+    (void)::sched_setaffinity(0, sizeof one, &one);
+    while (!stop.load(std::memory_order_relaxed)) {
+    }
+  });
+  for (int i = 0; i < 20; ++i) tr::yield_cpu(false);
+  const bool unwatched = tr::cpu_contended();
+  bool watched = false;
+  for (int i = 0; i < 20 && !watched; ++i) {
+    tr::yield_cpu(true);
+    watched = tr::cpu_contended();
+  }
+  stop = true;
+  busy.join();
+  REQUIRE(::sched_setaffinity(0, sizeof was, &was) == 0);
+  CHECK_FALSE(unwatched);
+  CHECK(watched);
 }

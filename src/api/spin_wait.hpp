@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "hmcast/config.hpp"
+#include "transport/cpu_share.hpp"
 
 namespace hmcast::detail {
 
@@ -18,14 +19,15 @@ inline std::chrono::nanoseconds poll_window(CompletionMode mode, std::chrono::na
 }
 
 /// Polls `ready()` for up to `window` (measured as elapsed time, so max() is safe);
-/// whether it became true.
+/// whether it became true. Stops early where yielding costs a slice
+/// (transport::cpu_contended()): the caller's sleep is then woken sooner.
 template <class Ready>
 bool spin_until(Ready&& ready, std::chrono::nanoseconds window) {
   const auto start = std::chrono::steady_clock::now();
   for (;;) {
     if (ready()) return true;
-    if (std::chrono::steady_clock::now() - start >= window) return false;
-    std::this_thread::yield();
+    if (std::chrono::steady_clock::now() - start >= window || transport::cpu_contended()) return ready();
+    transport::yield_cpu();
   }
 }
 

@@ -4,6 +4,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 
 namespace hmcast::transport {
 
@@ -34,7 +36,7 @@ bool may_keep_cpu(const CpuShare& share, std::uint32_t own, std::uint32_t host_p
   return share.allowed < share.online;  // bound by a launcher to CPUs of its own
 }
 
-void Relax::operator()(bool keep_cpu) noexcept {
+void Relax::operator()(bool keep_cpu, bool watch) noexcept {
   if (keep_cpu && ++calls_ % 64 != 0) {
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_ia32_pause();
@@ -43,7 +45,29 @@ void Relax::operator()(bool keep_cpu) noexcept {
 #endif
     return;
   }
-  ::sched_yield();
+  yield_cpu(watch);
 }
+
+namespace {
+std::int64_t now_ns() noexcept {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+/// Until when (steady clock, ns) this process counts its CPUs as contended.
+std::atomic<std::int64_t> g_contended_until{0};
+}  // namespace
+
+void yield_cpu(bool watch) noexcept {
+  if (!watch) {
+    ::sched_yield();
+    return;
+  }
+  const std::int64_t start = now_ns();
+  ::sched_yield();
+  const std::int64_t end = now_ns();
+  if (end - start >= kLongYieldNs) g_contended_until.store(end + kContendedHoldOffNs, std::memory_order_relaxed);
+}
+
+bool cpu_contended() noexcept { return now_ns() < g_contended_until.load(std::memory_order_relaxed); }
 
 }  // namespace hmcast::transport

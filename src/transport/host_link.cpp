@@ -4,6 +4,7 @@
 #include <poll.h>
 
 #include "core/assert.hpp"
+#include "transport/cpu_share.hpp"
 
 namespace hmcast::transport {
 
@@ -132,8 +133,8 @@ std::optional<Inbound> HostLink::wait(std::chrono::steady_clock::time_point dead
     const auto now = Clock::now();
     pacer_.on_empty(now);
     if (now >= deadline) return std::nullopt;
-    if (pacer_.spin(now)) {
-      std::this_thread::yield();
+    if (pacer_.spin(now) && !transport::cpu_contended()) {  // cpu_share.hpp: else asleep on the doorbell
+      transport::yield_cpu();
       continue;
     }
     // Asleep on the doorbell: a local writer rings it, and so does the watcher when

@@ -21,6 +21,7 @@
 
 #include "core/assert.hpp"
 #include "hmcast/error.hpp"
+#include "transport/cpu_share.hpp"
 #include "transport/socket/net_util.hpp"
 
 namespace hmcast::socket {
@@ -512,9 +513,15 @@ std::optional<Inbound> Endpoint::wait(std::chrono::steady_clock::time_point dead
     // Busy-polling right after traffic saves the wake-up of a sleeping thread (tens of
     // microseconds, more in a VM) on the next arrival; yielding between polls lets
     // other processes on the same cores run, as MPI does when oversubscribed.
-    const bool spin = pacer_.spin(now);
+    // Not where yielding costs a slice (cpu_share.hpp): asleep in the kernel, the
+    // thread is woken at its event ahead of whoever holds the CPU. (A socket's poll
+    // is a system call either way: sleeping here costs less than on shm, where a
+    // thread that may keep its CPU spins on instead.) Watched in a process bound to
+    // CPUs of its own.
+    const bool spin = pacer_.spin(now) && !transport::cpu_contended();
     if (spin && polled) {
-      relax_(transport::may_keep_cpu(transport::cpu_share(), polling_threads_now(), 0));
+      const auto& share = transport::cpu_share();
+      relax_(transport::may_keep_cpu(share, polling_threads_now(), 0), share.allowed < share.online);
     }
     // At most a day at a time, so no conversion below overflows.
     const std::chrono::nanoseconds left =
