@@ -310,7 +310,8 @@ class Group {
   /// True: it is the caller's again (also if it was never lent). False: still in use,
   /// e.g. the message is held whole across a view change for its commit, or the group
   /// stopped with the message half received; it stays in use until then or until the
-  /// Node is destroyed, so keep it alive that long.
+  /// Node is destroyed, so keep it alive that long. Once the Node and its Groups are
+  /// gone, take_back() on an empty Group says true.
   bool take_back(LentReceive& lent, std::chrono::nanoseconds max_wait);
   [[nodiscard]] View view() const;
   [[nodiscard]] MemberId self() const;

@@ -381,6 +381,12 @@ LentReceive Group::lend_receive(MemberId sender, Seq seq, std::span<std::byte> i
 
 bool Group::take_back(LentReceive& lent, std::chrono::nanoseconds max_wait) {
   if (!lent.lent()) return true;
+  // Given back already (also by a Node destroyed since: then there is no group to ask).
+  if (lent.released_->released.load(std::memory_order_acquire) || !state_) {
+    const bool back = lent.released_->released.load(std::memory_order_acquire);
+    if (back) lent.released_.reset();
+    return back;
+  }
   auto& g = *state_;
   {
     std::lock_guard lock(g.mu);
