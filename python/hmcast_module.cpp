@@ -225,6 +225,20 @@ PYBIND11_MODULE(hmcast, m) {
           py::arg("data"), py::arg("wait") = true,
           "Sends any buffer (bytes, bytearray, memoryview, a NumPy array) to every member; returns a Completion")
       .def(
+          "broadcast_from",
+          [](PyGroup& g, py::buffer data) {
+            py::buffer_info info = data.request();
+            if (!PyBuffer_IsContiguous(info.view(), 'C'))
+              throw py::value_error("broadcast_from() needs a contiguous buffer");
+            const auto bytes = std::span<const std::byte>(static_cast<const std::byte*>(info.ptr),
+                                                          static_cast<std::size_t>(info.size * info.itemsize));
+            py::gil_scoped_release unlocked;  // `info` holds the buffer until this returns
+            g.group.broadcast_from(bytes);
+          },
+          py::arg("data"),
+          "Sends a buffer from where it lies (a large one is not copied) and waits until every member holds it "
+          "and the group no longer reads it; the buffer must not change meanwhile")
+      .def(
           "receive",
           [](PyGroup& g, std::optional<double> timeout) -> py::object {
             std::optional<Inbox::Event> e;
@@ -299,7 +313,16 @@ PYBIND11_MODULE(hmcast, m) {
             }
             std::weak_ptr<Inbox> inbox = g->inbox;
             g->group.on_deliver([inbox](const hmcast::Delivery& d) {
-              if (auto in = inbox.lock()) in->push(d);
+              auto in = inbox.lock();
+              if (!in) return;
+              if (d.buffer == nullptr && !d.bytes.empty()) {
+                // Lent memory (broadcast_from): valid only during this call, so the
+                // queued delivery keeps a copy.
+                auto copy = std::make_shared<const std::vector<std::byte>>(d.bytes.begin(), d.bytes.end());
+                in->push(hmcast::Delivery{d.sender, d.seq, d.large, std::span<const std::byte>(*copy), copy});
+                return;
+              }
+              in->push(d);
             });
             g->group.on_view_change([inbox](const hmcast::View& v, std::span<const hmcast::MemberId> left) {
               if (auto in = inbox.lock()) in->push(ViewChange{v, {left.begin(), left.end()}});

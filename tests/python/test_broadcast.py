@@ -205,3 +205,32 @@ def test_progress_in_the_caller():
     receiver.poll(0.01)
     with pytest.raises(ValueError):
         hmcast.Node(transport="inproc", progress="sometimes")
+
+
+def test_broadcast_from_sends_a_buffer_in_place():
+    """broadcast_from(): a large buffer goes from where it lies and the call returns
+    once every member holds it; the sender's own delivery, read after the buffer has
+    changed, still has the bytes sent (it is a copy), and so has the receiver's."""
+    import hmcast
+
+    nodes = [hmcast.Node(transport="inproc", group_size=2, fabric="py-lent") for _ in range(2)]
+    sender, receiver = join_all(nodes, "lent")
+    size = 3 << 20  # over the small route: the large path, from the buffer itself
+    data = bytearray(bytes(range(256)) * (size // 256))
+    want = bytes(data)
+    sender.broadcast_from(memoryview(data))
+    data[:] = b"\xee" * size  # the caller's again at once
+
+    def next_delivery(g):
+        e = g.receive(timeout=30)
+        while e is not None and not isinstance(e, hmcast.Delivery):
+            e = g.receive(timeout=30)
+        assert e is not None, "no delivery within 30 s"
+        return e
+
+    assert next_delivery(sender).tobytes() == want
+    assert next_delivery(receiver).tobytes() == want
+    with pytest.raises(ValueError):
+        sender.broadcast_from(memoryview(bytearray(8 << 20))[::2])  # not contiguous
+    for g in (sender, receiver):
+        g.leave()
