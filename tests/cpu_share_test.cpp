@@ -2,6 +2,9 @@
 #include <catch2/catch.hpp>
 
 #include <sched.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -32,11 +35,14 @@ TEST_CASE("cpu share: polling keeps a CPU only where every poller counted has on
   CHECK(mine.allowed <= mine.online);
 }
 
-TEST_CASE("cpu share: a watched yield that hands the CPU to a busy thread for a slice marks the CPU contended",
+TEST_CASE("cpu share: a watched yield that hands the CPU to another process for a slice marks the CPU contended; "
+          "to a thread of ours, not",
           "[transport]") {
   // This thread and a busy one on the same CPU: a yield lets the busy one run until
-  // the scheduler takes the CPU back, far longer than kLongYieldNs. Unwatched, the
-  // same yields leave the mark alone (it lasts kContendedHoldOffNs: wait it out first).
+  // the scheduler takes the CPU back, far longer than kLongYieldNs. A busy thread of
+  // this process is its own turn (its CPU time is ours); a busy process is a
+  // stranger. Unwatched, yields leave the mark alone. The mark lasts
+  // kContendedHoldOffNs: wait it out first.
   std::this_thread::sleep_for(std::chrono::nanoseconds(tr::kContendedHoldOffNs));
   REQUIRE_FALSE(tr::cpu_contended());
   cpu_set_t was;
@@ -47,22 +53,37 @@ TEST_CASE("cpu share: a watched yield that hands the CPU to a busy thread for a 
   CPU_ZERO(&one);
   CPU_SET(cpu, &one);
   REQUIRE(::sched_setaffinity(0, sizeof one, &one) == 0);  // this thread only
+  const auto yields_mark = [](bool watch) {
+    for (int i = 0; i < 20; ++i) {
+      tr::yield_cpu(watch);
+      if (tr::cpu_contended()) return true;
+    }
+    return false;
+  };
   std::atomic<bool> stop{false};
   std::thread busy([&] {
     (void)::sched_setaffinity(0, sizeof one, &one);
     while (!stop.load(std::memory_order_relaxed)) {
     }
   });
-  for (int i = 0; i < 20; ++i) tr::yield_cpu(false);
-  const bool unwatched = tr::cpu_contended();
-  bool watched = false;
-  for (int i = 0; i < 20 && !watched; ++i) {
-    tr::yield_cpu(true);
-    watched = tr::cpu_contended();
-  }
+  const bool own_thread = yields_mark(true);
   stop = true;
   busy.join();
+  const pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {  // pinned to our CPU (inherited), busy until killed, 10 s at most
+    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (std::chrono::steady_clock::now() < end) {
+    }
+    ::_exit(0);
+  }
+  const bool unwatched = yields_mark(false);
+  const bool stranger = yields_mark(true);
+  ::kill(child, SIGKILL);
+  int status = 0;
+  ::waitpid(child, &status, 0);
   REQUIRE(::sched_setaffinity(0, sizeof was, &was) == 0);
+  CHECK_FALSE(own_thread);
   CHECK_FALSE(unwatched);
-  CHECK(watched);
+  CHECK(stranger);
 }

@@ -1,6 +1,7 @@
 #include "transport/cpu_share.hpp"
 
 #include <sched.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -37,7 +38,9 @@ bool may_keep_cpu(const CpuShare& share, std::uint32_t own, std::uint32_t host_p
 }
 
 void Relax::operator()(bool keep_cpu, bool watch) noexcept {
-  if (keep_cpu && ++calls_ % 64 != 0) {
+  // While cpu_contended() a thread that may keep its CPU does not hand it to whoever
+  // holds it for slices (its transport naps instead, shm).
+  if (keep_cpu && (++calls_ % 64 != 0 || cpu_contended())) {
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_ia32_pause();
 #elif defined(__aarch64__)
@@ -53,6 +56,11 @@ std::int64_t now_ns() noexcept {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
       .count();
 }
+std::int64_t process_cpu_ns() noexcept {
+  timespec ts{};
+  ::clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return std::int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
+}
 /// Until when (steady clock, ns) this process counts its CPUs as contended.
 std::atomic<std::int64_t> g_contended_until{0};
 }  // namespace
@@ -63,9 +71,13 @@ void yield_cpu(bool watch) noexcept {
     return;
   }
   const std::int64_t start = now_ns();
+  const std::int64_t cpu_start = process_cpu_ns();
   ::sched_yield();
   const std::int64_t end = now_ns();
-  if (end - start >= kLongYieldNs) g_contended_until.store(end + kContendedHoldOffNs, std::memory_order_relaxed);
+  // Long, and most of it not this process's own threads (its application thread
+  // computing on the same CPU makes a yield long too, and is no stranger).
+  if (end - start >= kLongYieldNs && process_cpu_ns() - cpu_start < (end - start) / 2)
+    g_contended_until.store(end + kContendedHoldOffNs, std::memory_order_relaxed);
 }
 
 bool cpu_contended() noexcept { return now_ns() < g_contended_until.load(std::memory_order_relaxed); }

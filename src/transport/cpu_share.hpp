@@ -28,17 +28,18 @@ struct CpuShare {
 /// `host_pollers` polling threads on the host in all (0: not known).
 [[nodiscard]] bool may_keep_cpu(const CpuShare& share, std::uint32_t own, std::uint32_t host_pollers) noexcept;
 
-/// sched_yield. With `watch` (the socket's pollers, in a process bound to CPUs of
-/// its own), timed: a yield that took long (kLongYieldNs) means another thread held
-/// this CPU for a slice, a process of no concern to us (a build, a daemon) or a
-/// thread of ours that computes. Then every yield costs a slice (38x a 1 MiB message
-/// at 2 members, against a nice-10 busy loop per CPU), where a thread asleep on its
-/// event is woken at once, ahead of such a thread. So for kContendedHoldOffNs after
-/// the last long yield, cpu_contended() is true, and this process's socket pollers
-/// and waiters sleep instead. Unwatched: where there are more pollers than CPUs (8
-/// members on 2 CPUs) long yields are the members' own turns, and on shm a sleeper
-/// costs a doorbell's wake-up per message (docs/benchmarks.md, "A yield that takes a
-/// slice").
+/// sched_yield. With `watch` (a poller that should have its CPU: the socket's in a
+/// process bound to CPUs of its own, shm's where the host's pollers fit), timed: a
+/// yield that took long (kLongYieldNs), and mostly not on this process's own CPU
+/// time, handed the CPU to another process for a slice (a build, a daemon). Then
+/// every yield costs a slice (38x a 1 MiB message at 2 members, against a nice-10
+/// busy loop per CPU), where a thread asleep on its event is woken at once, ahead of
+/// such a process. So for kContendedHoldOffNs after the last such yield,
+/// cpu_contended() is true: socket pollers and waiters sleep instead, shm pollers
+/// that may keep their CPU spin without yields and nap now and then. A long yield on
+/// our own CPU time is our application thread's turn, not a stranger's; unwatched
+/// (more pollers than CPUs, as 8 members on 2) long yields are the members' own
+/// turns. docs/benchmarks.md, "A yield that takes a slice".
 void yield_cpu(bool watch = false) noexcept;
 /// A long yield came within the last kContendedHoldOff (see yield_cpu).
 [[nodiscard]] bool cpu_contended() noexcept;
@@ -47,7 +48,7 @@ inline constexpr std::int64_t kContendedHoldOffNs = 100'000'000;
 
 /// What a polling thread does between polls: a pause hint when `keep_cpu`, with a
 /// yield every 64th call all the same (if the count of pollers was wrong, a thread
-/// that shares our CPU still runs); yield_cpu() otherwise.
+/// that shares our CPU still runs) but while cpu_contended(); yield_cpu() otherwise.
 class Relax {
  public:
   /// `watch`: as yield_cpu()'s.

@@ -43,6 +43,10 @@ constexpr std::int64_t kPendingRecheckNs = 200'000;
 
 /// Empty polls between two readings of the clock while spinning (Endpoint::wait).
 constexpr int kPollsPerClock = 8;
+/// While cpu_contended(), a poller that may keep its CPU naps every kNapEvery-th
+/// batch of polls, for at most kNapNs (wait()).
+constexpr std::uint64_t kNapEvery = 32;
+constexpr std::int64_t kNapNs = 30'000;
 
 /// How often a reader tries again to open a peer's file it could not open.
 constexpr std::chrono::milliseconds kAttachRetry{10};
@@ -802,14 +806,20 @@ std::optional<Inbound> Endpoint::wait(Clock::time_point deadline) {
     pacer_.on_empty(now);
     if (woken_.exchange(false)) return std::nullopt;
     if (now >= deadline) return std::nullopt;
-    if (pacer_.spin(now)) {
-      // Every member on this host is in snapshot_ (ours is not).
-      const auto pollers = static_cast<std::uint32_t>(snapshot_.size() + 1) * cfg_.polling_threads;
-      const bool keep_cpu = transport::may_keep_cpu(transport::cpu_share(), cfg_.polling_threads, pollers);
+    // Every member on this host is in snapshot_ (ours is not).
+    const auto pollers = static_cast<std::uint32_t>(snapshot_.size() + 1) * cfg_.polling_threads;
+    const bool keep_cpu = transport::may_keep_cpu(transport::cpu_share(), cfg_.polling_threads, pollers);
+    // Where yielding costs a slice (cpu_share.hpp): a poller that may keep its CPU
+    // spins without yields and naps on the doorbell now and then (its process's other
+    // threads run meanwhile, and the nap ends at the next record or in kNapNs); one
+    // that may not sleeps until its record.
+    const bool contended = transport::cpu_contended();
+    const bool nap = contended && keep_cpu && ++spin_batches_ % kNapEvery == 0;
+    if (pacer_.spin(now) && (keep_cpu ? !nap : !contended)) {
       // A few polls per clock reading: an empty poll costs about what reading the
       // clock does, and the pacer's window and the deadline are not that fine.
       for (int i = 0; i < kPollsPerClock; ++i) {
-        relax_(keep_cpu);
+        relax_(keep_cpu, pollers <= transport::cpu_share().online);  // watched where the host's pollers fit
         if (closed_.load(std::memory_order_relaxed) || woken_.load(std::memory_order_relaxed)) break;
         if (auto in = poll_once()) {
           pacer_.on_arrival(Clock::now());
@@ -828,6 +838,7 @@ std::optional<Inbound> Endpoint::wait(Clock::time_point deadline) {
       return in;
     }
     std::int64_t timeout = std::chrono::duration_cast<std::chrono::nanoseconds>(deadline - now).count();
+    if (nap) timeout = std::min(timeout, kNapNs);
     for (auto& p : snapshot_)
       if (p->has_pending.load()) timeout = std::min(timeout, kPendingRecheckNs);
     if (!woken_.load()) futex_wait(&header_->doorbell, bell, timeout);

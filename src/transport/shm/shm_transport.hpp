@@ -255,6 +255,7 @@ class Endpoint {
   transport::BlockPlacer placer_;
   transport::PollPacer pacer_;  // when wait() polls rather than sleeps
   transport::Relax relax_;      // between polls
+  std::uint64_t spin_batches_ = 0;  // while cpu_contended(): every kNapEvery-th is a nap
 
   std::atomic<bool> woken_{false};
   std::atomic<bool> closed_{false};
