@@ -333,7 +333,6 @@ class Group {
   explicit Group(std::shared_ptr<detail::GroupState> s) : state_(std::move(s)) {}
   Completion broadcast_large(std::span<const std::byte> bytes, SendMode mode);
   Completion send_large(std::shared_ptr<std::vector<std::byte>> buf, SendMode mode);
-  Completion send_lent(std::span<const std::byte> bytes, std::shared_ptr<const void> lender, Seq& seq);
   Completion send_small(std::shared_ptr<const std::vector<std::byte>> msg, SendMode mode);
   std::shared_ptr<detail::GroupState> state_;
 };

@@ -283,6 +283,22 @@ void check_large_size(const ProtocolConfig& cfg, std::size_t size) {
                                                   " (raise ProtocolConfig::max_large_message on every member)");
 }
 
+/// A large message of `size` bytes handed to the runtime by `start(app)` (under
+/// g.mu, once there is room), and its Completion; `seq`, if given, gets its number.
+template <class Start>
+Completion start_large(detail::GroupState& g, SendMode mode, std::uint64_t size, Start&& start, Seq* seq = nullptr) {
+  auto lock = wait_for_room(g, mode, true, [&] { return g.runtime->engine().can_broadcast_large(); });
+  AppEvents app;
+  const auto res = start(app);
+  if (res.error == large::LargeError::over_limit)
+    throw Error(ErrorCode::message_too_large,
+                "a message of " + std::to_string(size) + " bytes needs more blocks than receivers accept (" +
+                    std::to_string(wire::kMaxBlocks) + "): raise ProtocolConfig::min_block_size and block_size");
+  HMCAST_ASSERT(res.error == large::LargeError::none);  // can_broadcast_large() said so, under the same lock
+  if (seq != nullptr) *seq = res.seq;
+  return register_large_completion(g, res.seq, app, lock);
+}
+
 }  // namespace
 
 Completion Group::broadcast(std::span<const std::byte> bytes, SendMode mode) {
@@ -346,7 +362,12 @@ void Group::broadcast_from(std::span<const std::byte> bytes) {
   // and the completion come in one round, and the delivery's callback soon after.
   auto lending = std::make_shared<detail::Lending>();
   Seq seq = 0;
-  const Completion c = send_lent(bytes, detail::lender_for(bytes.data(), lending), seq);
+  const Completion c = start_large(
+      g, SendMode::wait, bytes.size(),
+      [&](AppEvents& app) {
+        return g.runtime->broadcast_lent(bytes, detail::lender_for(bytes.data(), lending), detail::now_ns(), app);
+      },
+      &seq);
   const auto forever = std::chrono::steady_clock::time_point::max();
   try {
     c.get();
@@ -355,7 +376,7 @@ void Group::broadcast_from(std::span<const std::byte> bytes) {
     // of its own (the runtime's, and a delivery not yet handed to the application).
     {
       std::lock_guard lock(g.mu);
-      (void)g.runtime->own_lent(seq, g.to_app);
+      g.runtime->own_lent(seq, g.to_app);
     }
     (void)detail::wait_released(g, *lending, forever);
     throw;
@@ -382,23 +403,21 @@ LentReceive Group::lend_receive(MemberId sender, Seq seq, std::span<std::byte> i
 bool Group::take_back(LentReceive& lent, std::chrono::nanoseconds max_wait) {
   if (!lent.lent()) return true;
   // Given back already (also by a Node destroyed since: then there is no group to ask).
-  if (lent.released_->released.load(std::memory_order_acquire) || !state_) {
-    const bool back = lent.released_->released.load(std::memory_order_acquire);
-    if (back) lent.released_.reset();
-    return back;
+  bool back = lent.released_->released.load(std::memory_order_acquire);
+  if (!back && state_) {
+    auto& g = *state_;
+    {
+      std::lock_guard lock(g.mu);
+      g.runtime->unlend_receive(lent.sender_, lent.seq_);  // if its message never came
+    }
+    const auto now = std::chrono::steady_clock::now();
+    const auto deadline = max_wait >= std::chrono::steady_clock::time_point::max() - now
+                              ? std::chrono::steady_clock::time_point::max()
+                              : now + max_wait;
+    back = detail::wait_released(g, *lent.released_, deadline);
   }
-  auto& g = *state_;
-  {
-    std::lock_guard lock(g.mu);
-    g.runtime->unlend_receive(lent.sender_, lent.seq_);  // if its message never came
-  }
-  const auto now = std::chrono::steady_clock::now();
-  const auto deadline = max_wait >= std::chrono::steady_clock::time_point::max() - now
-                            ? std::chrono::steady_clock::time_point::max()
-                            : now + max_wait;
-  if (!detail::wait_released(g, *lent.released_, deadline)) return false;
-  lent.released_.reset();
-  return true;
+  if (back) lent.released_.reset();
+  return back;
 }
 
 namespace detail {
@@ -427,31 +446,12 @@ bool wait_released(GroupState& g, const Lending& l, std::chrono::steady_clock::t
 
 }  // namespace detail
 
-Completion Group::send_lent(std::span<const std::byte> bytes, std::shared_ptr<const void> lender, Seq& seq) {
-  auto lock = wait_for_room(*state_, SendMode::wait, true, [&] { return state_->runtime->engine().can_broadcast_large(); });
-  AppEvents app;
-  const auto res = state_->runtime->broadcast_lent(bytes, std::move(lender), detail::now_ns(), app);
-  if (res.error == large::LargeError::over_limit)
-    throw Error(ErrorCode::message_too_large,
-                "a message of " + std::to_string(bytes.size()) + " bytes needs more blocks than receivers accept (" +
-                    std::to_string(wire::kMaxBlocks) + "): raise ProtocolConfig::min_block_size and block_size");
-  HMCAST_ASSERT(res.error == large::LargeError::none);  // can_broadcast_large() said so, under the same lock
-  seq = res.seq;
-  return register_large_completion(*state_, res.seq, app, lock);
-}
-
 // `buf` came from allocate_large() after check_large_size() (broadcast_large or prepare).
 Completion Group::send_large(std::shared_ptr<std::vector<std::byte>> buf, SendMode mode) {
-  auto lock = wait_for_room(*state_, mode, true, [&] { return state_->runtime->engine().can_broadcast_large(); });
-  AppEvents app;
   const auto size = buf->size();
-  const auto res = state_->runtime->broadcast_large(std::move(buf), size, detail::now_ns(), app);
-  if (res.error == large::LargeError::over_limit)
-    throw Error(ErrorCode::message_too_large,
-                "a message of " + std::to_string(size) + " bytes needs more blocks than receivers accept (" +
-                    std::to_string(wire::kMaxBlocks) + "): raise ProtocolConfig::min_block_size and block_size");
-  HMCAST_ASSERT(res.error == large::LargeError::none);  // can_broadcast_large() said so, under the same lock
-  return register_large_completion(*state_, res.seq, app, lock);
+  return start_large(*state_, mode, size, [&](AppEvents& app) {
+    return state_->runtime->broadcast_large(std::move(buf), size, detail::now_ns(), app);
+  });
 }
 
 }  // namespace hmcast

@@ -134,10 +134,20 @@ small::BroadcastResult Runtime::broadcast(MessageBuffer message, TimeNs now, App
 large::LargeResult Runtime::broadcast_large(transport::LargeBuffer bytes, std::uint64_t size, TimeNs now,
                                             AppEvents& app) {
   HMCAST_ASSERT(!bytes || bytes->size() == size);
+  return start_large(HeldLarge{std::move(bytes), {}, {}, nullptr}, size, now, app);
+}
+
+large::LargeResult Runtime::broadcast_lent(std::span<const std::byte> bytes, std::shared_ptr<const void> lender,
+                                           TimeNs now, AppEvents& app) {
+  HMCAST_ASSERT(lender != nullptr);
+  return start_large(HeldLarge{nullptr, bytes, {}, std::move(lender)}, bytes.size(), now, app);
+}
+
+large::LargeResult Runtime::start_large(HeldLarge held, std::uint64_t size, TimeNs now, AppEvents& app) {
   if (!engine_.can_broadcast_large()) return {large::LargeError::queue_full, 0};
-  // The buffer is in place before the engine can name it in a SendBlock.
+  // The bytes are in place before the engine can name them in a SendBlock.
   const Seq seq = engine_.large_path().next_seq();
-  large_[{engine_.self(), seq}] = HeldLarge{std::move(bytes), {}, {}, nullptr};
+  large_[{engine_.self(), seq}] = std::move(held);
   const std::uint64_t block = policy::block_size_for(engine_.config(), size, engine_.view().size() - 1);
   Outbox out;
   const auto r = engine_.broadcast_large(size, block, now, out);
@@ -148,24 +158,7 @@ large::LargeResult Runtime::broadcast_large(transport::LargeBuffer bytes, std::u
   return r;
 }
 
-large::LargeResult Runtime::broadcast_lent(std::span<const std::byte> bytes, std::shared_ptr<const void> lender,
-                                           TimeNs now, AppEvents& app) {
-  HMCAST_ASSERT(lender != nullptr);
-  if (!engine_.can_broadcast_large()) return {large::LargeError::queue_full, 0};
-  const Seq seq = engine_.large_path().next_seq();
-  large_[{engine_.self(), seq}] = HeldLarge{nullptr, bytes, {}, std::move(lender)};
-  const std::uint64_t block = policy::block_size_for(engine_.config(), bytes.size(), engine_.view().size() - 1);
-  Outbox out;
-  const auto r = engine_.broadcast_large(bytes.size(), block, now, out);
-  HMCAST_ASSERT(r.error != large::LargeError::none || r.seq == seq);
-  if (r.error == large::LargeError::none) stats_.last_block_size = block;
-  else large_.erase({engine_.self(), seq});
-  execute(out, now, app);
-  return r;
-}
-
-bool Runtime::own_lent(Seq seq, AppEvents& app) {
-  bool copied = false;
+void Runtime::own_lent(Seq seq, AppEvents& app) {
   // A delivery of it still queued for the application keeps the lender: it gets the copy too.
   std::shared_ptr<std::vector<std::byte>> copy;
   auto held = large_.find({engine_.self(), seq});
@@ -174,7 +167,6 @@ bool Runtime::own_lent(Seq seq, AppEvents& app) {
     HMCAST_ASSERT(copy && copy->size() == held->second.lent.size());
     std::copy(held->second.lent.begin(), held->second.lent.end(), copy->begin());
     held->second = HeldLarge{copy, {}, {}, nullptr};
-    copied = true;
   }
   for (auto& e : app) {
     auto* dl = std::get_if<action::DeliverLarge>(&e);
@@ -182,11 +174,9 @@ bool Runtime::own_lent(Seq seq, AppEvents& app) {
     if (!copy) {
       const auto b = dl->message.bytes();
       copy = std::make_shared<std::vector<std::byte>>(b.begin(), b.end());
-      copied = true;
     }
     dl->message = MessageBuffer(copy);
   }
-  return copied;
 }
 
 bool Runtime::lend_receive(MemberId sender, Seq seq, std::span<std::byte> into, std::shared_ptr<const void> lender) {

@@ -70,8 +70,8 @@ class Runtime {
                                     AppEvents& app);
   /// Our own large message `seq`, if still read from lent memory, is copied into a
   /// buffer of the runtime's own (the lender is giving up: its broadcast failed).
-  /// Also the deliveries in `app` that still show lent bytes. True if a copy was made.
-  bool own_lent(Seq seq, AppEvents& app);
+  /// Also the deliveries in `app` that still show lent bytes.
+  void own_lent(Seq seq, AppEvents& app);
   /// Memory the application lends to receive `sender`'s large message `seq` into
   /// (Group::lend_receive), held with `lender` until the message, if it comes at
   /// that size, is released here. False (nothing kept) if it has begun to arrive or
@@ -126,6 +126,8 @@ class Runtime {
     }
   };
   std::map<std::pair<MemberId, Seq>, HeldLarge> large_;
+  /// broadcast_large()'s and broadcast_lent()'s body: our own message `held`, of `size` bytes.
+  large::LargeResult start_large(HeldLarge held, std::uint64_t size, TimeNs now, AppEvents& app);
   // Receive memory lent for messages not yet announced (lend_receive), few at a time.
   struct LentInto {
     std::span<std::byte> into;

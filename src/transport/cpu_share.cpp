@@ -80,6 +80,12 @@ void yield_cpu(bool watch) noexcept {
     g_contended_until.store(end + kContendedHoldOffNs, std::memory_order_relaxed);
 }
 
-bool cpu_contended() noexcept { return now_ns() < g_contended_until.load(std::memory_order_relaxed); }
+bool cpu_contended() noexcept {
+  std::int64_t until = g_contended_until.load(std::memory_order_relaxed);
+  if (until == 0) return false;  // never marked, or the mark lapsed: no clock reading (pollers ask often)
+  if (now_ns() < until) return true;
+  g_contended_until.compare_exchange_strong(until, 0, std::memory_order_relaxed);  // a newer mark stays
+  return false;
+}
 
 }  // namespace hmcast::transport

@@ -809,6 +809,7 @@ std::optional<Inbound> Endpoint::wait(Clock::time_point deadline) {
     // Every member on this host is in snapshot_ (ours is not).
     const auto pollers = static_cast<std::uint32_t>(snapshot_.size() + 1) * cfg_.polling_threads;
     const bool keep_cpu = transport::may_keep_cpu(transport::cpu_share(), cfg_.polling_threads, pollers);
+    const bool watch = pollers <= transport::cpu_share().online;  // yields watched where the host's pollers fit
     // Where yielding costs a slice (cpu_share.hpp): a poller that may keep its CPU
     // spins without yields and naps on the doorbell now and then (its process's other
     // threads run meanwhile, and the nap ends at the next record or in kNapNs); one
@@ -819,7 +820,7 @@ std::optional<Inbound> Endpoint::wait(Clock::time_point deadline) {
       // A few polls per clock reading: an empty poll costs about what reading the
       // clock does, and the pacer's window and the deadline are not that fine.
       for (int i = 0; i < kPollsPerClock; ++i) {
-        relax_(keep_cpu, pollers <= transport::cpu_share().online);  // watched where the host's pollers fit
+        relax_(keep_cpu, watch);
         if (closed_.load(std::memory_order_relaxed) || woken_.load(std::memory_order_relaxed)) break;
         if (auto in = poll_once()) {
           pacer_.on_arrival(Clock::now());
