@@ -91,6 +91,33 @@ struct PyGroup {
   }
 };
 
+/// The bytes of a C-contiguous buffer (`call` names the method in the error).
+std::span<const std::byte> contiguous_bytes(const py::buffer_info& info, const char* call) {
+  if (!PyBuffer_IsContiguous(info.view(), 'C')) throw py::value_error(std::string(call) + "() needs a contiguous buffer");
+  return {static_cast<const std::byte*>(info.ptr), static_cast<std::size_t>(info.size * info.itemsize)};
+}
+
+/// A broadcast sent from a Python buffer without waiting (Group.broadcast_lent): it
+/// holds the buffer (exported, so a bytearray cannot be resized) until taken back.
+struct PyLentSend {
+  hmcast::Group group;  // a handle to the same group
+  hmcast::LentSend sent;
+  std::optional<py::buffer_info> info;  // released once the group let go of the bytes
+  PyLentSend(hmcast::Group g, hmcast::LentSend s, py::buffer_info i)
+      : group(std::move(g)), sent(std::move(s)), info(std::move(i)) {}
+  PyLentSend(const PyLentSend&) = delete;
+  PyLentSend& operator=(const PyLentSend&) = delete;
+  /// Dropped before it was taken back: waits here, since the bytes go with the buffer.
+  ~PyLentSend() {
+    if (!info) return;
+    {
+      py::gil_scoped_release unlocked;
+      (void)group.take_back(sent, std::chrono::nanoseconds::max());
+    }
+    info.reset();
+  }
+};
+
 /// A Node that remembers who makes its groups progress (Config::progress).
 struct PyNode : hmcast::Node {
   explicit PyNode(const hmcast::Config& c) : hmcast::Node(c), caller(c.progress == hmcast::Progress::caller) {}
@@ -205,6 +232,29 @@ PYBIND11_MODULE(hmcast, m) {
           py::arg("timeout") = py::none(),
           "Waits until every member holds the message (raises TimeoutError after `timeout` seconds)");
 
+  py::class_<PyLentSend>(m, "LentSend",
+                         "A broadcast sent from the caller's buffer without waiting (Group.broadcast_lent)")
+      .def_property_readonly("lent", [](const PyLentSend& s) { return s.sent.lent(); })
+      .def_property_readonly("completion", [](const PyLentSend& s) { return s.sent.completion(); })
+      .def(
+          "take_back",
+          [](PyLentSend& s, std::optional<double> timeout) {
+            if (!s.info) return true;
+            bool back = false;
+            {
+              py::gil_scoped_release unlocked;
+              back = s.group.take_back(
+                  s.sent, timeout ? std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                        std::chrono::duration<double>(std::max(0.0, *timeout)))
+                                  : std::chrono::nanoseconds::max());
+            }
+            if (back) s.info.reset();
+            return back;
+          },
+          py::arg("timeout") = py::none(),
+          "Waits (at most `timeout` seconds) for the group to let go of the buffer (normally as the message "
+          "completes); True: the buffer is the caller's again (the outcome is completion's)");
+
   py::class_<PyGroup>(m, "Group")
       .def_property_readonly("self", [](const PyGroup& g) { return g.group.self(); })
       .def_property_readonly("view", [](const PyGroup& g) {
@@ -215,10 +265,7 @@ PYBIND11_MODULE(hmcast, m) {
           "broadcast",
           [](PyGroup& g, py::buffer data, bool wait) {
             py::buffer_info info = data.request();
-            if (!PyBuffer_IsContiguous(info.view(), 'C'))
-              throw py::value_error("broadcast() needs a contiguous buffer");
-            const auto bytes = std::span<const std::byte>(static_cast<const std::byte*>(info.ptr),
-                                                          static_cast<std::size_t>(info.size * info.itemsize));
+            const auto bytes = contiguous_bytes(info, "broadcast");
             py::gil_scoped_release unlocked;  // the bytes are copied before broadcast() returns
             return g.group.broadcast(bytes, wait ? hmcast::SendMode::wait : hmcast::SendMode::fail);
           },
@@ -228,16 +275,28 @@ PYBIND11_MODULE(hmcast, m) {
           "broadcast_from",
           [](PyGroup& g, py::buffer data) {
             py::buffer_info info = data.request();
-            if (!PyBuffer_IsContiguous(info.view(), 'C'))
-              throw py::value_error("broadcast_from() needs a contiguous buffer");
-            const auto bytes = std::span<const std::byte>(static_cast<const std::byte*>(info.ptr),
-                                                          static_cast<std::size_t>(info.size * info.itemsize));
+            const auto bytes = contiguous_bytes(info, "broadcast_from");
             py::gil_scoped_release unlocked;  // `info` holds the buffer until this returns
             g.group.broadcast_from(bytes);
           },
           py::arg("data"),
           "Sends a buffer from where it lies (a large one is not copied) and waits until every member holds it "
           "and the group no longer reads it; the buffer must not change meanwhile")
+      .def(
+          "broadcast_lent",
+          [](PyGroup& g, py::buffer data, bool wait) {
+            py::buffer_info info = data.request();
+            const auto bytes = contiguous_bytes(info, "broadcast_lent");
+            hmcast::LentSend sent;
+            {
+              py::gil_scoped_release unlocked;
+              sent = g.group.broadcast_lent(bytes, wait ? hmcast::SendMode::wait : hmcast::SendMode::fail);
+            }
+            return std::make_unique<PyLentSend>(g.group, std::move(sent), std::move(info));
+          },
+          py::arg("data"), py::arg("wait") = true,
+          "Starts sending a buffer from where it lies (a large one is not copied) and returns a LentSend; the "
+          "buffer must not change until its take_back() returns True (dropping the LentSend waits for that)")
       .def(
           "receive",
           [](PyGroup& g, std::optional<double> timeout) -> py::object {

@@ -16,6 +16,8 @@
 // MPI_Bcast to the barrier's return at the root (the analogue of a stream of hmcast
 // broadcasts whose last one is all-acked): messages/s and MB/s.
 //
+// With --ibcast, every MPI_Bcast above is an MPI_Ibcast and its MPI_Wait.
+//
 // Every row also says how much CPU all ranks spent on it, per GB the non-root ranks
 // received (user and system time of every thread, warm-up included).
 //
@@ -102,7 +104,19 @@ struct Options {
   std::string csv;
   bool json = false;
   bool stream = false;
+  bool ibcast = false;  // MPI_Ibcast then MPI_Wait in place of MPI_Bcast
 };
+
+/// One broadcast from rank 0 as the options say.
+void broadcast(const Options& o, void* buf, int count) {
+  if (!o.ibcast) {
+    MPI_Bcast(buf, count, MPI_BYTE, 0, MPI_COMM_WORLD);
+    return;
+  }
+  MPI_Request req = MPI_REQUEST_NULL;
+  MPI_Ibcast(buf, count, MPI_BYTE, 0, MPI_COMM_WORLD, &req);
+  MPI_Wait(&req, MPI_STATUS_IGNORE);
+}
 
 Options parse(int argc, char** argv) {
   Options o;
@@ -128,9 +142,12 @@ Options parse(int argc, char** argv) {
       o.json = true;
     } else if (a == "--stream") {
       o.stream = true;
+    } else if (a == "--ibcast") {
+      o.ibcast = true;
+      if (o.label == "MPI_Bcast") o.label = "MPI_Ibcast+MPI_Wait";
     } else if (a == "--help" || a == "-h") {
       std::cout << "usage: mpirun ... hmcast_mpi_bench [--sizes 8,2KiB,64MiB] [--scale S] [--warmup W]\n"
-                   "                 [--label NAME] [--csv FILE] [--json] [--stream]\n";
+                   "                 [--label NAME] [--csv FILE] [--json] [--stream] [--ibcast]\n";
       std::exit(0);
     } else {
       throw std::invalid_argument("unknown option '" + a + "' (see --help)");
@@ -179,12 +196,12 @@ Row measure_stream(std::uint64_t size, const Options& o, int rank) {
     if (size >= 4) std::memcpy(&got, buf.data(), 4);
     return size < 4 || got == k;
   };
-  for (int k = 0; k < o.warmup; ++k) MPI_Bcast(buf.data(), count, MPI_BYTE, 0, MPI_COMM_WORLD);
+  for (int k = 0; k < o.warmup; ++k) broadcast(o, buf.data(), count);
   MPI_Barrier(MPI_COMM_WORLD);
   const std::int64_t t0 = mono_ns();
   for (int k = 0; k < r.iters; ++k) {
     if (rank == 0) stamp(k);
-    MPI_Bcast(buf.data(), count, MPI_BYTE, 0, MPI_COMM_WORLD);
+    broadcast(o, buf.data(), count);
     if (rank != 0 && !stamped(k)) ++bad;
   }
   MPI_Barrier(MPI_COMM_WORLD);
@@ -220,7 +237,7 @@ Row measure(std::uint64_t size, const Options& o, int rank, int ranks) {
     MPI_Barrier(MPI_COMM_WORLD);
     std::int64_t t0 = 0;
     if (rank == 0) t0 = mono_ns();
-    MPI_Bcast(buf.data(), count, MPI_BYTE, 0, MPI_COMM_WORLD);
+    broadcast(o, buf.data(), count);
     std::int64_t arrived = mono_ns();
     if (rank != 0 && !check(buf, tag)) ++bad;
     MPI_Gather(&arrived, 1, MPI_INT64_T, arrivals.data(), 1, MPI_INT64_T, 0, MPI_COMM_WORLD);
@@ -233,7 +250,7 @@ Row measure(std::uint64_t size, const Options& o, int rank, int ranks) {
     if (rank == 0) fill(buf, tag + 1'000'000);
     MPI_Barrier(MPI_COMM_WORLD);
     if (rank == 0) t0 = mono_ns();
-    MPI_Bcast(buf.data(), count, MPI_BYTE, 0, MPI_COMM_WORLD);
+    broadcast(o, buf.data(), count);
     MPI_Barrier(MPI_COMM_WORLD);
     if (rank == 0 && iter >= 0) barrier_us.push_back(static_cast<double>(mono_ns() - t0) / 1e3);
     if (rank != 0 && !check(buf, tag + 1'000'000)) ++bad;

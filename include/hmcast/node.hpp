@@ -36,7 +36,8 @@
 // - Memory: broadcast() copies the bytes; the caller may reuse its buffer at once.
 //   prepare() gives a buffer to write a message into, sent without a copy;
 //   broadcast_from() sends a large message from the caller's memory and returns once
-//   the group has let go of it.
+//   the group has let go of it; broadcast_lent() starts the same and returns, and
+//   take_back() later says when the memory is the caller's again.
 //   Delivery::bytes is valid during the callback; keep Delivery::buffer to hold on
 //   to the message without a copy (for a small message, the datagram it came in,
 //   shared with the messages batched with it). Deliveries that arrive before
@@ -256,6 +257,21 @@ class Completion {
   std::weak_ptr<detail::NodeState> driver_;
 };
 
+/// A broadcast sent from the caller's memory without waiting (Group::broadcast_lent).
+class LentSend {
+ public:
+  /// Whether the group reads the caller's memory (else it sent a copy: a small message).
+  [[nodiscard]] bool lent() const { return released_ != nullptr; }
+  /// The message's outcome, as broadcast() gives it.
+  [[nodiscard]] const Completion& completion() const { return completion_; }
+
+ private:
+  friend class Group;
+  Completion completion_;
+  Seq seq_ = 0;
+  std::shared_ptr<detail::Lending> released_;
+};
+
 class Group {
  public:
   using DeliverFn = std::function<void(const Delivery&)>;
@@ -294,6 +310,18 @@ class Group {
   /// delivery, which runs on the progress thread; held for a later on_deliver(), that
   /// delivery gets a copy).
   void broadcast_from(std::span<const std::byte> bytes);
+  /// broadcast_from() in two steps: starts broadcasting `bytes` from where they lie
+  /// and returns (waiting for room as `mode` says); the bytes must stay unchanged
+  /// and alive until take_back() says true. A message the small route carries is
+  /// copied, as broadcast() copies it (lent() false). From a callback too, but
+  /// take_back() there only with no wait (it waits for this member's own delivery).
+  LentSend broadcast_lent(std::span<const std::byte> bytes, SendMode mode = SendMode::wait);
+  /// Takes back memory lent by broadcast_lent(): waits at most `max_wait` for the
+  /// group to let go of the bytes (normally as the message completes; if it fails,
+  /// the group first copies what it still needs). True: they are the caller's again
+  /// (also if never lent); the outcome is sent.completion()'s, which may come just
+  /// after. False: not yet.
+  bool take_back(LentSend& sent, std::chrono::nanoseconds max_wait);
   /// Lends `into` to receive `sender`'s large message `seq` (Delivery::seq numbers
   /// them) without the copy out of the group's own buffer: if the message is
   /// announced here after this, and is exactly `into.size()` bytes, it is written

@@ -283,6 +283,13 @@ void check_large_size(const ProtocolConfig& cfg, std::size_t size) {
                                                   " (raise ProtocolConfig::max_large_message on every member)");
 }
 
+/// `max_wait` from now, saturated (nanoseconds::max(): for ever).
+std::chrono::steady_clock::time_point deadline_after(std::chrono::nanoseconds max_wait) {
+  const auto now = std::chrono::steady_clock::now();
+  return max_wait >= std::chrono::steady_clock::time_point::max() - now ? std::chrono::steady_clock::time_point::max()
+                                                                         : now + max_wait;
+}
+
 /// A large message of `size` bytes handed to the runtime by `start(app)` (under
 /// g.mu, once there is room), and its Completion; `seq`, if given, gets its number.
 template <class Start>
@@ -346,42 +353,66 @@ Completion Group::broadcast_large(std::span<const std::byte> bytes, SendMode mod
 }
 
 void Group::broadcast_from(std::span<const std::byte> bytes) {
-  auto& g = *state_;
-  if (detail::in_callback_of(g))
+  if (detail::in_callback_of(*state_))
     throw Error(ErrorCode::invalid_config,
                 "broadcast_from() in a callback: it waits for this member's own delivery, which runs after the "
                 "callback; use broadcast() there");
+  LentSend sent = broadcast_lent(bytes);
+  (void)take_back(sent, std::chrono::nanoseconds::max());
+  sent.completion().get();  // its failure, if any (the bytes are ours again all the same)
+}
+
+LentSend Group::broadcast_lent(std::span<const std::byte> bytes, SendMode mode) {
+  auto& g = *state_;
+  LentSend sent;
   if (bytes.size() <= policy::small_route_for(g.node->protocol)) {
-    broadcast(bytes).get();  // datagrams are copies anyway
-    return;
+    sent.completion_ = broadcast(bytes, mode);  // datagrams are copies anyway
+    return sent;
   }
   check_large_size(g.node->protocol, bytes.size());
   // The lender: the runtime holds it while it may read `bytes` (and this member's
-  // own delivery, while it waits to run); this call holds none, so its release
+  // own delivery, while it waits to run); the caller holds none, so its release
   // says the bytes are the caller's again. Normally that is at once: the release
   // and the completion come in one round, and the delivery's callback soon after.
   auto lending = std::make_shared<detail::Lending>();
-  Seq seq = 0;
-  const Completion c = start_large(
-      g, SendMode::wait, bytes.size(),
+  sent.completion_ = start_large(
+      g, mode, bytes.size(),
       [&](AppEvents& app) {
         return g.runtime->broadcast_lent(bytes, detail::lender_for(bytes.data(), lending), detail::now_ns(), app);
       },
-      &seq);
-  const auto forever = std::chrono::steady_clock::time_point::max();
-  try {
-    c.get();
-  } catch (...) {
-    // The message will not complete: the group keeps what it still needs in a copy
-    // of its own (the runtime's, and a delivery not yet handed to the application).
-    {
-      std::lock_guard lock(g.mu);
-      g.runtime->own_lent(seq, g.to_app);
+      &sent.seq_);
+  sent.released_ = std::move(lending);
+  return sent;
+}
+
+bool Group::take_back(LentSend& sent, std::chrono::nanoseconds max_wait) {
+  if (!sent.lent()) return true;
+  bool back = sent.released_->released.load(std::memory_order_acquire);
+  if (!back && state_) {
+    auto& g = *state_;
+    // Both waits below need the progress thread, which runs the callbacks.
+    if (max_wait.count() != 0 && detail::in_callback_of(g))
+      throw Error(ErrorCode::invalid_config,
+                  "take_back() of a sent message with a wait, in a callback: the wait needs the thread that runs "
+                  "the callbacks; take it back outside them, or with no wait");
+    const auto deadline = deadline_after(max_wait);
+    if (!sent.completion_.wait_for(max_wait)) return false;  // no outcome yet
+    bool failed = false;
+    try {
+      sent.completion_.get();
+    } catch (...) {
+      failed = true;
     }
-    (void)detail::wait_released(g, *lending, forever);
-    throw;
+    // A message that will not complete: the group keeps what it still needs in a
+    // copy of its own (the runtime's, and a delivery not yet handed to the application).
+    if (failed) {
+      std::lock_guard lock(g.mu);
+      g.runtime->own_lent(sent.seq_, g.to_app);
+    }
+    back = detail::wait_released(g, *sent.released_, deadline);
   }
-  (void)detail::wait_released(g, *lending, forever);
+  if (back) sent.released_.reset();
+  return back;
 }
 
 LentReceive Group::lend_receive(MemberId sender, Seq seq, std::span<std::byte> into) {
@@ -410,11 +441,7 @@ bool Group::take_back(LentReceive& lent, std::chrono::nanoseconds max_wait) {
       std::lock_guard lock(g.mu);
       g.runtime->unlend_receive(lent.sender_, lent.seq_);  // if its message never came
     }
-    const auto now = std::chrono::steady_clock::now();
-    const auto deadline = max_wait >= std::chrono::steady_clock::time_point::max() - now
-                              ? std::chrono::steady_clock::time_point::max()
-                              : now + max_wait;
-    back = detail::wait_released(g, *lent.released_, deadline);
+    back = detail::wait_released(g, *lent.released_, deadline_after(max_wait));
   }
   if (back) lent.released_.reset();
   return back;

@@ -256,6 +256,7 @@ std::optional<BcastError> CommGroup::send(std::span<const std::byte> bytes) {
     } catch (const std::exception& e) {
       return BcastError{MPI_ERR_OTHER, std::string("hmcast broadcast failed: ") + e.what()};
     }
+    ++stats().sent_in_place;
     std::lock_guard lock(mu_);
     if (!broken_.empty()) return BcastError{MPI_ERR_OTHER, broken_};  // as finish() says
     return std::nullopt;
@@ -324,47 +325,89 @@ std::optional<BcastError> CommGroup::finish(const Completion& c, bool block, boo
   return std::nullopt;
 }
 
-std::optional<BcastError> CommGroup::receive_into(int root, std::span<std::byte> into) {
+std::optional<BcastError> CommGroup::start_lent(std::span<const std::byte> bytes, LentSend& out) {
+  HMCAST_ASSERT(!headed(bytes.size()));  // large-path messages carry no header byte
+  if (auto err = admit(bytes.size(), false)) return err;  // also says when the group was given up
+  try {
+    out = group_.broadcast_lent(bytes);
+  } catch (const std::exception& e) {
+    return BcastError{MPI_ERR_OTHER, std::string("hmcast broadcast failed: ") + e.what()};
+  }
+  return std::nullopt;
+}
+
+std::optional<BcastError> CommGroup::finish_lent(LentSend& sent, bool block, bool& done) {
+  done = false;
+  if (!block && !sent.completion().wait_for(std::chrono::nanoseconds(0))) return std::nullopt;
+  // The outcome is there (or comes now): then the bytes are let go of at once, or
+  // copied where the group still needs them; a group that holds them past the bound
+  // is given up, as a receive buffer is (receive_lent).
+  (void)sent.completion().wait_for(std::chrono::nanoseconds::max());
+  done = true;
+  if (!group_.take_back(sent, std::chrono::seconds(1))) return give_up("a send buffer");
+  auto err = finish(sent.completion(), true, done);
+  if (!err) ++stats().sent_in_place;
+  return err;
+}
+
+LentReceive CommGroup::lend_next(int root, std::span<std::byte> into) {
   HMCAST_ASSERT(into.size() > max_small_);
+  if (headed(into.size()) || !node_) return {};  // at that size the message is one byte longer
   const MemberId from = member_of_rank_.at(static_cast<std::size_t>(root));
   // Lent only for the very next message of the root's large path, and only if none
-  // is queued here: then the message the group writes into it is the one this call
-  // takes (each root's large messages come in order).
+  // is queued here: then the message the group writes into it is the one the next
+  // take from this queue gets (each root's large messages come in order).
   Seq next = 0;
-  bool lend = !headed(into.size());  // at that size the message is one byte longer
   {
     std::lock_guard lock(mu_);
     const std::pair key{from, true};
-    lend = lend && broken_.empty() && inbox_[key].empty();
+    if (!broken_.empty() || !inbox_[key].empty()) return {};
     next = taken_seq_[key] + 1;
   }
-  LentReceive lent;
-  if (lend) lent = group_.lend_receive(from, next, into);
+  return group_.lend_receive(from, next, into);
+}
+
+std::optional<BcastError> CommGroup::receive_into(int root, std::span<std::byte> into) {
+  LentReceive lent = lend_next(root, into);
+  bool done = false;
+  return receive_lent(root, into, lent, true, done);
+}
+
+std::optional<BcastError> CommGroup::receive_lent(int root, std::span<std::byte> into, LentReceive& lent, bool block,
+                                                  bool& done, bool* in_place) {
+  HMCAST_ASSERT(into.size() > max_small_);
+  done = false;
   Message m;
   bool got = false;
-  auto err = wait_next(root, into.size(), m, true, got);
+  auto err = wait_next(root, into.size(), m, block, got);
+  if (!got && !err) return std::nullopt;  // not yet (block false)
+  done = true;
   // The memory is the caller's again before anything else writes into it. After a
   // delivery that is at once; a failure may hold it longer (a message kept whole
   // for its commit across a view change), and a group that holds it past the bound
   // is given up: destroying its Node is what ends every write into the memory.
-  if (!group_.take_back(lent, std::chrono::seconds(1))) {
-    std::string why;
-    {
-      std::lock_guard lock(mu_);
-      if (broken_.empty()) broken_ = "this rank's hmcast group kept a receive buffer after its broadcast failed: given up";
-      why = broken_;
-    }
-    node_.reset();  // not under mu_: its progress thread's callbacks take it
-    return BcastError{MPI_ERR_OTHER, why};
-  }
+  if (!group_.take_back(lent, std::chrono::seconds(1))) return give_up("a receive buffer");
   if (err) return err;
   if (m.bytes.data() == into.data()) {
     ++stats().received_in_place;
+    if (in_place != nullptr) *in_place = true;
   } else {
     std::memcpy(into.data(), m.bytes.data(), m.bytes.size());  // wait_next checked the size
     ++stats().received_copied;
   }
   return std::nullopt;
+}
+
+BcastError CommGroup::give_up(const char* what) {
+  std::string why;
+  {
+    std::lock_guard lock(mu_);
+    if (broken_.empty())
+      broken_ = std::string("this rank's hmcast group kept ") + what + " after its broadcast failed: given up";
+    why = broken_;
+  }
+  node_.reset();  // not under mu_: its progress thread's callbacks take it
+  return BcastError{MPI_ERR_OTHER, why};
 }
 
 std::optional<BcastError> CommGroup::wait_next(int root, std::size_t size, Message& out, bool block, bool& got) {

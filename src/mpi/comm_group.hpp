@@ -18,9 +18,10 @@
 //
 // A small-path message carries one byte first: data, or a credit (u32 root member,
 // u64 messages, u64 bytes taken). Large-path messages are all data and carry none,
-// so a root's blocking MPI_Bcast sends them from the caller's buffer
-// (Group::broadcast_from): except at the one size, max_small() + 1, that the header
-// byte itself lifts onto the large path.
+// so a root sends them from the caller's buffer (Group::broadcast_from for MPI_Bcast,
+// broadcast_lent for MPI_Ibcast), and receivers lend theirs to be written into:
+// except at the one size, max_small() + 1, that the header byte itself lifts onto
+// the large path.
 //
 // Delivery order: hmcast keeps each sender's order per path (small and large
 // messages are numbered apart). Every rank knows the byte count of a broadcast
@@ -84,16 +85,34 @@ class CommGroup {
   template <class Take>
   std::optional<BcastError> receive(int root, std::size_t size, Take&& take, bool block = true,
                                     bool* done = nullptr);
+  /// The root's side from the caller's memory (MPI_Ibcast of a large contiguous
+  /// buffer; not at the one size that carries a header byte): start_lent() starts
+  /// the broadcast without a copy (never held back), finish_lent() says whether every
+  /// rank holds it and the bytes are the caller's again, waiting if `block`.
+  std::optional<BcastError> start_lent(std::span<const std::byte> bytes, LentSend& out);
+  std::optional<BcastError> finish_lent(LentSend& sent, bool block, bool& done);
   /// A non-root's blocking side for a large broadcast into contiguous memory: lends
-  /// `into` to the group first (Group::lend_receive), so the message is written
-  /// straight into it if it is announced after that, and copied in otherwise.
+  /// `into` to the group first (lend_next), so the message is written straight into
+  /// it if it is announced after that, and copied in otherwise.
   std::optional<BcastError> receive_into(int root, std::span<std::byte> into);
+  /// receive_into() in steps (MPI_Ibcast): lend_next() lends `into` for `root`'s next
+  /// large message, if nothing of that root's large path is queued here (the caller
+  /// makes sure no earlier receive of the same root and path is pending: that one
+  /// would take the message); receive_lent() takes the message (waiting if `block`;
+  /// `done` says whether it came), takes the memory back and copies in what did not
+  /// land there (`in_place`, if given, is set when nothing needed copying).
+  LentReceive lend_next(int root, std::span<std::byte> into);
+  std::optional<BcastError> receive_lent(int root, std::span<std::byte> into, LentReceive& lent, bool block,
+                                         bool& done, bool* in_place = nullptr);
 
   /// Broadcasts above this many bytes take hmcast's large path: the policy's
   /// choice for the group, which form() raises by the shim's byte of header so a
   /// broadcast of the policy's size stays small (GroupStats::max_small_message less
   /// that byte), the same at every rank since every rank builds the same Config.
   [[nodiscard]] std::size_t max_small() const { return max_small_; }
+  /// Whether a broadcast of `size` bytes goes with its header byte (above): then
+  /// neither end can lend its memory to the group.
+  [[nodiscard]] bool headed(std::size_t size) const;
 
  private:
   CommGroup() = default;
@@ -106,8 +125,9 @@ class CommGroup {
   /// Flow control for a broadcast of `size` bytes (waits for credit if `hold_back`),
   /// then counts it as sent.
   std::optional<BcastError> admit(std::size_t size, bool hold_back);
-  /// Whether a broadcast of `size` bytes goes with its header byte (above).
-  [[nodiscard]] bool headed(std::size_t size) const;
+  /// The group still holds the caller's memory (`what`) past the bound after a
+  /// failure: destroys the Node, which ends every use of it; the error to return.
+  BcastError give_up(const char* what);
   /// A message's bytes arrived (the progress thread): data to the inbox, a credit to the root.
   void on_message(const Delivery& d);
   /// Tells `root` what this rank took from it.

@@ -47,7 +47,10 @@ struct PendingIbcasts::Op {
   std::size_t bytes = 0;
   bool is_root = false;
   bool plain = true;        // the bytes are the buffer's own run (else packed, or unpacked)
-  Completion completion{};  // the root's
+  Completion completion{};  // the root's, when it sent a copy
+  bool lends = false;       // the root's bytes, or a receiver's buffer, are lent to the group
+  LentSend sent{};          // the root's, when it sends from the user's buffer
+  LentReceive lent{};       // a receiver's buffer, if the group took it
   // A receiver's:
   int root = 0;
   void* buffer = nullptr;
@@ -55,6 +58,8 @@ struct PendingIbcasts::Op {
   MPI_Datatype datatype = MPI_DATATYPE_NULL;  // our own duplicate when not plain: the user may free theirs
 
   [[nodiscard]] bool large() const { return bytes > group->max_small(); }
+  /// A receiver's contiguous buffer, as bytes.
+  [[nodiscard]] std::span<std::byte> into() const { return {static_cast<std::byte*>(buffer), bytes}; }
   /// A receiver's queue: its messages come from one root on one path, in order.
   [[nodiscard]] std::tuple<const CommGroup*, int, bool> queue() const { return {group, root, large()}; }
   [[nodiscard]] bool same_queue(const Op& o) const { return !is_root && !o.is_root && queue() == o.queue(); }
@@ -86,10 +91,19 @@ int PendingIbcasts::add_root(CommGroup* group, MPI_Comm comm, Completion c, std:
   return enqueue(op, request);
 }
 
+int PendingIbcasts::add_root_lent(CommGroup* group, MPI_Comm comm, LentSend sent, std::size_t bytes,
+                                  MPI_Request* request) {
+  auto op = std::make_unique<Op>(
+      Op{.group = group, .comm = comm, .bytes = bytes, .is_root = true, .lends = true, .sent = std::move(sent)});
+  return enqueue(op, request);
+}
+
 int PendingIbcasts::add_receive(CommGroup* group, MPI_Comm comm, int root, std::size_t bytes, void* buffer, int count,
                                 MPI_Datatype datatype, bool plain, MPI_Request* request) {
   auto op = std::make_unique<Op>(Op{.group = group, .comm = comm, .bytes = bytes, .plain = plain, .root = root,
                                     .buffer = buffer, .count = count, .datatype = datatype});
+  // Large into a contiguous buffer: the message may be written straight into it (enqueue lends it).
+  op->lends = plain && op->large() && !group->headed(bytes);
   if (!plain) {
     if (const int rc = PMPI_Type_dup(datatype, &op->datatype); rc != MPI_SUCCESS) return rc;
   }
@@ -102,6 +116,11 @@ int PendingIbcasts::enqueue(std::unique_ptr<Op>& op, MPI_Request* request) {
   if (const int rc = start_request(op->state, request); rc != MPI_SUCCESS) return rc;
   op->request = *request;
   std::lock_guard lock(mu_);
+  // A receiver's buffer is lent for the next message of its queue only if no earlier
+  // receive of the same queue is pending (that one takes the next message).
+  if (op->lends && !op->is_root &&
+      std::none_of(ops_.begin(), ops_.end(), [&](const auto& o) { return o->request != MPI_REQUEST_NULL && o->same_queue(*op); }))
+    op->lent = op->group->lend_next(op->root, op->into());
   ops_.push_back(std::move(op));
   count_.store(ops_.size(), std::memory_order_relaxed);
   return MPI_SUCCESS;
@@ -109,10 +128,13 @@ int PendingIbcasts::enqueue(std::unique_ptr<Op>& op, MPI_Request* request) {
 
 bool PendingIbcasts::finish(Op& op, bool block) {
   bool done = false;
+  bool in_place = false;
   int rc = MPI_SUCCESS;
   std::optional<BcastError> err;
   if (op.is_root) {
-    err = op.group->finish(op.completion, block, done);
+    err = op.lends ? op.group->finish_lent(op.sent, block, done) : op.group->finish(op.completion, block, done);
+  } else if (op.lends) {
+    err = op.group->receive_lent(op.root, op.into(), op.lent, block, done, &in_place);
   } else {
     err = op.group->receive(
         op.root, op.bytes,
@@ -127,6 +149,7 @@ bool PendingIbcasts::finish(Op& op, bool block) {
   } else {
     stats().count_hmcast(op.bytes, op.large(), !op.plain);
     ++stats().nonblocking;
+    if (in_place || (op.is_root && op.lends)) ++stats().nonblocking_in_place;
   }
   if (!op.is_root && !op.plain) PMPI_Type_free(&op.datatype);
   op.state->error = rc;

@@ -31,6 +31,8 @@ class PendingIbcasts {
   /// The root's MPI_Ibcast, its broadcast started as `c`.
   /// `plain`: the root's bytes were its buffer, not packed from it.
   int add_root(CommGroup* group, MPI_Comm comm, Completion c, std::size_t bytes, bool plain, MPI_Request* request);
+  /// The root's MPI_Ibcast of a large contiguous buffer, sent from it as `sent`.
+  int add_root_lent(CommGroup* group, MPI_Comm comm, LentSend sent, std::size_t bytes, MPI_Request* request);
   /// A receiver's MPI_Ibcast of `bytes` bytes from `root` into the user's buffer.
   int add_receive(CommGroup* group, MPI_Comm comm, int root, std::size_t bytes, void* buffer, int count,
                   MPI_Datatype datatype, bool plain, MPI_Request* request);

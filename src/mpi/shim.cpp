@@ -255,6 +255,13 @@ int ibcast(void* buffer, int count, MPI_Datatype datatype, int root, MPI_Comm co
     ++stats().errors;
     return rc;
   }
+  if (r.plain && !r.group->headed(r.bytes)) {
+    // Large and contiguous: sent from the user's buffer, which MPI leaves to us until
+    // the request completes (MPI 3.0, 5.12); the request takes it back.
+    LentSend sent;
+    if (auto err = r.group->start_lent(out, sent)) return raise(comm, *err, "MPI_Ibcast");
+    return pending_ibcasts().add_root_lent(r.group, comm, std::move(sent), r.bytes, request);
+  }
   Completion c;
   if (auto err = r.group->start(out, c)) return raise(comm, *err, "MPI_Ibcast");  // the bytes are copied out
   return pending_ibcasts().add_root(r.group, comm, std::move(c), r.bytes, r.plain, request);

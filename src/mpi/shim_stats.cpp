@@ -20,6 +20,7 @@ std::string ShimStats::json(int world_rank) const {
     << ",\"fallback_unsupported\":" << unsupported << ",\"groups_created\":" << groups_created << ",\"repairs_sent\":" << repairs_sent
     << ",\"faults_dropped\":" << faults_dropped << ",\"root_waits\":" << root_waits << ",\"credits_sent\":" << credits_sent
     << ",\"received_in_place\":" << received_in_place << ",\"received_copied\":" << received_copied
+    << ",\"sent_in_place\":" << sent_in_place << ",\"nonblocking_in_place\":" << nonblocking_in_place
     << ",\"max_queued_bytes\":" << max_queued_bytes << ",\"bad_messages\":" << bad_messages << "}";
   return o.str();
 }

@@ -42,6 +42,10 @@ struct ShimStats {
   // and were copied out of the group's buffer.
   std::atomic<std::uint64_t> received_in_place{0};
   std::atomic<std::uint64_t> received_copied{0};
+  // A root's large broadcasts sent from its buffer, without a copy first.
+  std::atomic<std::uint64_t> sent_in_place{0};
+  // Of received_in_place and sent_in_place: MPI_Ibcast's.
+  std::atomic<std::uint64_t> nonblocking_in_place{0};
 
   /// One broadcast of `n` bytes that went through hmcast, on the large path or not,
   /// packed or not.

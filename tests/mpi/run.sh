@@ -102,7 +102,8 @@ r["stat_ranks"] = len(stats)
 for k in ("hmcast_calls", "fallback_calls", "hmcast_large", "hmcast_packed", "fallback_disabled",
           "fallback_group_limit", "fallback_intercomm", "fallback_single_rank", "fallback_setup_failed",
           "repairs_sent", "faults_dropped", "hmcast_errors", "hmcast_nonblocking", "fortran_calls", "root_waits",
-          "credits_sent", "bad_messages", "received_in_place", "received_copied"):
+          "credits_sent", "bad_messages", "received_in_place", "received_copied", "sent_in_place",
+          "nonblocking_in_place"):
     r[k] = sum(s[k] for s in stats)
 r["max_queued_bytes"] = max((s["max_queued_bytes"] for s in stats), default=0)
 if r["shim"]:
@@ -129,6 +130,12 @@ if r["shim"]:
         # the program's barriers between calls, most land there without a copy.
         if plain_suite and not fortran and r["received_in_place"] == 0:
             r["script_failures"].append("no large MPI_Bcast was received straight into the user's buffer (%d copied)" % r["received_copied"])
+        # Roots send large contiguous broadcasts from the user's buffer, blocking or not,
+        # and MPI_Ibcast's receivers lend theirs as MPI_Bcast's do.
+        if plain_suite and not fortran and r["sent_in_place"] == 0:
+            r["script_failures"].append("no large broadcast was sent from the root's buffer")
+        if plain_suite and not fortran and r["nonblocking_in_place"] == 0:
+            r["script_failures"].append("no large MPI_Ibcast was sent from or received into the user's buffer")
         if r["fallback_setup_failed"] != 0: r["script_failures"].append("a group could not be formed")
     # Fortran's calls reach the shim through its Fortran entry points, every one of them.
     if fortran and r["fortran_calls"] != r["calls"]:
@@ -159,7 +166,7 @@ for l in err:
         sys.stderr.write("  " + l + "\n")
 print(json.dumps(r))
 PY
-  python3 -c 'import json,sys; r=json.loads(sys.argv[1]); print("%-26s procs=%d checks=%d failures=%d hmcast_calls=%d (ibcast %d) fallback_calls=%d dropped=%d repairs=%d seconds=%s root_wait_ms=%s max_queued=%d root_waits=%d in_place=%d copied=%d %s" % (r["run"], r["procs"], r["checks"], r["failures"], r["hmcast_calls"], r["hmcast_nonblocking"], r["fallback_calls"], r["faults_dropped"], r["repairs_sent"], r["seconds"], r.get("root_wait_ms"), r["max_queued_bytes"], r["root_waits"], r.get("received_in_place", 0), r.get("received_copied", 0), "; ".join(r["script_failures"]) or "ok"))' "$(tail -n 1 "$RESULTS")"
+  python3 -c 'import json,sys; r=json.loads(sys.argv[1]); print("%-26s procs=%d checks=%d failures=%d hmcast_calls=%d (ibcast %d) fallback_calls=%d dropped=%d repairs=%d seconds=%s root_wait_ms=%s max_queued=%d root_waits=%d in_place=%d copied=%d sent_in_place=%d ibcast_in_place=%d %s" % (r["run"], r["procs"], r["checks"], r["failures"], r["hmcast_calls"], r["hmcast_nonblocking"], r["fallback_calls"], r["faults_dropped"], r["repairs_sent"], r["seconds"], r.get("root_wait_ms"), r["max_queued_bytes"], r["root_waits"], r.get("received_in_place", 0), r.get("received_copied", 0), r.get("sent_in_place", 0), r.get("nonblocking_in_place", 0), "; ".join(r["script_failures"]) or "ok"))' "$(tail -n 1 "$RESULTS")"
 }
 
 if [ -z "$SANITIZER" ]; then

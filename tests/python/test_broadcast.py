@@ -234,3 +234,47 @@ def test_broadcast_from_sends_a_buffer_in_place():
         sender.broadcast_from(memoryview(bytearray(8 << 20))[::2])  # not contiguous
     for g in (sender, receiver):
         g.leave()
+
+
+def test_broadcast_lent_sends_without_waiting_and_takes_back():
+    """broadcast_lent(): the buffer goes from where it lies while the caller goes on;
+    take_back() says when it is the caller's again, with the outcome in completion.
+    A small one is copied (lent False); a dropped LentSend waits for its buffer."""
+    import hmcast
+
+    nodes = [hmcast.Node(transport="inproc", group_size=2, fabric="py-lent-async") for _ in range(2)]
+    sender, receiver = join_all(nodes, "lent-async")
+    size = 3 << 20
+    first = bytearray(bytes(range(256)) * (size // 256))
+    second = bytearray(b"\x5a" * (size - 7))
+    want = [bytes(first), bytes(second), b"small"]
+    a = sender.broadcast_lent(first)
+    b = sender.broadcast_lent(memoryview(second))
+    c = sender.broadcast_lent(b"small")
+    assert a.lent and b.lent and not c.lent
+    with pytest.raises(BufferError):
+        first.extend(b"x")  # held by the group until taken back
+    assert a.take_back(timeout=30)
+    a.completion.result(timeout=30)
+    first[:] = b"\xee" * size  # the caller's again
+    first.extend(b"x")
+    del b  # waits for the group to let go
+    second[:] = b"\xee" * len(second)
+    assert c.take_back(timeout=0)
+    c.completion.result(timeout=30)
+
+    def deliveries(g, n):
+        got = []
+        while len(got) < n:
+            e = g.receive(timeout=30)
+            assert e is not None, "no delivery within 30 s"
+            if isinstance(e, hmcast.Delivery):
+                got.append(e.tobytes())
+        return sorted(got)
+
+    assert deliveries(receiver, 3) == sorted(want)
+    assert deliveries(sender, 3) == sorted(want)
+    with pytest.raises(ValueError):
+        sender.broadcast_lent(memoryview(bytearray(8 << 20))[::2])  # not contiguous
+    for g in (sender, receiver):
+        g.leave()
