@@ -18,14 +18,14 @@ namespace hmcast {
 void Group::on_deliver(DeliverFn fn) {
   {
     std::lock_guard lock(state_->mu);
-    state_->on_deliver = std::move(fn);
+    state_->on_deliver = fn ? std::make_shared<const DeliverFn>(std::move(fn)) : nullptr;
   }
   state_->node->link->wake();  // hand over deliveries held so far
 }
 
 void Group::on_view_change(ViewFn fn) {
   std::lock_guard lock(state_->mu);
-  state_->on_view = std::move(fn);
+  state_->on_view = fn ? std::make_shared<const ViewFn>(std::move(fn)) : nullptr;
 }
 
 void Group::on_stopped(StoppedFn fn) {

@@ -232,8 +232,8 @@ void NodeState::run_callbacks(GroupState& g) {
     InCallbacks& operator=(const InCallbacks&) = delete;
   } in_callbacks(g);
   AppEvents todo;
-  Group::DeliverFn deliver;
-  Group::ViewFn view;
+  std::shared_ptr<const Group::DeliverFn> deliver;
+  std::shared_ptr<const Group::ViewFn> view;
   {
     std::lock_guard lock(g.mu);
     deliver = g.on_deliver;
@@ -288,13 +288,14 @@ void NodeState::run_callbacks(GroupState& g) {
     std::visit(
         Overloaded{
             [&](action::Deliver& d) {
-              user([&] { deliver(Delivery{d.sender, d.seq, false, d.message.bytes(), d.message.owner()}); });
+              user([&] { (*deliver)(Delivery{d.sender, d.seq, false, d.message.bytes(), d.message.owner()}); });
             },
             [&](action::DeliverLarge& d) {
               // Our own message from lent memory: no buffer to keep (the bytes are the
               // lender's, valid during the callback: broadcast_from() waits for it).
               user([&] {
-                deliver(Delivery{d.sender, d.seq, true, d.message.bytes(), d.message.lent() ? nullptr : d.message.owner()});
+                (*deliver)(
+                    Delivery{d.sender, d.seq, true, d.message.bytes(), d.message.lent() ? nullptr : d.message.owner()});
               });
             },
             [&](action::Completed& c) {
@@ -306,7 +307,7 @@ void NodeState::run_callbacks(GroupState& g) {
               settle_large(g, f.seq, std::make_exception_ptr(Error(ErrorCode::removed, f.reason)));
             },
             [&](action::ViewInstalled& v) {
-              if (view) user([&] { view(v.view, v.left); });
+              if (view) user([&] { (*view)(v.view, v.left); });
             },
             [&](action::Removed&) {
               fail_all(g, ErrorCode::removed,

@@ -56,8 +56,10 @@ struct GroupState {
   /// What one call into the runtime produced, until queue_for_app() moves it to
   /// to_app: kept, like to_app, so their capacity is reused (no allocation per message).
   AppEvents produced;
-  Group::DeliverFn on_deliver;
-  Group::ViewFn on_view;
+  // Shared, not copied: every round takes them, and copying a std::function that
+  // captures more than a pointer or two allocates.
+  std::shared_ptr<const Group::DeliverFn> on_deliver;
+  std::shared_ptr<const Group::ViewFn> on_view;
   Group::StoppedFn on_stopped;
   bool stop_reported = false;  // on_stopped ran (a stop the application made, ErrorCode::closed, never runs it)
   bool closed = false;
