@@ -258,6 +258,8 @@ class Completion {
 };
 
 /// A broadcast sent from the caller's memory without waiting (Group::broadcast_lent).
+/// Dropping it gives nothing back: the memory stays the group's until take_back()
+/// says true, or the Node is destroyed.
 class LentSend {
  public:
   /// Whether the group reads the caller's memory (else it sent a copy: a small message).
