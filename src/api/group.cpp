@@ -290,6 +290,17 @@ std::chrono::steady_clock::time_point deadline_after(std::chrono::nanoseconds ma
                                                                          : now + max_wait;
 }
 
+/// Both take_back()s: true at once if `released` was never lent or is given back
+/// already (also by a Node destroyed since: then there is no group to ask), else
+/// what `wait(group)` says; forgets the lending once it is back.
+template <class Wait>
+bool take_back_lending(std::shared_ptr<detail::Lending>& released, detail::GroupState* group, Wait&& wait) {
+  if (!released) return true;
+  const bool back = released->released.load(std::memory_order_acquire) || (group != nullptr && wait(*group));
+  if (back) released.reset();
+  return back;
+}
+
 /// A large message of `size` bytes handed to the runtime by `start(app)` (under
 /// g.mu, once there is room), and its Completion; `seq`, if given, gets its number.
 template <class Start>
@@ -386,10 +397,7 @@ LentSend Group::broadcast_lent(std::span<const std::byte> bytes, SendMode mode) 
 }
 
 bool Group::take_back(LentSend& sent, std::chrono::nanoseconds max_wait) {
-  if (!sent.lent()) return true;
-  bool back = sent.released_->released.load(std::memory_order_acquire);
-  if (!back && state_) {
-    auto& g = *state_;
+  return take_back_lending(sent.released_, state_.get(), [&](detail::GroupState& g) {
     // Both waits below need the progress thread, which runs the callbacks.
     if (max_wait.count() != 0 && detail::in_callback_of(g))
       throw Error(ErrorCode::invalid_config,
@@ -409,10 +417,8 @@ bool Group::take_back(LentSend& sent, std::chrono::nanoseconds max_wait) {
       std::lock_guard lock(g.mu);
       g.runtime->own_lent(sent.seq_, g.to_app);
     }
-    back = detail::wait_released(g, *sent.released_, deadline);
-  }
-  if (back) sent.released_.reset();
-  return back;
+    return detail::wait_released(g, *sent.released_, deadline);
+  });
 }
 
 LentReceive Group::lend_receive(MemberId sender, Seq seq, std::span<std::byte> into) {
@@ -432,19 +438,13 @@ LentReceive Group::lend_receive(MemberId sender, Seq seq, std::span<std::byte> i
 }
 
 bool Group::take_back(LentReceive& lent, std::chrono::nanoseconds max_wait) {
-  if (!lent.lent()) return true;
-  // Given back already (also by a Node destroyed since: then there is no group to ask).
-  bool back = lent.released_->released.load(std::memory_order_acquire);
-  if (!back && state_) {
-    auto& g = *state_;
+  return take_back_lending(lent.released_, state_.get(), [&](detail::GroupState& g) {
     {
       std::lock_guard lock(g.mu);
       g.runtime->unlend_receive(lent.sender_, lent.seq_);  // if its message never came
     }
-    back = detail::wait_released(g, *lent.released_, deadline_after(max_wait));
-  }
-  if (back) lent.released_.reset();
-  return back;
+    return detail::wait_released(g, *lent.released_, deadline_after(max_wait));
+  });
 }
 
 namespace detail {

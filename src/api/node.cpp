@@ -265,10 +265,8 @@ void NodeState::run_callbacks(GroupState& g) {
         if (kept && is_view) ++g.views_held;
         // A held delivery in lent memory (Group::broadcast_from, lend_receive) gets a
         // copy of its own: the lender waits for the memory, not for on_deliver().
-        if (auto* dl = std::get_if<action::DeliverLarge>(&a); kept && dl != nullptr && dl->message.lent()) {
-          const auto b = dl->message.bytes();
-          dl->message = MessageBuffer(std::make_shared<std::vector<std::byte>>(b.begin(), b.end()));
-        }
+        if (auto* dl = std::get_if<action::DeliverLarge>(&a); kept && dl != nullptr && dl->message.lent())
+          dl->message = dl->message.copied();
         (kept ? keep : todo).push_back(std::move(a));
       }
       g.views_queued = g.views_held;

@@ -46,6 +46,11 @@ class MessageBuffer {
     return m;
   }
   [[nodiscard]] bool lent() const { return owner_.get() == &lent_marker(); }
+  /// The same bytes in a buffer of their own (a delivery in lent memory that
+  /// outlives the lending).
+  [[nodiscard]] MessageBuffer copied() const {
+    return MessageBuffer(std::make_shared<std::vector<std::byte>>(bytes_.begin(), bytes_.end()));
+  }
 
   [[nodiscard]] explicit operator bool() const { return owner_ != nullptr; }
   [[nodiscard]] const std::span<const std::byte>& operator*() const { return bytes_; }

@@ -103,7 +103,7 @@ int PendingIbcasts::add_receive(CommGroup* group, MPI_Comm comm, int root, std::
   auto op = std::make_unique<Op>(Op{.group = group, .comm = comm, .bytes = bytes, .plain = plain, .root = root,
                                     .buffer = buffer, .count = count, .datatype = datatype});
   // Large into a contiguous buffer: the message may be written straight into it (enqueue lends it).
-  op->lends = plain && op->large() && !group->headed(bytes);
+  op->lends = plain && !group->headed(bytes);  // not headed: large
   if (!plain) {
     if (const int rc = PMPI_Type_dup(datatype, &op->datatype); rc != MPI_SUCCESS) return rc;
   }

@@ -171,11 +171,7 @@ void Runtime::own_lent(Seq seq, AppEvents& app) {
   for (auto& e : app) {
     auto* dl = std::get_if<action::DeliverLarge>(&e);
     if (dl == nullptr || dl->sender != engine_.self() || dl->seq != seq || !dl->message.lent()) continue;
-    if (!copy) {
-      const auto b = dl->message.bytes();
-      copy = std::make_shared<std::vector<std::byte>>(b.begin(), b.end());
-    }
-    dl->message = MessageBuffer(copy);
+    dl->message = copy ? MessageBuffer(copy) : dl->message.copied();
   }
 }
 

@@ -74,6 +74,8 @@ class Transport {
   /// carries none) and `keep` what holds their memory. By default the two travel as
   /// one frame, copied together; transports that can send the payload from where it
   /// lies (socket: one vectored write) keep `keep` until it is written.
+  /// A null `keep` lends the payload for this call only: what a transport queues
+  /// past it, it copies (keep_copy).
   virtual bool send_block(MemberId to, std::vector<std::byte> head, std::span<const std::byte> payload,
                           std::uint64_t length, std::shared_ptr<const void> keep) {
     (void)length;
@@ -141,5 +143,13 @@ class Link : public Transport {
   /// Stop sending and receiving; peers see this member's links break.
   virtual void close() = 0;
 };
+
+/// A payload lent for one call only (send_block's null `keep`) that must wait: copies
+/// it, points `bytes` at the copy, and returns what keeps the copy alive.
+inline std::shared_ptr<const void> keep_copy(std::span<const std::byte>& bytes) {
+  auto copy = std::make_shared<const std::vector<std::byte>>(bytes.begin(), bytes.end());
+  bytes = std::span<const std::byte>(*copy);
+  return copy;
+}
 
 }  // namespace hmcast::transport

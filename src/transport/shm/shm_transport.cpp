@@ -333,9 +333,7 @@ bool Endpoint::unicast(MemberId to, std::vector<std::byte> head, std::span<const
   flush(*p);
   if (Pending* last = p->out.empty() ? nullptr : &p->out.back(); last != nullptr && !last->keep && !last->payload.empty()) {
     // Lent for this call only (earlier frames were seen to in theirs): keep a copy.
-    auto copy = std::make_shared<const std::vector<std::byte>>(last->payload.begin(), last->payload.end());
-    last->payload = std::span<const std::byte>(*copy);
-    last->keep = std::move(copy);
+    last->keep = transport::keep_copy(last->payload);
     count(&ShmStats::lent_payloads_copied);
   }
   return !p->broken;

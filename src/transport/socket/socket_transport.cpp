@@ -329,9 +329,7 @@ void Endpoint::own_lent_tail(Connection& c) {
   if (c.out.empty()) return;
   OutFrame& f = c.out.back();  // the frame unicast() just queued: earlier ones were seen to
   if (f.keep != nullptr || f.tail.empty()) return;
-  auto copy = std::make_shared<const std::vector<std::byte>>(f.tail.begin(), f.tail.end());
-  f.tail = std::span<const std::byte>(*copy);
-  f.keep = std::move(copy);
+  f.keep = transport::keep_copy(f.tail);
   ++stats_.lent_tails_copied;
 }
 
