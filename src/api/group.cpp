@@ -319,14 +319,34 @@ Completion start_large(detail::GroupState& g, SendMode mode, std::uint64_t size,
 
 }  // namespace
 
+namespace {
+
+/// From this size up, a small-route message's buffer comes from the transport's pool
+/// of large buffers rather than from malloc: glibc serves sizes from its mmap
+/// threshold (128 KiB unless it has grown) with a fresh mapping, faulted in page by
+/// page as the message is written and unmapped when it is freed. In an MPI rank
+/// that threshold stays put, and the shim's root paid that for every broadcast of
+/// its small path (docs/benchmarks.md, "Buffers that stay mapped").
+constexpr std::size_t kPooledSmall = std::size_t{128} << 10;
+
+/// A buffer of `size` bytes (contents unspecified) for a message of the small route.
+std::shared_ptr<std::vector<std::byte>> small_buffer(detail::NodeState& node, std::size_t size) {
+  if (size >= kPooledSmall) return node.link->allocate_large(size);
+  return std::make_shared<std::vector<std::byte>>(size);
+}
+
+}  // namespace
+
 Completion Group::broadcast(std::span<const std::byte> bytes, SendMode mode) {
   if (bytes.size() > policy::small_route_for(state_->node->protocol)) return broadcast_large(bytes, mode);
-  return send_small(std::make_shared<const std::vector<std::byte>>(bytes.begin(), bytes.end()), mode);
+  auto buf = small_buffer(*state_->node, bytes.size());
+  std::copy(bytes.begin(), bytes.end(), buf->begin());
+  return send_small(std::move(buf), mode);
 }
 
 OutgoingMessage Group::prepare(std::size_t size) {
   const auto& cfg = state_->node->protocol;
-  if (size <= policy::small_route_for(cfg)) return OutgoingMessage(std::make_shared<std::vector<std::byte>>(size));
+  if (size <= policy::small_route_for(cfg)) return OutgoingMessage(small_buffer(*state_->node, size));
   check_large_size(cfg, size);
   return OutgoingMessage(state_->node->link->allocate_large(size));
 }

@@ -9,6 +9,7 @@
 
 #include <arpa/inet.h>
 #include <ifaddrs.h>
+#include <malloc.h>
 #include <netinet/in.h>
 #include <unistd.h>
 
@@ -77,6 +78,31 @@ std::uint64_t env_size(const char* name, std::uint64_t fallback) {
   return end != nullptr && *end == '\0' ? n : fallback;
 }
 
+/// Once per process, before its first group: glibc keeps what this process frees
+/// for reuse instead of giving it back to the kernel at once. A root's broadcast
+/// on the small path frees its datagrams (a megabyte of them for a 1 MiB message)
+/// together once all are acknowledged, and a receiver its reassembly buffer; with
+/// glibc's defaults in an MPI rank, the freed top of the heap went back to the
+/// kernel each time and the next broadcast faulted it in again, page by page
+/// (docs/benchmarks.md, "Buffers that stay mapped"). The values are
+/// where glibc's own adaptive thresholds stop (32 MiB, and twice that for the
+/// trim): memory the rank keeps stays bounded by them. HMCAST_MPI_MALLOPT=0 leaves
+/// the allocator alone (an application that tunes it itself).
+void keep_freed_memory() {
+  static const bool done = [] {
+    const char* v = std::getenv("HMCAST_MPI_MALLOPT");
+    if (v != nullptr && std::strcmp(v, "0") == 0) return false;
+    constexpr int kMmapThreshold = 32 << 20;
+    constexpr int kTrimThreshold = 64 << 20;
+    // mallopt() returns 0 when it refuses a value: the defaults then stay, which costs
+    // speed and nothing else, so that is not an error.
+    (void)::mallopt(M_MMAP_THRESHOLD, kMmapThreshold);
+    (void)::mallopt(M_TRIM_THRESHOLD, kTrimThreshold);
+    return true;
+  }();
+  (void)done;
+}
+
 /// What rank 0 tells the others: where its membership manager listens.
 struct Rendezvous {
   char manager[120];
@@ -129,6 +155,7 @@ std::unique_ptr<CommGroup> CommGroup::form(MPI_Comm comm, std::string& why) {
     return nullptr;
   }
 
+  keep_freed_memory();
   int ok = 1;
   try {
     Config cfg;

@@ -9,6 +9,7 @@
 // --stall MS [--expect-root-wait-ms T] runs only the stopped-rank case (root_wait_ms).
 #include <mpi.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -516,6 +517,44 @@ void all_cases(int procs, std::uint32_t& tag, const Sizes& limit) {
   contiguous_case(MPI_COMM_WORLD, "world", MPI_BYTE, "MPI_BYTE", 1, 777, procs - 1, ++tag);
 }
 
+/// --heap-kept 1|0: whether the shim's allocator settings (HMCAST_MPI_MALLOPT) are in
+/// force, seen from outside: once the first broadcast on MPI_COMM_WORLD formed its
+/// group, this thread allocates 64 blocks of a datagram's size, writes them, frees
+/// them all, and again. With glibc's defaults each free of the lot gives the top of
+/// the heap back to the kernel, and the next round faults most of its pages in
+/// again (the shim's root did that per broadcast); kept, a round after the first
+/// faults none.
+void heap_kept_case(bool expect_kept, std::uint32_t& tag) {
+  contiguous_case(MPI_COMM_WORLD, "world", MPI_BYTE, "MPI_BYTE", 1, 64, 0, ++tag);
+  constexpr std::size_t kBlock = 65'024;
+  constexpr int kBlocks = 64;
+  constexpr int kRounds = 5;
+  const auto faults = [] {
+    rusage u{};
+    getrusage(RUSAGE_THREAD, &u);
+    return u.ru_minflt;
+  };
+  long steady = 0;  // faults in the rounds after the first
+  for (int round = 0; round < kRounds; ++round) {
+    std::vector<void*> blocks;
+    const long before = faults();
+    for (int b = 0; b < kBlocks; ++b) {
+      blocks.push_back(std::malloc(kBlock));
+      std::memset(blocks.back(), round, kBlock);
+    }
+    if (round > 0) steady += faults() - before;
+    for (void* p : blocks) std::free(p);
+  }
+  const long pages = static_cast<long>(kBlock * kBlocks / static_cast<std::size_t>(sysconf(_SC_PAGESIZE)));
+  const long per_round = steady / (kRounds - 1);
+  const bool kept = per_round < pages / 4;
+  report(kept == expect_kept, "freed and allocated again, " + std::to_string(kBlocks) + " blocks faulted " +
+                                  std::to_string(per_round) + " of their " + std::to_string(pages) +
+                                  " pages in per round" +
+                                  (expect_kept ? ": the shim's allocator settings are not in force"
+                                               : ": freed memory was kept where the defaults give it back"));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -524,6 +563,7 @@ int main(int argc, char** argv) {
   bool mismatch = false;
   int stall_ms = 0;
   int run_ahead = 0;
+  int heap_kept = -1;  // --heap-kept 1|0: checked first (heap_kept_case)
   double expect_root_wait_ms = -1;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--stall") == 0 && i + 1 < argc) stall_ms = std::atoi(argv[i + 1]);
@@ -533,6 +573,7 @@ int main(int argc, char** argv) {
       limit.max_bytes = std::strtoull(argv[i + 1], nullptr, 10);
     if (std::strcmp(argv[i], "--mismatch") == 0) mismatch = true;
     if (std::strcmp(argv[i], "--run-ahead") == 0 && i + 1 < argc) run_ahead = std::atoi(argv[i + 1]);
+    if (std::strcmp(argv[i], "--heap-kept") == 0 && i + 1 < argc) heap_kept = std::atoi(argv[i + 1]);
   }
   int procs = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &tally.world_rank);
@@ -541,6 +582,7 @@ int main(int argc, char** argv) {
   const double start = MPI_Wtime();
   std::uint32_t tag = 0;
   double root_wait_ms = 0;
+  if (heap_kept >= 0) heap_kept_case(heap_kept != 0, tag);
   if (mismatch) {
     mismatch_case(tag);
   } else if (run_ahead > 0) {

@@ -170,10 +170,12 @@ PY
 }
 
 if [ -z "$SANITIZER" ]; then
+  # Each also checks the allocator: tuned by the shim (HMCAST_MPI_MALLOPT), left alone without it.
   for np in 2 4 8; do
-    run "mpi-only" "$np" no
-    run "shim" "$np" yes
+    PROGRAM_ARGS="--heap-kept 0" run "mpi-only" "$np" no
+    PROGRAM_ARGS="--heap-kept 1" run "shim" "$np" yes
   done
+  PROGRAM_ARGS="--heap-kept 0" run "shim HMCAST_MPI_MALLOPT=0" 2 yes HMCAST_MPI_MALLOPT=0
   run "shim HMCAST_MPI=off" 4 yes HMCAST_MPI=off
   run "shim max 1 group" 4 yes HMCAST_MPI_MAX_GROUPS=1
   # The root returns only once every rank holds the data: the last rank stops itself
