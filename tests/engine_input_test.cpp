@@ -13,6 +13,7 @@
 #include <catch2/catch.hpp>
 
 #include "ack_tree/tree.hpp"
+#include "alloc_counter.hpp"
 #include "core/actions.hpp"
 #include "core/wire.hpp"
 #include "hmcast/config.hpp"
@@ -810,4 +811,94 @@ TEST_CASE("engine: a received Batch delivers each item; items that name another 
   e.on_datagram(b, 20, out);
   CHECK(delivers(out).empty());
   CHECK(counts(e).duplicates_dropped == 2);
+}
+
+/// The SendDatagram actions' buffers themselves, moved out of `out` (actions<>()
+/// copies them, and a copy is another buffer).
+std::vector<Bytes> sent_datagrams(Outbox& out) {
+  std::vector<Bytes> sent;
+  for (auto& a : out)
+    if (auto* d = std::get_if<action::SendDatagram>(&a)) sent.push_back(std::move(d->bytes));
+  return sent;
+}
+
+TEST_CASE("engine: a message of many datagrams is encoded into the buffers of those sent before", "[engine][spare]") {
+  ProtocolConfig cfg;
+  cfg.mtu = 8192;
+  GroupEngine e(kGroup, 1, first(view3()), cfg, 0);
+  constexpr std::size_t kSize = 100'000;  // 13 datagrams of at most 8 KiB
+  Outbox out;
+  REQUIRE(e.broadcast(message(kSize, 1), 0, out).error == BroadcastError::none);
+  auto first_sent = sent_datagrams(out);
+  REQUIRE(first_sent.size() == 13);
+  out.clear();
+  // What the runtime does once the transport has sent each one.
+  std::vector<const std::byte*> buffers;
+  for (auto& d : first_sent) {
+    buffers.push_back(d.data());
+    e.recycle_datagram(std::move(d));
+  }
+  // The next message: its full datagrams in those buffers, none allocated but its
+  // last, shorter one (the first message's was not kept: it cannot hold a full one).
+  // message() allocates its own bytes before counting starts.
+  const MessageBuffer second = message(kSize, 2);
+  std::size_t allocated = 0;
+  {
+    const hmcast::testing::CountAllocations count;
+    REQUIRE(e.broadcast(second, 10, out).error == BroadcastError::none);
+    allocated = count.bytes();
+  }
+  CHECK(allocated < 2 * 8192);  // the last datagram and the engine's own bookkeeping, not 13 datagrams
+  const auto sent = sent_datagrams(out);
+  REQUIRE(sent.size() == 13);
+  Bytes got(kSize);
+  for (std::size_t i = 0; i < sent.size(); ++i) {
+    const auto& d = sent[i];
+    CHECK((std::find(buffers.begin(), buffers.end(), d.data()) != buffers.end()) == (i + 1 < sent.size()));
+    CHECK(d.capacity() >= d.size() + wire::kTailRoom);  // room for the seal, as encode() leaves
+    const auto r = wire::decode(d);
+    REQUIRE(r.ok());
+    const auto& f = std::get<wire::Data>(r.packet.body);
+    CHECK(f.seq == 2);
+    std::copy(f.payload.begin(), f.payload.end(), got.begin() + f.offset);
+  }
+  CHECK(diff(got, *second) == "");
+}
+
+TEST_CASE("engine: the buffers kept for later datagrams are bounded, and small ones are left to malloc",
+          "[engine][spare]") {
+  ProtocolConfig cfg;
+  cfg.mtu = 65'000;
+  cfg.batch_delay_ns = 0;  // the one-datagram message below goes at once, not into a batch
+  cfg.max_small_message = 4U << 20U;
+  GroupEngine e(kGroup, 1, first(view3()), cfg, 0);
+  // 100 buffers that hold a datagram of the MTU given back: at most 4 MiB of them are
+  // kept, so the 65th and later are freed (a later encode takes a kept one).
+  constexpr std::size_t kFull = 65'000 + wire::kTailRoom;
+  std::vector<const std::byte*> given;
+  for (int i = 0; i < 100; ++i) {
+    Bytes b(kFull);
+    given.push_back(b.data());
+    e.recycle_datagram(std::move(b));
+  }
+  Outbox out;
+  REQUIRE(e.broadcast(message(64U * 64'900U, 1), 0, out).error == BroadcastError::none);
+  const auto sent = sent_datagrams(out);
+  REQUIRE(sent.size() == 64);
+  std::size_t reused = 0;
+  for (const auto& d : sent) reused += std::find(given.begin(), given.end(), d.data()) != given.end() ? 1U : 0U;
+  CHECK(reused == (4U << 20U) / kFull);  // 64 buffers of 65,024 bytes: 4,161,536 of 4 MiB
+  out.clear();
+  // A buffer short of a full datagram is not kept: the next one comes from malloc.
+  Bytes small(65'000);
+  const std::byte* small_at = small.data();
+  e.recycle_datagram(std::move(small));
+  REQUIRE(e.broadcast(message(100, 2), 10, out).error == BroadcastError::none);
+  const auto one = sent_datagrams(out);
+  REQUIRE(one.size() == 1);
+  CHECK(one[0].data() != small_at);
+  // A moved-from buffer (a transport kept the datagram) is ignored.
+  Bytes moved(kFull);
+  Bytes taker = std::move(moved);
+  e.recycle_datagram(std::move(moved));  // NOLINT(bugprone-use-after-move): what the runtime may hand back
 }

@@ -2,6 +2,35 @@
 
 namespace hmcast {
 
+namespace {
+/// Spare capacity kept at most: a 4 MiB message's datagrams (the largest small-path
+/// message of any built-in profile), so a message's next one allocates none.
+constexpr std::size_t kMaxSpareBytes = 4U << 20;
+}  // namespace
+
+std::vector<std::byte> Emitter::encode(const wire::Body& body) {
+  std::vector<std::byte> bytes;
+  if (!spare_.empty()) {
+    bytes = std::move(spare_.back());
+    spare_.pop_back();
+    spare_bytes_ -= bytes.capacity();
+  }
+  wire::encode_into(header(), body, bytes);
+  return bytes;
+}
+
+void Emitter::recycle(std::vector<std::byte>&& bytes) {
+  const std::size_t capacity = bytes.capacity();
+  // Only buffers that hold any datagram (with the seal's room), so that encode()
+  // takes the last one kept and never grows it: a message's full datagrams. Its
+  // shorter last one, and datagrams of short messages, are left to malloc, which
+  // reuses them at once (they come and go one at a time).
+  if (capacity < std::size_t{mtu_} + wire::kTailRoom || capacity > 2 * (std::size_t{mtu_} + wire::kTailRoom)) return;
+  if (spare_bytes_ + capacity > kMaxSpareBytes) return;
+  spare_bytes_ += capacity;
+  spare_.push_back(std::move(bytes));
+}
+
 void Emitter::datagram_bytes(std::vector<std::byte> bytes, Outbox& out, bool may_hold) {
   const std::size_t item = wire::kBatchItemOverhead + bytes.size();
   // Only what two of could share one datagram is worth holding.
@@ -30,6 +59,7 @@ void Emitter::flush_batch(Outbox& out) {
     ++stats_.batches_sent;
     stats_.datagrams_batched += held_.size();
     send(std::move(bytes), out);
+    for (auto& d : held_) recycle(std::move(d));  // copied into the batch
   }
   held_.clear();
   held_size_ = 0;

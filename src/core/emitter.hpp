@@ -57,6 +57,16 @@ class Emitter {
   [[nodiscard]] MemberId self() const { return self_; }
 
   void datagram(const wire::Body& body, Outbox& out) { datagram_bytes(wire::encode(header(), body), out); }
+  /// `body` encoded with this group's header, in the buffer of a datagram sent
+  /// earlier (recycle()) where one is kept. A message of many datagrams would
+  /// otherwise allocate all of them at once and free them together once sent, and
+  /// glibc gives such a freed megabyte back to the kernel, to be faulted in again
+  /// page by page for the next message (docs/benchmarks.md, "Buffers that stay mapped").
+  std::vector<std::byte> encode(const wire::Body& body);
+  /// A sent datagram's buffer, kept for a later encode() if it holds a datagram of
+  /// the MTU and fewer than a large message's worth are kept; otherwise freed. A
+  /// moved-from buffer is ignored.
+  void recycle(std::vector<std::byte>&& bytes);
   /// An encoded datagram (fragments are encoded by the small path's fragmenter).
   /// `may_hold`: it may wait in the batch (a Data or Stable small enough to share
   /// a datagram); otherwise the batch goes first, then this.
@@ -93,6 +103,8 @@ class Emitter {
   bool emulated_ = false;
   std::set<MemberId> suspected_;
   std::vector<std::vector<std::byte>> held_;  // encoded datagrams waiting in the batch
+  std::vector<std::vector<std::byte>> spare_;  // sent datagrams' buffers, for encode()
+  std::size_t spare_bytes_ = 0;                 // their capacity
   std::size_t held_size_ = 0;                 // the Batch datagram they would make
   void send(std::vector<std::byte> bytes, Outbox& out);
   EmitterStats stats_;

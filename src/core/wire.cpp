@@ -384,16 +384,20 @@ void encode_packet(W& w, const Header& header, const Body& body) {
 }  // namespace
 
 std::vector<std::byte> encode(const Header& header, const Body& body) {
-  // Sized first, then filled: one allocation, no growth while writing.
+  std::vector<std::byte> out;
+  encode_into(header, body, out);
+  return out;
+}
+
+void encode_into(const Header& header, const Body& body, std::vector<std::byte>& out) {
+  // Sized first, then filled: at most one allocation, no growth while writing.
   Sizer size;
   encode_packet(size, header, body);
-  std::vector<std::byte> out;
   out.reserve(size.size() + kTailRoom);
   out.resize(size.size());
   SpanWriter w(out);
   encode_packet(w, header, body);
   HMCAST_ASSERT(w.written() == out.size());
-  return out;
 }
 
 DecodeResult decode(std::span<const std::byte> bytes) {

@@ -271,6 +271,9 @@ inline constexpr std::size_t kTailRoom = 24;
 /// Encode a packet; header.type is taken from the body's alternative. The result has
 /// kTailRoom bytes of spare capacity.
 std::vector<std::byte> encode(const Header& header, const Body& body);
+/// The same into `out`, whose bytes it replaces: a buffer used before keeps its
+/// memory (Emitter::encode), and gets kTailRoom spare capacity too.
+void encode_into(const Header& header, const Body& body, std::vector<std::byte>& out);
 
 /// Bytes of header and fixed fields in front of a Data fragment's payload.
 inline constexpr std::size_t kDataOverhead = kHeaderSize + 4 + 8 + 8 + 4 + 4 + 2 + 2;

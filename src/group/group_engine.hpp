@@ -112,6 +112,9 @@ class GroupEngine {
   void on_flush_request(ViewId view, Outbox& out);
   /// From now on, for good, datagrams go to each member over its link.
   void on_multicast_fallback() { emit_.emulate_multicast(); }
+  /// A sent datagram's buffer (action::SendDatagram's, once the transport is done
+  /// with it), for the next datagrams this group encodes (Emitter::recycle).
+  void recycle_datagram(std::vector<std::byte>&& bytes) { emit_.recycle(std::move(bytes)); }
   /// Checks that multicast reaches every member, now and on each view that brings
   /// members in (networked transports; call once, after the first view).
   void start_multicast_probe(TimeNs now, Outbox& out);

@@ -206,7 +206,11 @@ void Runtime::execute(Outbox& actions, TimeNs now, AppEvents& app) {
   for (auto& a : actions) {
     std::visit(
         Overloaded{
-            [&](action::SendDatagram& d) { transport_.multicast_owned(std::move(d.bytes)); },
+            [&](action::SendDatagram& d) {
+              transport_.multicast_owned(std::move(d.bytes));
+              // Kept by the transport (moved from: nothing to recycle), or copied and done with.
+              engine_.recycle_datagram(std::move(d.bytes));  // NOLINT(bugprone-use-after-move)
+            },
             [&](action::SendP2P& p) {
               const bool sent = p.datagram ? transport_.unicast_datagram(p.to, std::move(p.bytes))
                                            : transport_.unicast(p.to, std::move(p.bytes));

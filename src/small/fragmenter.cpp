@@ -22,10 +22,10 @@ wire::Data fragment_of(MemberId sender, Seq seq, Seq stable, std::span<const std
 
 std::vector<std::vector<std::byte>> fragment(const wire::Header& header, MemberId sender, Seq seq, Seq stable,
                                              std::span<const std::byte> message, Cut cut) {
+  const std::uint32_t count = fragment_count(message.size(), cut);
   std::vector<std::vector<std::byte>> out;
-  out.reserve(fragment_count(message.size(), cut));
-  for_each_fragment(header, sender, seq, stable, message, cut,
-                    [&](std::vector<std::byte> d, std::uint32_t) { out.push_back(std::move(d)); });
+  out.reserve(count);
+  for (std::uint32_t i = 0; i < count; ++i) out.push_back(wire::encode(header, fragment_of(sender, seq, stable, message, cut, i)));
   return out;
 }
 

@@ -53,15 +53,6 @@ inline std::uint32_t fragment_count(std::size_t msg_len, Cut c) {
 /// Fragment `index` of message (sender, seq) (its payload points into `message`).
 wire::Data fragment_of(MemberId sender, Seq seq, Seq stable, std::span<const std::byte> message, Cut cut,
                        std::uint32_t index);
-/// Calls `emit(datagram, count)` with each encoded datagram of message (sender, seq),
-/// in order, each at most `cut.whole` bytes (`count` of them): fragment() without a
-/// vector to hold them, for the send path.
-template <class Emit>
-void for_each_fragment(const wire::Header& header, MemberId sender, Seq seq, Seq stable,
-                       std::span<const std::byte> message, Cut cut, Emit&& emit) {
-  const std::uint32_t count = fragment_count(message.size(), cut);
-  for (std::uint32_t i = 0; i < count; ++i) emit(wire::encode(header, fragment_of(sender, seq, stable, message, cut, i)), count);
-}
 /// Encoded datagrams of message (sender, seq), each at most `cut.whole` bytes.
 std::vector<std::vector<std::byte>> fragment(const wire::Header& header, MemberId sender, Seq seq, Seq stable,
                                              std::span<const std::byte> message, Cut cut);

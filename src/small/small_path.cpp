@@ -35,10 +35,10 @@ BroadcastResult SmallPath::broadcast(MessageBuffer message, TimeNs now, Outbox& 
   const bool may_hold = cfg_.batch_delay_ns > 0 && in_flight() > 0;
   const Seq seq = next_seq_++;
   own_bytes_in_flight_ += message->size();
-  for_each_fragment(emit_.header(), self_, seq, s.known_stable, *message, cut(),
-                    [&](std::vector<std::byte> dgram, std::uint32_t count) {
-                      emit_.datagram_bytes(std::move(dgram), out, may_hold && count == 1);
-                    });
+  const std::uint32_t count = fragment_count(message->size(), cut());
+  for (std::uint32_t i = 0; i < count; ++i)
+    emit_.datagram_bytes(emit_.encode(fragment_of(self_, seq, s.known_stable, *message, cut(), i)), out,
+                         may_hold && count == 1);
   s.last_announced = s.known_stable;
   s.last_data_ns = now;
   arm_announce(s, now);  // announces `highest` once we pause, for a lost tail
