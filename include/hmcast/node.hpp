@@ -76,9 +76,10 @@ struct Delivery {
 };
 
 /// A message written in place before it is broadcast (Group::prepare): its buffer
-/// comes from the transport (for large messages, its pool of final buffers, which
-/// the verbs transport keeps registered), so Group::broadcast() sends it without
-/// copying. Move-only; broadcast() takes it over, and it is empty afterwards.
+/// comes from the transport (from 128 KiB up, its pool of buffers kept between
+/// messages, which the verbs transport keeps registered), so Group::broadcast()
+/// sends it without copying. Move-only; broadcast() takes it over, and it is empty
+/// afterwards.
 class OutgoingMessage {
  public:
   OutgoingMessage() = default;
