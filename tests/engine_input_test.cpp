@@ -823,8 +823,12 @@ std::vector<Bytes> sent_datagrams(Outbox& out) {
 }
 
 TEST_CASE("engine: a message of many datagrams is encoded into the buffers of those sent before", "[engine][spare]") {
+  // Cut at the MTU, and (as on shm) at a fragment MTU below it: fragments of 8 KiB both ways.
+  const auto [mtu, fragment_mtu] = GENERATE(std::pair<std::uint32_t, std::uint32_t>{8192, 0}, std::pair<std::uint32_t, std::uint32_t>{9000, 8192});
+  CAPTURE(mtu, fragment_mtu);
   ProtocolConfig cfg;
-  cfg.mtu = 8192;
+  cfg.mtu = mtu;
+  cfg.fragment_mtu = fragment_mtu;
   GroupEngine e(kGroup, 1, first(view3()), cfg, 0);
   constexpr std::size_t kSize = 100'000;  // 13 datagrams of at most 8 KiB
   Outbox out;

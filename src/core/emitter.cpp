@@ -21,11 +21,12 @@ std::vector<std::byte> Emitter::encode(const wire::Body& body) {
 
 void Emitter::recycle(std::vector<std::byte>&& bytes) {
   const std::size_t capacity = bytes.capacity();
-  // Only buffers that hold any datagram (with the seal's room), so that encode()
-  // takes the last one kept and never grows it: a message's full datagrams. Its
-  // shorter last one, and datagrams of short messages, are left to malloc, which
-  // reuses them at once (they come and go one at a time).
-  if (capacity < std::size_t{mtu_} + wire::kTailRoom || capacity > 2 * (std::size_t{mtu_} + wire::kTailRoom)) return;
+  // Only buffers that hold a long message's fragment (with the seal's room), so that
+  // encode() takes the last one kept and does not grow it: a message's full
+  // datagrams. Its shorter last one, and datagrams of short messages, are left to
+  // malloc, which reuses them at once (they come and go one at a time).
+  if (capacity < std::size_t{keep_bytes_} + wire::kTailRoom || capacity > 2 * (std::size_t{mtu_} + wire::kTailRoom))
+    return;
   if (spare_bytes_ + capacity > kMaxSpareBytes) return;
   spare_bytes_ += capacity;
   spare_.push_back(std::move(bytes));

@@ -37,7 +37,7 @@ class Emitter {
   /// `mtu`: the largest datagram (a batch fills up to it); `max_items`: at most this
   /// many datagrams share one batch.
   Emitter(GroupId group, MemberId self, View view, std::uint32_t mtu, std::size_t max_items = wire::kMaxBatchItems)
-      : group_(group), self_(self), view_(std::move(view)), mtu_(mtu), max_items_(max_items) {
+      : group_(group), self_(self), view_(std::move(view)), mtu_(mtu), keep_bytes_(mtu), max_items_(max_items) {
     HMCAST_ASSERT(max_items_ >= 2 && max_items_ <= wire::kMaxBatchItems);
   }
 
@@ -64,9 +64,16 @@ class Emitter {
   /// page by page for the next message (docs/benchmarks.md, "Buffers that stay mapped").
   std::vector<std::byte> encode(const wire::Body& body);
   /// A sent datagram's buffer, kept for a later encode() if it holds a datagram of
-  /// the MTU and fewer than a large message's worth are kept; otherwise freed. A
-  /// moved-from buffer is ignored.
+  /// `keep_buffers_of()` bytes and fewer than a large message's worth are kept;
+  /// otherwise freed. A moved-from buffer is ignored.
   void recycle(std::vector<std::byte>&& bytes);
+  /// The datagrams whose buffers recycle() keeps: those of `bytes` (the size a long
+  /// message is cut into, ProtocolConfig::fragment_mtu where it is below the MTU; by
+  /// default the MTU), so encode() takes the last one kept for any fragment.
+  void keep_buffers_of(std::uint32_t bytes) {
+    HMCAST_ASSERT(bytes > 0 && bytes <= mtu_);
+    keep_bytes_ = bytes;
+  }
   /// An encoded datagram (fragments are encoded by the small path's fragmenter).
   /// `may_hold`: it may wait in the batch (a Data or Stable small enough to share
   /// a datagram); otherwise the batch goes first, then this.
@@ -99,6 +106,7 @@ class Emitter {
   MemberId self_;
   View view_;
   std::uint32_t mtu_;
+  std::uint32_t keep_bytes_;  // recycle() keeps buffers that hold a datagram this large
   std::size_t max_items_;
   bool emulated_ = false;
   std::set<MemberId> suspected_;

@@ -30,6 +30,7 @@ GroupEngine::GroupEngine(GroupId group, MemberId self, const ViewChange& first, 
   pipeline_.set_hosts(first.hosts);
   small_.set_stream_floors(first.small_floors);  // joining a running group: start where the flush left it
   if (first.multicast_emulated) emit_.emulate_multicast();
+  emit_.keep_buffers_of(small::cut_of(cfg_).cut);  // a long message's datagrams are cut this large
 }
 
 // ---------------------------------------------------------------------------
