@@ -72,6 +72,10 @@ struct MemberOptions {
   // and the last completion are timed, not every message, and completions are not
   // handed one by one to a waiting thread. Open MPI's stream reads no clock per message.
   bool span_only = false;
+  // With span_only: the first this many broadcasts warm the group up and are waited
+  // for before the span starts (hmcast_mpi_bench's stream: warm-up broadcasts, then a
+  // barrier, then the clock).
+  std::uint32_t span_warmup = 0;
   bool joiner = false;      // joins the group once it runs: expects each sender's messages from some index on
   bool crash_mid_write = false;  // shm: SIGUSR1 arms transport/shm/crash_point.hpp
   // Policy overrides (0 / empty: the policy's choice from the profile).
@@ -370,7 +374,9 @@ int run_member(const MemberOptions& o) {
           // broadcast() then sends it without a copy.
           OutgoingMessage msg = g.prepare(size);
           fill_message(msg.bytes(), o.seed, self, i, 0);
-          const auto t0 = o.span_only && i != 0 ? 0 : mono_ns();
+          if (o.span_only && i == o.span_warmup && i != 0 && !stream.back().wait_for(std::chrono::seconds(o.timeout_s)))
+            throw Error(ErrorCode::closed, "no completion of the warm-up within --timeout");
+          const auto t0 = o.span_only && i != o.span_warmup ? 0 : mono_ns();
           if (!send_ns.empty()) send_ns[i] = t0;
           auto c = g.broadcast(std::move(msg));
           if (o.span_only) {
@@ -743,6 +749,9 @@ void add_member_command(CLI::App& app) {
   cmd->add_flag("--timestamps", o->timestamps, "Report send and delivery times of member 1's messages");
   cmd->add_flag("--span-only", o->span_only,
                 "Time a stream's first send, last delivery and last completion only (not each message)");
+  cmd->add_option("--span-warmup", o->span_warmup,
+                  "With --span-only: the first N broadcasts are waited for before the span starts at broadcast N")
+      ->check(CLI::Range(0U, 1'000'000U));
   cmd->add_option("--probe-deadline-ms", o->probe_deadline_ms,
                   "Multicast probe: every member must confirm within this (default: the protocol's)")
       ->check(CLI::Range(1U, 600'000U));
