@@ -317,16 +317,12 @@ Completion start_large(detail::GroupState& g, SendMode mode, std::uint64_t size,
   return register_large_completion(g, res.seq, app, lock);
 }
 
-}  // namespace
-
-namespace {
-
 /// From this size up, a small-route message's buffer comes from the transport's pool
 /// of large buffers rather than from malloc: glibc serves sizes from its mmap
-/// threshold (128 KiB unless it has grown) with a fresh mapping, faulted in page by
-/// page as the message is written and unmapped when it is freed. In an MPI rank
-/// that threshold stays put, and the shim's root paid that for every broadcast of
-/// its small path (docs/benchmarks.md, "Buffers that stay mapped").
+/// threshold (128 KiB until a freed mapping raises it) with a fresh mapping, faulted
+/// in page by page as the message is written and unmapped when it is freed. The
+/// shim's root paid that on its small path (docs/benchmarks.md, "Buffers that stay
+/// mapped").
 constexpr std::size_t kPooledSmall = std::size_t{128} << 10;
 
 /// A buffer of `size` bytes (contents unspecified) for a message of the small route.

@@ -60,7 +60,6 @@ void Emitter::flush_batch(Outbox& out) {
     ++stats_.batches_sent;
     stats_.datagrams_batched += held_.size();
     send(std::move(bytes), out);
-    for (auto& d : held_) recycle(std::move(d));  // copied into the batch
   }
   held_.clear();
   held_size_ = 0;

@@ -79,12 +79,11 @@ std::uint64_t env_size(const char* name, std::uint64_t fallback) {
 }
 
 /// Once per process, before its first group: glibc keeps what this process frees
-/// for reuse instead of giving it back to the kernel at once. A root's broadcast
-/// on the small path frees its datagrams (a megabyte of them for a 1 MiB message)
-/// together once all are acknowledged, and a receiver its reassembly buffer; with
-/// glibc's defaults in an MPI rank, the freed top of the heap went back to the
-/// kernel each time and the next broadcast faulted it in again, page by page
-/// (docs/benchmarks.md, "Buffers that stay mapped"). The values are
+/// for reuse instead of giving it back to the kernel at once. The library keeps its
+/// own datagrams' and large buffers (Emitter::recycle, the transport's pool); this
+/// still pays at 4 ranks and 256 KiB (docs/benchmarks.md, "Buffers that stay
+/// mapped"), most likely for a receiver's reassembly buffer, allocated and freed per
+/// message of several datagrams (not traced to one allocation). The values are
 /// where glibc's own adaptive thresholds stop (32 MiB, and twice that for the
 /// trim): memory the rank keeps stays bounded by them. HMCAST_MPI_MALLOPT=0 leaves
 /// the allocator alone (an application that tunes it itself).
