@@ -138,28 +138,31 @@ bool NodeState::borrow_progress(const CompletionBoard& board, Seq seq, std::chro
 void NodeState::round(std::chrono::steady_clock::time_point limit) {
   GroupState& g = *group;
   bool queued = false;
+  TimeNs next = kNever;
   {
     std::lock_guard lock(g.mu);
     queued = !g.to_app.empty();
+    next = g.runtime->engine().next_wakeup();
   }
   // What waits for the application (a broadcast's own delivery, queued by the
   // caller) runs before the wait, while the network works, not after the next arrival.
-  if (queued) run_callbacks(g);
+  if (queued) {
+    run_callbacks(g);
+    std::lock_guard lock(g.mu);
+    next = g.runtime->engine().next_wakeup();  // a callback may have broadcast
+  }
   // From here on a wake-up must reach us again: whatever was queued before this
   // point is seen below (the link still holds the wake-up sent for it, as a flag or
   // a readable eventfd: at worst one round too many).
   wake_pending.store(false, std::memory_order_release);
-  TimeNs next = kNever;
-  {
-    std::lock_guard lock(g.mu);
-    next = g.runtime->engine().next_wakeup();
-  }
   const auto now_tp = std::chrono::steady_clock::now();
   auto deadline = std::max(limit, now_tp);
   if (next != kNever) {
     const auto until = std::chrono::steady_clock::time_point(std::chrono::nanoseconds(next));
     deadline = std::min(deadline, std::max(until, now_tp));
   }
+  std::unique_lock<std::mutex> held;
+  TimeNs now = 0;
   try {
     auto in = link->wait(deadline);
     const bool had_input = in.has_value();
@@ -169,30 +172,26 @@ void NodeState::round(std::chrono::steady_clock::time_point limit) {
     for (std::size_t n = 1; in && n < kDrainRound; ++n) {
       dispatch(g, *in);
       link->recycle(std::move(in->bytes));  // the engine copied what it keeps
-      in = link->wait(std::chrono::steady_clock::now());
+      in = link->poll();
     }
     if (in) {
       dispatch(g, *in);
       link->recycle(std::move(in->bytes));
     }
-    if (had_input) {
-      std::lock_guard lock(g.mu);
-      feed(g, [&](AppEvents& app) { g.runtime->on_drained(now_ns(), app); });
-    }
+    // The drain's end and the timers below under one lock and one clock reading.
+    held = std::unique_lock(g.mu);
+    now = now_ns();
+    if (had_input) feed(g, [&](AppEvents& app) { g.runtime->on_drained(now, app); });
   } catch (const Error& e) {
+    if (held.owns_lock()) held.unlock();
     // The transport is gone; nothing can complete any more.
     transport_failed.store(true);
     fail_all(g, e.code(), e.what());
     run_callbacks(g);
     return;
   }
-  {
-    std::lock_guard lock(g.mu);
-    const TimeNs now = now_ns();
-    if (now >= g.runtime->engine().next_wakeup()) {
-      feed(g, [&](AppEvents& app) { g.runtime->on_timer(now, app); });
-    }
-  }
+  if (now >= g.runtime->engine().next_wakeup()) feed(g, [&](AppEvents& app) { g.runtime->on_timer(now, app); });
+  held.unlock();
   run_callbacks(g);
 }
 

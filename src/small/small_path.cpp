@@ -72,7 +72,8 @@ void SmallPath::note_missed_ack(TimeNs now) {
 void SmallPath::want_ack(Stream& s, bool reliable) {
   s.ack_due = true;
   s.ack_reliable = s.ack_reliable || reliable;
-  acks_pending_.insert(s.sender);
+  const auto at = std::lower_bound(acks_pending_.begin(), acks_pending_.end(), s.sender);
+  if (at == acks_pending_.end() || *at != s.sender) acks_pending_.insert(at, s.sender);
 }
 
 void SmallPath::on_ack_query(MemberId from, const wire::AckQuery& q, TimeNs now, Outbox& out) {
@@ -648,18 +649,24 @@ void SmallPath::on_ack(MemberId from, const wire::Ack& a, TimeNs now, Outbox& ou
 
 void SmallPath::flush_acks(TimeNs now, Outbox& out, bool drained) {
   if (acks_pending_.empty()) return;
-  struct ToParent {
-    std::vector<wire::AckEntry> entries;
-    std::vector<Stream*> streams;  // whose entries these are
-    bool reliable = false;
+  acks_to_used_ = 0;
+  auto to_parent = [&](MemberId p) -> AcksTo& {
+    for (std::size_t i = 0; i < acks_to_used_; ++i)
+      if (acks_to_[i].parent == p) return acks_to_[i];
+    if (acks_to_used_ == acks_to_.size()) acks_to_.emplace_back();
+    AcksTo& to = acks_to_[acks_to_used_++];
+    to.parent = p;
+    to.entries.clear();
+    to.streams.clear();
+    to.reliable = false;
+    return to;
   };
-  std::map<MemberId, ToParent> by_parent;
-  for (auto it = acks_pending_.begin(); it != acks_pending_.end();) {
-    Stream& s = streams_.at(*it);
+  std::size_t kept = 0;  // streams still waiting (their parent's interval) move to the front
+  for (const MemberId sender : acks_pending_) {
+    Stream& s = streams_.at(sender);
     if (!s.ack_due || !s.parent) {
       s.ack_due = false;
       s.ack_reliable = false;
-      it = acks_pending_.erase(it);
       continue;
     }
     const MemberId p = *s.parent;
@@ -668,11 +675,11 @@ void SmallPath::flush_acks(TimeNs now, Outbox& out, bool drained) {
       // Merge with whatever else becomes due for this parent in the interval.
       if (ack_flush_armed_.insert(p).second)
         ack_flush_gen_[p] = timers_.arm(last->second + cfg_.ack_interval_ns, TimerKey{TimerKind::ack_flush, p, 0});
-      ++it;
+      acks_pending_[kept++] = sender;
       continue;
     }
     const Seq st = subtree_stable(s);
-    auto& to = by_parent[p];
+    AcksTo& to = to_parent(p);
     to.entries.push_back(wire::AckEntry{s.sender, st, s.delivered, held_mask(s)});
     to.streams.push_back(&s);
     to.reliable = to.reliable || s.ack_reliable || now < acks_by_link_until_;
@@ -680,20 +687,24 @@ void SmallPath::flush_acks(TimeNs now, Outbox& out, bool drained) {
     s.reported_have = s.delivered;
     s.ack_due = false;
     s.ack_reliable = false;
-    it = acks_pending_.erase(it);
   }
+  acks_pending_.resize(kept);
+  // By parent, as a map would order them (a member has one parent per stream's tree).
+  std::sort(acks_to_.begin(), acks_to_.begin() + static_cast<std::ptrdiff_t>(acks_to_used_),
+            [](const AcksTo& a, const AcksTo& b) { return a.parent < b.parent; });
   // Routine ACKs go as datagrams where the transport can (cumulative: a lost one is
   // covered by the next, or by the parent's query one wait later); answers to the
   // parent's questions go over the link.
-  for (auto& [parent, to] : by_parent) {
+  for (std::size_t i = 0; i < acks_to_used_; ++i) {
+    AcksTo& to = acks_to_[i];
     ++stats_.acks_sent;
-    last_ack_to_[parent] = now;
+    last_ack_to_[to.parent] = now;
     for (Stream* s : to.streams) s->reported_by_link = to.reliable;
     if (to.reliable) {
-      emit_.frame(parent, wire::Ack{std::move(to.entries)}, out);
+      emit_.frame(to.parent, wire::Ack{to.entries}, out);
     } else {
       ++stats_.acks_as_datagrams;
-      emit_.frame_datagram(parent, wire::Ack{std::move(to.entries)}, out);
+      emit_.frame_datagram(to.parent, wire::Ack{to.entries}, out);
     }
   }
 }

@@ -247,7 +247,16 @@ class SmallPath {
   // simulator reads it after every event of every member.
   std::size_t held_count_ = 0;
   std::map<MemberId, Seq> floors_;               // set_stream_floors()
-  std::set<MemberId> acks_pending_;             // streams with an ACK to send
+  std::vector<MemberId> acks_pending_;          // streams with an ACK to send, sorted (a set without a node per ACK)
+  /// flush_acks()'s ACKs by parent, kept between calls for their capacity.
+  struct AcksTo {
+    MemberId parent = 0;
+    std::vector<wire::AckEntry> entries;
+    std::vector<Stream*> streams;  // whose entries these are
+    bool reliable = false;
+  };
+  std::vector<AcksTo> acks_to_;
+  std::size_t acks_to_used_ = 0;
   std::map<MemberId, TimeNs> last_ack_to_;      // coalescing per parent
   std::map<MemberId, std::uint64_t> ack_flush_gen_;
   std::set<MemberId> ack_flush_armed_;

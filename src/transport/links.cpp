@@ -122,6 +122,7 @@ class ShmLink final : public Link {
   std::optional<Inbound> wait(std::chrono::steady_clock::time_point deadline) override {
     return endpoint_->wait(deadline);
   }
+  std::optional<Inbound> poll() override { return endpoint_->poll(); }
   void wake() override { endpoint_->wake(); }
   /// Peers are found by their member id on this host; the address is not used.
   void add_peer(MemberId id, const std::string&, std::uint16_t) override { endpoint_->add_peer(id); }

@@ -109,6 +109,11 @@ class Link : public Transport {
   /// What arrived, or nothing when woken or at the deadline. Throws
   /// hmcast::Error(transport_failed) if the transport itself failed.
   virtual std::optional<Inbound> wait(std::chrono::steady_clock::time_point deadline) = 0;
+  /// What has already arrived, without waiting: a round's drain after its first
+  /// input. By default wait() until now; a transport whose wait() has more to do
+  /// than look (shm: clocks, its pacer, the wake-up flag) may only look. A wake-up
+  /// it leaves shows in the next wait() (one round too many at worst).
+  virtual std::optional<Inbound> poll() { return wait(std::chrono::steady_clock::now()); }
   virtual void wake() = 0;
   /// Hands back an Inbound's bytes once nothing refers to them: a transport may
   /// receive into them again (socket: large datagrams arrive in buffers of their

@@ -448,7 +448,12 @@ bool Endpoint::mail_ack(Peer& p, std::span<const std::byte> frame) {
   // holds, unread or not: replacing it with fewer streams could lose one.
   if (length > kMailBytes) return false;
   MailSlot& slot = header_->mail[p.mail_slot];
-  std::array<std::uint64_t, kMailWords> words{};
+  // Only the words stored below are filled (the last one's tail zeroed): zeroing the
+  // whole slot's worth for every ACK showed in its profile.
+  const std::size_t stored = (length - kMailSkip + 7) / 8;
+  HMCAST_ASSERT(stored >= 1 && stored <= kMailWords);
+  std::array<std::uint64_t, kMailWords> words;  // NOLINT(cppcoreguidelines-pro-type-member-init)
+  words[stored - 1] = 0;
   auto* bytes = reinterpret_cast<std::byte*>(words.data());
   std::memcpy(bytes, frame.data() + kMailSkip, wire::kHeaderSize - kMailSkip);
   wire::store_le<std::uint32_t>(bytes + wire::kHeaderSize - kMailSkip,
@@ -460,8 +465,7 @@ bool Endpoint::mail_ack(Peer& p, std::span<const std::byte> frame) {
   // Release stores (plain stores on x86): a reader whose acquire load sees a new word
   // sees the odd count after it, and drops its copy. No fence: TSan models none.
   slot.to.store(p.id, std::memory_order_release);
-  for (std::size_t w = 0; w < (length - kMailSkip + 7) / 8; ++w)
-    slot.words[w].store(words[w], std::memory_order_release);
+  for (std::size_t w = 0; w < stored; ++w) slot.words[w].store(words[w], std::memory_order_release);
   slot.seq.store(seq + 2, std::memory_order_release);
   ring(*p.header);  // unicast() checked it is mapped
   count(&ShmStats::acks_mailed);
@@ -484,7 +488,8 @@ std::optional<Inbound> Endpoint::read_mail(Peer& p) {
   if (seq == p.mail_seen || (seq & 1U) != 0) return std::nullopt;
   // Acquire loads: the count's second reading below cannot move before them.
   const std::uint32_t to = slot.to.load(std::memory_order_acquire);
-  std::array<std::uint64_t, kMailWords> words{};
+  // Only the words loaded below are read.
+  std::array<std::uint64_t, kMailWords> words;  // NOLINT(cppcoreguidelines-pro-type-member-init)
   auto* bytes = reinterpret_cast<std::byte*>(words.data());
   constexpr std::size_t kFrontWords = (kAckFront - kMailSkip + 7) / 8;
   for (std::size_t w = 0; w < kFrontWords; ++w) words[w] = slot.words[w].load(std::memory_order_acquire);
@@ -791,6 +796,11 @@ std::optional<Inbound> Endpoint::poll_once() {
     }
   }
   return std::nullopt;
+}
+
+std::optional<Inbound> Endpoint::poll() {
+  if (closed_.load()) return std::nullopt;
+  return poll_once();
 }
 
 std::optional<Inbound> Endpoint::wait(Clock::time_point deadline) {

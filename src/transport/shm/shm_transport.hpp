@@ -124,6 +124,8 @@ class Endpoint {
   /// its file when its process is dead (nobody else would remove it).
   void remove_peer(MemberId id);
   std::optional<Inbound> wait(std::chrono::steady_clock::time_point deadline);
+  /// What has arrived, without waiting (the wait() thread's, as wait()).
+  std::optional<Inbound> poll();
   void wake();
   void close();
   [[nodiscard]] ShmStats stats() const;
