@@ -52,6 +52,10 @@ void watch(hmcast::Group& g, Seen& s) {
 
 struct Outcome {
   std::uint64_t sender_deliveries_on_waiting_thread = 0;
+  /// Completions that returned before the sender's own delivery of that message had
+  /// run: a completion settles as soon as its ACK is in, but never ahead of events
+  /// queued before it.
+  std::uint32_t completed_before_own_delivery = 0;
 };
 
 /// Three members; member 1 sends `kFirst` messages from one thread, waiting on each
@@ -83,6 +87,7 @@ Outcome run(hmcast::TransportKind kind, hmcast::BorrowProgress borrow) {
   }
 
   std::atomic<std::uint32_t> first_done{0};
+  std::atomic<std::uint32_t> overtaken{0};
   std::thread sender([&] {
     {
       std::lock_guard lock(seen[0].mu);
@@ -92,6 +97,10 @@ Outcome run(hmcast::TransportKind kind, hmcast::BorrowProgress borrow) {
       auto c = groups[0].broadcast(payload(groups[0].self(), m));
       if (!c.wait_for(20s)) return;  // reported below as missing completions
       c.get();
+      {
+        std::lock_guard lock(seen[0].mu);
+        if (seen[0].next[groups[0].self()] < m + 1) ++overtaken;
+      }
       ++first_done;
     }
   });
@@ -121,6 +130,7 @@ Outcome run(hmcast::TransportKind kind, hmcast::BorrowProgress borrow) {
     CHECK(seen[i].total == kFirst + kSecond);
   }
   Outcome out;
+  out.completed_before_own_delivery = overtaken.load();
   {
     std::lock_guard lock(seen[0].mu);
     out.sender_deliveries_on_waiting_thread = seen[0].on_watched;
@@ -141,9 +151,11 @@ TEST_CASE("borrowed progress: a thread waiting on its message makes the progress
       // The waiting thread ran rounds, and with them the sender's own deliveries
       // (queued by broadcast(), run by the first round after it).
       CHECK(on.sender_deliveries_on_waiting_thread > 0);
+      CHECK(on.completed_before_own_delivery == 0);
       const Outcome off = run(kind, hmcast::BorrowProgress::never);
       // BorrowProgress::never: every callback on the progress thread.
       CHECK(off.sender_deliveries_on_waiting_thread == 0);
+      CHECK(off.completed_before_own_delivery == 0);
     }
   }
 }

@@ -167,7 +167,8 @@ bool Completion::wait_ns(std::chrono::nanoseconds d) const {
       const auto now = std::chrono::steady_clock::now();
       if (now - start >= d) return false;
       const auto left = d - (now - start);
-      (void)node->drive(now + std::min<std::chrono::nanoseconds>(left, std::chrono::milliseconds(10)));
+      (void)node->drive(now + std::min<std::chrono::nanoseconds>(left, std::chrono::milliseconds(10)),
+                        detail::Awaited{board_.get(), seq_});
       if (node->transport_failed.load()) return ready();
     }
   }

@@ -44,6 +44,15 @@ std::chrono::nanoseconds NodeState::completion_spin(bool large) const {
 
 void NodeState::queue_for_app(GroupState& g, AppEvents& app) {
   for (auto& a : app) {
+    // A completion with nothing queued ahead of it settles now: its waiter need not
+    // wait for the rest of the round (the drain, the timers, the callbacks). Behind
+    // other events it waits its turn, so the application still sees every event in
+    // the order produced (its own delivery before its completion).
+    if (const auto* c = std::get_if<action::Completed>(&a); c != nullptr && g.to_app.empty() && !g.handing_over) {
+      g.small_done->complete_through(c->seq);
+      g.room_due = true;
+      continue;
+    }
     if (std::holds_alternative<action::ViewInstalled>(a)) ++g.views_queued;
     g.to_app.push_back(std::move(a));
   }
@@ -87,6 +96,8 @@ std::chrono::nanoseconds NodeState::park_period() const {
                                               std::chrono::microseconds(50));
 }
 
+thread_local bool NodeState::t_in_round = false;
+
 namespace {
 // The group whose callbacks this thread is running, if any.
 thread_local const GroupState* t_in_callbacks = nullptr;
@@ -94,7 +105,7 @@ thread_local const GroupState* t_in_callbacks = nullptr;
 
 bool in_callback_of(const GroupState& g) { return t_in_callbacks == &g; }
 
-bool NodeState::drive(std::chrono::steady_clock::time_point limit) {
+bool NodeState::drive(std::chrono::steady_clock::time_point limit, Awaited awaited) {
   HMCAST_ASSERT(caller_progress());
   if (t_in_callbacks != nullptr)
     throw Error(ErrorCode::invalid_config,
@@ -102,16 +113,16 @@ bool NodeState::drive(std::chrono::steady_clock::time_point limit) {
                 "Progress::caller the callbacks run inside that progress; broadcast with SendMode::fail from a callback "
                 "and wait elsewhere");
   if (transport_failed.load()) return false;
-  return try_round(limit);
+  return try_round(limit, awaited);
 }
 
-bool NodeState::try_round(std::chrono::steady_clock::time_point limit) {
+bool NodeState::try_round(std::chrono::steady_clock::time_point limit, Awaited awaited) {
   std::unique_lock lock(round_mu, std::try_to_lock);
   if (!lock) {
     std::this_thread::yield();  // another thread's round hands on what it finds
     return false;
   }
-  round(limit);
+  round(limit, awaited);
   return true;
 }
 
@@ -126,7 +137,7 @@ bool NodeState::borrow_progress(const CompletionBoard& board, Seq seq, std::chro
     // The only borrower polls alone (the progress thread parks): it may keep its
     // CPU between polls where two polling threads would share it.
     link->set_sole_poller(borrowers.load(std::memory_order_relaxed) == 1);
-    (void)try_round(until);
+    (void)try_round(until, Awaited{&board, seq});
   }
   link->set_sole_poller(false);
   const bool done = settled();
@@ -135,8 +146,14 @@ bool NodeState::borrow_progress(const CompletionBoard& board, Seq seq, std::chro
   return done;
 }
 
-void NodeState::round(std::chrono::steady_clock::time_point limit) {
+void NodeState::round(std::chrono::steady_clock::time_point limit, Awaited awaited) {
   GroupState& g = *group;
+  struct InRound {
+    InRound() { t_in_round = true; }
+    ~InRound() { t_in_round = false; }
+    InRound(const InRound&) = delete;
+    InRound& operator=(const InRound&) = delete;
+  } in_round;
   bool queued = false;
   TimeNs next = kNever;
   {
@@ -172,7 +189,7 @@ void NodeState::round(std::chrono::steady_clock::time_point limit) {
     for (std::size_t n = 1; in && n < kDrainRound; ++n) {
       dispatch(g, *in);
       link->recycle(std::move(in->bytes));  // the engine copied what it keeps
-      in = link->poll();
+      in = awaited.settled() ? std::nullopt : link->poll();
     }
     if (in) {
       dispatch(g, *in);
@@ -191,6 +208,7 @@ void NodeState::round(std::chrono::steady_clock::time_point limit) {
     return;
   }
   if (now >= g.runtime->engine().next_wakeup()) feed(g, [&](AppEvents& app) { g.runtime->on_timer(now, app); });
+  tell_room(g);
   held.unlock();
   run_callbacks(g);
 }
@@ -235,6 +253,8 @@ void NodeState::run_callbacks(GroupState& g) {
   std::shared_ptr<const Group::ViewFn> view;
   {
     std::lock_guard lock(g.mu);
+    // Most rounds of a sender waiting for ACKs hand nothing on: no callbacks to take.
+    if (g.to_app.empty() && !(g.closed && !g.stop_reported)) return;
     deliver = g.on_deliver;
     view = g.on_view;
     HMCAST_ASSERT(g.views_held <= g.views_queued);  // held views stay in to_app
@@ -274,6 +294,7 @@ void NodeState::run_callbacks(GroupState& g) {
       todo.swap(g.to_app);
       g.views_queued = 0;
     }
+    g.handing_over = !todo.empty();
   }
   bool room = false;  // a small message completed: its window space is free
   for (auto& a : todo) {
@@ -319,6 +340,7 @@ void NodeState::run_callbacks(GroupState& g) {
   todo.clear();
   {
     std::lock_guard lock(g.mu);
+    g.handing_over = false;
     // Our buffer goes back for the next events to reuse, unless one as large is there.
     if (g.to_app.empty() && g.to_app.capacity() < todo.capacity()) g.to_app.swap(todo);
     if (room) g.room.notify_all();  // under g.mu: a sender between its check and its wait is not missed

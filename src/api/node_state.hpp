@@ -43,6 +43,13 @@ namespace hmcast::detail {
 
 TimeNs now_ns();
 
+/// The small message a thread making a round waits for (NodeState::round()), if any.
+struct Awaited {
+  const CompletionBoard* board = nullptr;
+  Seq seq = 0;
+  [[nodiscard]] bool settled() const { return board != nullptr && board->settled(seq); }
+};
+
 struct GroupState {
   std::mutex mu;
   std::condition_variable room;  // signalled when a completion frees window space, or the group closes
@@ -53,6 +60,12 @@ struct GroupState {
   AppEvents to_app;  // deliveries, completions, views: for the progress thread
   std::size_t views_queued = 0;  // views in to_app (queue_for_app counts them in)
   std::size_t views_held = 0;    // of those, the ones run_callbacks() held for on_view_change()
+  /// run_callbacks() took events from to_app and has not finished them: a completion
+  /// queued now would overtake them (queue_for_app()).
+  bool handing_over = false;
+  /// A completion settled by queue_for_app(): room waiters are told once, at the end
+  /// of the round (or of the call into the runtime, outside a round), not per message.
+  bool room_due = false;
   /// What one call into the runtime produced, until queue_for_app() moves it to
   /// to_app: kept, like to_app, so their capacity is reused (no allocation per message).
   AppEvents produced;
@@ -134,14 +147,28 @@ struct NodeState {
     g.produced.clear();  // left over when a transport threw: dropped, as before
     call(g.produced);
     queue_for_app(g, g.produced);
+    if (!t_in_round) tell_room(g);
   }
+  /// Wakes threads waiting for window space if a completion freed some (g.mu held).
+  static void tell_room(GroupState& g) {
+    if (!g.room_due) return;
+    g.room_due = false;
+    g.room.notify_all();  // under g.mu: a sender between its check and its wait is not missed
+  }
+  /// Whether this thread is inside a round (which tells room waiters at its end).
+  static thread_local bool t_in_round;
   /// The progress thread (Progress::thread): rounds until the Node stops.
   void run();
   /// One round: waits on the link until input or `limit` (or the next timer), feeds
   /// the runtime what came, fires due timers, runs the callbacks. Whoever holds
   /// round_mu: the progress thread, a thread borrowing progress (borrow_progress), or
   /// (Progress::caller) the application's.
-  void round(std::chrono::steady_clock::time_point limit);
+  ///
+  /// `awaited`: the small message a thread making this round waits for. Once it is
+  /// settled the drain stops looking for more input (what came stays in the link
+  /// for the next round): the waiter returns sooner, one empty look (a system call
+  /// on the socket) earlier. Everything the round took in is still handed on.
+  void round(std::chrono::steady_clock::time_point limit, Awaited awaited = {});
   /// Progress::thread: an application thread waiting for small message `seq` of
   /// `board` makes the rounds itself (callbacks included) until it is settled or
   /// `until`, while the progress thread stands aside. On a host whose processes each
@@ -170,12 +197,12 @@ struct NodeState {
   [[nodiscard]] std::chrono::nanoseconds park_period() const;
   /// A round until `limit` unless another thread is in one (then this one yields:
   /// that round hands on what it finds); whether it made one.
-  bool try_round(std::chrono::steady_clock::time_point limit);
+  bool try_round(std::chrono::steady_clock::time_point limit, Awaited awaited = {});
   /// Progress::caller: a round until `limit` unless another thread is in one (then
   /// this one yields: that round hands on what it finds). Throws invalid_config from
   /// inside a callback, whose round can never end while it waits.
   /// Whether it made a round.
-  bool drive(std::chrono::steady_clock::time_point limit);
+  bool drive(std::chrono::steady_clock::time_point limit, Awaited awaited = {});
   /// This NodeState, for the Completions that make its group progress.
   std::weak_ptr<NodeState> self;
   [[nodiscard]] bool caller_progress() const { return cfg.progress == Progress::caller; }
