@@ -160,7 +160,8 @@ void SmallPath::on_timer(const TimerQueue::Entry& e, TimeNs now, Outbox& out) {
   Stream& s = it->second;
   switch (k.kind) {
     case TimerKind::child_repair:
-      if (k.index < s.children.size() && s.children[k.index].timer_gen == e.generation) fire_child(s, k.index, now, out);
+      if (k.index < s.children.size() && s.children[k.index].timer_gen == e.generation)
+        on_child_timer(s, k.index, now, out);
       break;
     case TimerKind::pull:
       if (s.pull_gen == e.generation) maybe_pull(s, now, out);
@@ -445,8 +446,7 @@ void SmallPath::on_nack(MemberId from, const wire::Nack& n, TimeNs now, Outbox& 
   child->last_heard = now;
   child->last_progress = now;
   child->attempts = 0;
-  child->deadline = kNever;
-  ++child->timer_gen;
+  child->deadline = kNever;  // its pending entry, if any, finds no wait and goes
   rearm_child(*s, static_cast<std::uint32_t>(child - s->children.begin()), now);
   // Late (everyone holds it), or beyond what the sender's window allows: what we owe
   // stays within two windows of the stable prefix.
@@ -495,7 +495,6 @@ void SmallPath::send_fragments(Stream& s, MemberId to, Seq seq, const std::vecto
     child->last_progress = now;
     child->repaired_upto = std::max(child->repaired_upto, seq);
     child->deadline = kNever;
-    ++child->timer_gen;
     rearm_child(s, static_cast<std::uint32_t>(child - s.children.begin()), now);
   }
   if (missing.empty()) {
@@ -621,7 +620,6 @@ void SmallPath::on_ack(MemberId from, const wire::Ack& a, TimeNs now, Outbox& ou
       c.stable = e.stable;
       c.stable_progress = now;
       c.deadline = kNever;
-      ++c.timer_gen;
     }
     c.last_heard = now;
     if (e.have > c.have) {
@@ -633,11 +631,9 @@ void SmallPath::on_ack(MemberId from, const wire::Ack& a, TimeNs now, Outbox& ou
       c.mask = e.mask;
       c.last_progress = now;
       c.deadline = kNever;  // the wait restarts from the next message it lacks
-      ++c.timer_gen;
     } else if (e.have == c.have && (e.mask | c.mask) != c.mask) {
       c.mask |= e.mask;  // holdings only grow
       c.deadline = kNever;
-      ++c.timer_gen;
     }
     c.attempts = 0;
     c.owed.erase(c.owed.begin(), c.owed.upper_bound(c.have));
@@ -757,8 +753,27 @@ void SmallPath::rearm_child(Stream& s, std::uint32_t idx, TimeNs now) {
     c.attempts = 0;  // nothing to wait for
     return;
   }
-  c.deadline = since + wait;
-  c.timer_gen = timers_.arm(c.deadline, TimerKey{TimerKind::child_repair, s.sender, idx});
+  set_child_deadline(s, idx, since + wait);
+}
+
+void SmallPath::set_child_deadline(Stream& s, std::uint32_t idx, TimeNs at) {
+  ChildLink& c = s.children[idx];
+  HMCAST_ASSERT(at != kNever);
+  c.deadline = at;
+  if (c.armed_at <= at) return;  // that entry comes first and arms again
+  c.armed_at = at;
+  c.timer_gen = timers_.arm(at, TimerKey{TimerKind::child_repair, s.sender, idx});
+}
+
+void SmallPath::on_child_timer(Stream& s, std::uint32_t idx, TimeNs now, Outbox& out) {
+  ChildLink& c = s.children[idx];
+  c.armed_at = kNever;
+  if (c.deadline == kNever) return;  // the wait ended (an ACK) and none runs now
+  if (now < c.deadline) {
+    set_child_deadline(s, idx, c.deadline);  // it moved later since this entry was armed
+    return;
+  }
+  fire_child(s, idx, now, out);
 }
 
 void SmallPath::fire_child(Stream& s, std::uint32_t idx, TimeNs now, Outbox& out) {
@@ -790,8 +805,7 @@ void SmallPath::fire_child(Stream& s, std::uint32_t idx, TimeNs now, Outbox& out
   if (lagging || several || c.attempts == 1) {
     ++stats_.ack_queries_sent;
     emit_.frame(c.id, wire::AckQuery{s.sender, lagging ? 0 : from}, out);
-    c.deadline = now + c.timeout.timeout(c.attempts);
-    c.timer_gen = timers_.arm(c.deadline, TimerKey{TimerKind::child_repair, s.sender, idx});
+    set_child_deadline(s, idx, now + c.timeout.timeout(c.attempts));
     return;
   }
   bool remulticasted = false;
@@ -831,8 +845,7 @@ void SmallPath::fire_child(Stream& s, std::uint32_t idx, TimeNs now, Outbox& out
       emit_.frame(c.id, wire::Repair{s.sender, q, s.known_stable, *it->second.msg}, out);
     }
   }
-  c.deadline = now + c.timeout.timeout(c.attempts);
-  c.timer_gen = timers_.arm(c.deadline, TimerKey{TimerKind::child_repair, s.sender, idx});
+  set_child_deadline(s, idx, now + c.timeout.timeout(c.attempts));
 }
 
 void SmallPath::remulticast(Stream& s, Seq seq, Outbox& out) {

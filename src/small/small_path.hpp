@@ -132,8 +132,14 @@ class SmallPath {
     std::uint64_t mask = 0;  // ...and have+1+i for each set bit i (selective ACK)
     ack_tree::AckTimeout timeout;
     std::uint32_t attempts = 0;  // repair rounds since the child last answered
+    /// The repair wait: `deadline` is when it ends (kNever: none runs). At most one
+    /// timer entry per child is pending, at `armed_at` (kNever: none) with generation
+    /// `timer_gen`, never later than the deadline: a deadline that moves later (each
+    /// ACK restarts the wait) is found when that entry fires, which arms again, so
+    /// the timer table takes one entry per wait, not one per message.
     std::uint64_t timer_gen = 0;
     TimeNs deadline = kNever;
+    TimeNs armed_at = kNever;
     TimeNs last_progress = 0;  // when its ACKed `have` last grew
     Seq repaired_upto = 0;     // highest message we repaired to it (Karn: no samples across it)
     TimeNs last_heard = 0;     // its last ACK of any kind
@@ -205,6 +211,12 @@ class SmallPath {
   void advance(Stream& s, TimeNs now, Outbox& out);
   void collect_garbage(Stream& s, Seq stable);
   void rearm_child(Stream& s, std::uint32_t idx, TimeNs now);
+  /// Sets child `idx`'s wait to end at `at`, arming a timer entry only if none is
+  /// pending at or before `at` (ChildLink::armed_at).
+  void set_child_deadline(Stream& s, std::uint32_t idx, TimeNs at);
+  /// A child_repair entry came due: fires the wait if it has ended, arms again if it
+  /// moved later, drops the entry if the wait was cancelled.
+  void on_child_timer(Stream& s, std::uint32_t idx, TimeNs now, Outbox& out);
   /// The first message we hold that `c` is not known to hold (0 if none).
   [[nodiscard]] static Seq first_missing(const Stream& s, const ChildLink& c);
   [[nodiscard]] static bool child_holds(const ChildLink& c, Seq seq);
