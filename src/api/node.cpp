@@ -96,7 +96,7 @@ std::chrono::nanoseconds NodeState::park_period() const {
                                               std::chrono::microseconds(50));
 }
 
-thread_local bool NodeState::t_in_round = false;
+thread_local const GroupState* NodeState::t_round_of = nullptr;
 
 namespace {
 // The group whose callbacks this thread is running, if any.
@@ -149,11 +149,12 @@ bool NodeState::borrow_progress(const CompletionBoard& board, Seq seq, std::chro
 void NodeState::round(std::chrono::steady_clock::time_point limit, Awaited awaited) {
   GroupState& g = *group;
   struct InRound {
-    InRound() { t_in_round = true; }
-    ~InRound() { t_in_round = false; }
+    const GroupState* outer;
+    explicit InRound(const GroupState& g) : outer(t_round_of) { t_round_of = &g; }
+    ~InRound() { t_round_of = outer; }
     InRound(const InRound&) = delete;
     InRound& operator=(const InRound&) = delete;
-  } in_round;
+  } in_round(g);
   bool queued = false;
   TimeNs next = kNever;
   {

@@ -147,7 +147,7 @@ struct NodeState {
     g.produced.clear();  // left over when a transport threw: dropped, as before
     call(g.produced);
     queue_for_app(g, g.produced);
-    if (!t_in_round) tell_room(g);
+    if (t_round_of != &g) tell_room(g);
   }
   /// Wakes threads waiting for window space if a completion freed some (g.mu held).
   static void tell_room(GroupState& g) {
@@ -155,8 +155,9 @@ struct NodeState {
     g.room_due = false;
     g.room.notify_all();  // under g.mu: a sender between its check and its wait is not missed
   }
-  /// Whether this thread is inside a round (which tells room waiters at its end).
-  static thread_local bool t_in_round;
+  /// The group whose round this thread is making, if any (that round tells room
+  /// waiters at its end).
+  static thread_local const GroupState* t_round_of;
   /// The progress thread (Progress::thread): rounds until the Node stops.
   void run();
   /// One round: waits on the link until input or `limit` (or the next timer), feeds
