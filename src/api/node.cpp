@@ -101,6 +101,20 @@ thread_local const GroupState* NodeState::t_round_of = nullptr;
 namespace {
 // The group whose callbacks this thread is running, if any.
 thread_local const GroupState* t_in_callbacks = nullptr;
+
+/// Sets a thread's mark (which group's round or callbacks it is in) for a scope,
+/// and puts back the one it found.
+class ThreadMark {
+ public:
+  ThreadMark(const GroupState*& mark, const GroupState* g) : mark_(mark), outer_(mark) { mark_ = g; }
+  ~ThreadMark() { mark_ = outer_; }
+  ThreadMark(const ThreadMark&) = delete;
+  ThreadMark& operator=(const ThreadMark&) = delete;
+
+ private:
+  const GroupState*& mark_;
+  const GroupState* outer_;
+};
 }  // namespace
 
 bool in_callback_of(const GroupState& g) { return t_in_callbacks == &g; }
@@ -148,13 +162,7 @@ bool NodeState::borrow_progress(const CompletionBoard& board, Seq seq, std::chro
 
 void NodeState::round(std::chrono::steady_clock::time_point limit, Awaited awaited) {
   GroupState& g = *group;
-  struct InRound {
-    const GroupState* outer;
-    explicit InRound(const GroupState& g) : outer(t_round_of) { t_round_of = &g; }
-    ~InRound() { t_round_of = outer; }
-    InRound(const InRound&) = delete;
-    InRound& operator=(const InRound&) = delete;
-  } in_round(g);
+  const ThreadMark in_round(t_round_of, &g);
   bool queued = false;
   TimeNs next = kNever;
   {
@@ -242,13 +250,7 @@ std::optional<transport::Placement> NodeState::place_block(MemberId from, std::s
 
 void NodeState::run_callbacks(GroupState& g) {
   // Marks this thread as inside g's callbacks (Group::leave, drive) until it returns.
-  struct InCallbacks {
-    const GroupState* outer;
-    explicit InCallbacks(const GroupState& g) : outer(t_in_callbacks) { t_in_callbacks = &g; }
-    ~InCallbacks() { t_in_callbacks = outer; }
-    InCallbacks(const InCallbacks&) = delete;
-    InCallbacks& operator=(const InCallbacks&) = delete;
-  } in_callbacks(g);
+  const ThreadMark in_callbacks(t_in_callbacks, &g);
   AppEvents todo;
   std::shared_ptr<const Group::DeliverFn> deliver;
   std::shared_ptr<const Group::ViewFn> view;
