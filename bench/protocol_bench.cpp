@@ -5,7 +5,9 @@
 //   - RC pipeline schedule queries (binomial pipeline, n = 512, B = 256);
 //   - ACK-tree children() for n = 1024;
 //   - a progress loop: one broadcast through 4 runtimes on the in-memory network until the
-//     sender sees Completed (per-message cost of the whole protocol, no I/O).
+//     sender sees Completed (per-message cost of the whole protocol, no I/O);
+//   - a stream's receiver: batches of 64-byte messages into one engine, with the
+//     drain after each batch (the engine's cost per message delivered in a stream).
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -28,6 +30,7 @@
 #include "large/schedule.hpp"
 #include "group/group_engine.hpp"
 #include "mem_net.hpp"
+#include "policy/defaults.hpp"
 #include "small/fragmenter.hpp"
 #include "small/reassembly.hpp"
 
@@ -135,6 +138,69 @@ void BM_AckAggregation(benchmark::State& state) {
   state.counters["children"] = static_cast<double>(children.size());
 }
 BENCHMARK(BM_AckAggregation)->ArgName("interior")->Arg(0)->Arg(1);
+
+// ---------------------------------------------------------------------------
+// A stream's receiver
+
+// One receiver of sender 1's stream in a view of 8, with shm's protocol defaults:
+// batches of kItems 64-byte messages as the sender's emitter makes them (each item a
+// whole Data datagram; stable trailing one batch behind), each fed as one datagram and
+// followed by the drain's on_drained(), as the runtime's round does. Arg: the
+// receiver (2: an interior node of sender 1's tree, 8: a leaf). Time is per message.
+void BM_StreamReceive(benchmark::State& state) {
+  constexpr std::uint32_t kN = 8;
+  constexpr std::uint32_t kItems = 256;
+  constexpr std::uint32_t kBatches = 64;
+  const auto self = static_cast<MemberId>(state.range(0));
+  const ProtocolConfig cfg = hmcast::policy::transport_defaults("shm", 67'584);
+  const View view = numbered_view(kN);
+  const MemberId sender = 1;
+  const auto msg = filled(64);
+
+  std::vector<std::shared_ptr<const Bytes>> batches;
+  for (std::uint32_t b = 0; b < kBatches; ++b) {
+    std::vector<Bytes> items;
+    for (std::uint32_t i = 0; i < kItems; ++i) {
+      wire::Data d;
+      d.sender = sender;
+      d.seq = Seq{b} * kItems + i + 1;
+      d.stable = b == 0 ? 0 : Seq{b - 1} * kItems;
+      d.msg_len = static_cast<std::uint32_t>(msg->size());
+      d.payload = *msg;
+      items.push_back(wire::encode(wire::Header{wire::Type::data, kGroup, view.id, sender}, d));
+    }
+    wire::Batch batch;
+    for (const auto& it : items) batch.items.emplace_back(it);
+    batches.push_back(
+        std::make_shared<const Bytes>(wire::encode(wire::Header{wire::Type::batch, kGroup, view.id, sender}, batch)));
+  }
+
+  std::optional<GroupEngine> e;
+  Outbox out;
+  std::uint64_t delivered = 0;
+  std::uint64_t messages = 0;
+  for (auto _ : state) {
+    state.PauseTiming();
+    hmcast::group::ViewChange first;
+    first.view = view;
+    e.emplace(kGroup, self, first, cfg, 0);
+    out.clear();
+    state.ResumeTiming();
+    TimeNs now = 1'000;
+    for (const auto& b : batches) {
+      now += 1'000;
+      e->on_datagram(*b, now, out, b);
+      e->on_drained(now, out);
+      for (const auto& a : out) delivered += std::holds_alternative<action::Deliver>(a) ? 1 : 0;
+      out.clear();
+    }
+    messages += Seq{kBatches} * kItems;
+  }
+  if (delivered != messages) state.SkipWithError("not every message was delivered: not measuring a stream");
+  state.SetItemsProcessed(static_cast<std::int64_t>(messages));
+  state.counters["acks/msg"] = static_cast<double>(e->small_path().stats().acks_sent) / (kBatches * kItems);
+}
+BENCHMARK(BM_StreamReceive)->ArgName("member")->Arg(2)->Arg(8);
 
 // ---------------------------------------------------------------------------
 // Fragmentation and reassembly of a 64 KiB message at MTU 4096

@@ -1,6 +1,7 @@
 // libFuzzer target: wire::decode on arbitrary bytes. It must never crash or read out of
 // bounds (built with ASan/UBSan), and whatever it accepts must re-encode to exactly the
-// input and decode again to the same fields. Any mismatch aborts with a message.
+// input and decode again to the same fields; wire::decode_data_only must agree with it
+// on every input. Any mismatch aborts with a message.
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -43,6 +44,17 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const std::vector<std::byte> in(std::as_bytes(std::span<const std::uint8_t>(data, size)).begin(),
                                   std::as_bytes(std::span<const std::uint8_t>(data, size)).end());
   const auto res = w::decode(in);
+  // The Data decoder without the variant must say the same of the same bytes.
+  {
+    w::Header h;
+    w::Data d;
+    const auto fast = w::decode_data_only(in, h, d);
+    const bool is_data = in.size() >= w::kHeaderSize && in[3] == static_cast<std::byte>(w::Type::data);
+    if (fast.has_value() != is_data) fail("decode_data_only took or declined the wrong packet");
+    if (fast && *fast != res.error) fail("decode_data_only and decode disagree on the error");
+    if (fast && res.ok() && (!(h == res.packet.header) || !same_body(w::Body{d}, res.packet.body)))
+      fail("decode_data_only and decode disagree on the fields");
+  }
   if (!res.ok()) {
     if (w::to_string(res.error) == "unknown") fail("decode returned an unnamed error");
     return 0;

@@ -67,6 +67,8 @@ constexpr std::size_t kDrainRound = 256;
 // Views held for an application that has not set on_view_change(): enough for any
 // churn between join() and setting it, a bound for one that never sets it.
 constexpr std::size_t kMaxHeldViews = 64;
+// Callbacks run under one hold of GroupState::callbacks_mu (run_callbacks()).
+constexpr std::size_t kCallbacksPerLock = 64;
 }  // namespace
 
 void NodeState::run() {
@@ -300,16 +302,30 @@ void NodeState::run_callbacks(GroupState& g) {
     g.handing_over = !todo.empty();
   }
   bool room = false;  // a small message completed: its window space is free
+  // A user callback runs with callbacks_mu held, and only until Group::leave(). The
+  // lock is kept from one callback to the next (a stream's deliveries come hundreds
+  // to a round), let go every kCallbacksPerLock callbacks so that leave() waits for
+  // few, and before anything else the loop does.
+  std::unique_lock cb(g.callbacks_mu, std::defer_lock);
+  std::size_t under_lock = 0;
+  auto user = [&](auto&& call) {
+    if (!cb.owns_lock()) cb.lock();
+    if (!g.callbacks_stopped) call();
+    if (++under_lock % kCallbacksPerLock == 0) cb.unlock();
+  };
+  auto no_user = [&] {
+    if (cb.owns_lock()) cb.unlock();
+  };
   for (auto& a : todo) {
-    // A user callback runs with callbacks_mu held, and only until Group::leave().
-    auto user = [&](auto&& call) {
-      std::lock_guard cb(g.callbacks_mu);
-      if (!g.callbacks_stopped) call();
-    };
+    if (!std::holds_alternative<action::Deliver>(a) && !std::holds_alternative<action::DeliverLarge>(a) &&
+        !std::holds_alternative<action::ViewInstalled>(a))
+      no_user();
     std::visit(
         Overloaded{
             [&](action::Deliver& d) {
-              user([&] { (*deliver)(Delivery{d.sender, d.seq, false, d.message.bytes(), d.message.owner()}); });
+              // The event is spent after this: its hold on the buffer moves to the Delivery.
+              const auto bytes = d.message.bytes();
+              user([&] { (*deliver)(Delivery{d.sender, d.seq, false, bytes, std::move(d.message).take_owner()}); });
             },
             [&](action::DeliverLarge& d) {
               // Our own message from lent memory: no buffer to keep (the bytes are the
@@ -337,6 +353,7 @@ void NodeState::run_callbacks(GroupState& g) {
         },
         a);
   }
+  no_user();
   // The group stopped for this member by no choice of its own: say so, once.
   Group::StoppedFn stopped;
   std::optional<Error> why;
@@ -354,7 +371,7 @@ void NodeState::run_callbacks(GroupState& g) {
     }
   }
   if (stopped) {
-    std::lock_guard cb(g.callbacks_mu);
+    std::lock_guard stop_cb(g.callbacks_mu);
     if (!g.callbacks_stopped) stopped(*why);
   }
 }

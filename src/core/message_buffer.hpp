@@ -57,7 +57,12 @@ class MessageBuffer {
   [[nodiscard]] const std::span<const std::byte>* operator->() const { return &bytes_; }
   [[nodiscard]] std::span<const std::byte> bytes() const { return bytes_; }
   /// What keeps bytes() alive: the whole buffer, which may hold more than this message.
-  [[nodiscard]] const SharedBytes& owner() const { return owner_; }
+  [[nodiscard]] const SharedBytes& owner() const& { return owner_; }
+  /// The owner, moved out: this buffer is empty after (a spent event's hold handed on).
+  [[nodiscard]] SharedBytes take_owner() && {
+    bytes_ = {};
+    return std::move(owner_);
+  }
 
  private:
   static const std::vector<std::byte>& lent_marker() {

@@ -400,29 +400,45 @@ void encode_into(const Header& header, const Body& body, std::vector<std::byte>&
   HMCAST_ASSERT(w.written() == out.size());
 }
 
+namespace {
+/// The header's checks and fields, in decode()'s order; `type` is the raw type byte.
+DecodeError decode_header(Reader& r, std::size_t size, Header& h, std::uint8_t& type) {
+  if (size < kHeaderSize) return DecodeError::too_short;
+  if (size > kMaxPacket) return DecodeError::oversized;
+  if (r.u16() != kMagic) return DecodeError::bad_magic;
+  if (r.u8() != kVersion) return DecodeError::bad_version;
+  type = r.u8();
+  h.group = r.u64();
+  h.view = r.u64();
+  h.src = r.u32();
+  return DecodeError::none;
+}
+
+// The type byte's place: after the magic (u16) and the version (u8).
+constexpr std::size_t kTypeAt = 3;
+static_assert(kHeaderSize > kTypeAt);
+}  // namespace
+
+std::optional<DecodeError> decode_data_only(std::span<const std::byte> bytes, Header& header, Data& data) {
+  if (bytes.size() < kHeaderSize || std::to_integer<std::uint8_t>(bytes[kTypeAt]) != static_cast<std::uint8_t>(Type::data))
+    return std::nullopt;
+  Reader r(bytes);
+  std::uint8_t type = 0;
+  DecodeError err = decode_header(r, bytes.size(), header, type);
+  if (err != DecodeError::none) return err;
+  HMCAST_ASSERT(type == static_cast<std::uint8_t>(Type::data));
+  header.type = Type::data;
+  err = decode_data_fields(r, data);
+  if (err == DecodeError::none && r.remaining() != 0) err = DecodeError::trailing_bytes;
+  return err;
+}
+
 DecodeResult decode(std::span<const std::byte> bytes) {
   DecodeResult res;
-  if (bytes.size() < kHeaderSize) {
-    res.error = DecodeError::too_short;
-    return res;
-  }
-  if (bytes.size() > kMaxPacket) {
-    res.error = DecodeError::oversized;
-    return res;
-  }
   Reader r(bytes);
-  if (r.u16() != kMagic) {
-    res.error = DecodeError::bad_magic;
-    return res;
-  }
-  if (r.u8() != kVersion) {
-    res.error = DecodeError::bad_version;
-    return res;
-  }
-  const auto type = r.u8();
-  res.packet.header.group = r.u64();
-  res.packet.header.view = r.u64();
-  res.packet.header.src = r.u32();
+  std::uint8_t type = 0;
+  res.error = decode_header(r, bytes.size(), res.packet.header, type);
+  if (res.error != DecodeError::none) return res;
   DecodeError err = DecodeError::none;
   switch (type) {
     case static_cast<std::uint8_t>(Type::data): err = decode_data(r, res.packet.body); break;

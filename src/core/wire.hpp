@@ -11,6 +11,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string_view>
 #include <variant>
@@ -261,6 +262,14 @@ inline MemberId peek_src(std::span<const std::byte> packet) { return load_le<std
 
 /// Decode one packet. The returned spans point into `bytes`, which must outlive their use.
 DecodeResult decode(std::span<const std::byte> bytes);
+
+/// decode() of a Data datagram without the Body variant: a batch holds one per
+/// message of a stream, and building, copying and visiting the variant cost a
+/// receiver more than the fields. When `bytes` is long enough for a header and its
+/// type byte says data, fills `header` and `data` and returns what decode() says of
+/// the same bytes (the same checks, the same error); otherwise nullopt, and
+/// decode() is the way.
+std::optional<DecodeError> decode_data_only(std::span<const std::byte> bytes, Header& header, Data& data);
 
 /// Capacity encode() leaves free behind every frame it returns: the sealing layer
 /// (transport/sealed/) appends its trailer there in place, where a frame of exactly

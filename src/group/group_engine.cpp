@@ -90,6 +90,20 @@ std::optional<wire::Packet> GroupEngine::decoded(std::span<const std::byte> byte
 }
 
 void GroupEngine::on_datagram(std::span<const std::byte> bytes, TimeNs now, Outbox& out, const SharedBytes& owner) {
+  if (removed_) return;
+  // Most datagrams are Data: the same admission as below, without the Body variant.
+  wire::Header dh;
+  wire::Data data;
+  if (const auto err = wire::decode_data_only(bytes, dh, data)) {
+    if (*err != wire::DecodeError::none) {
+      ++admission_.decode_errors;
+      return;
+    }
+    if (dh.src == self_ || !admit(dh, dh.src)) return;  // our own, looped back; or not for us
+    small_.on_data(dh.src, data, now, out, owner);
+    settle(now, out);
+    return;
+  }
   const auto packet = decoded(bytes);
   if (!packet) return;
   const auto& h = packet->header;
@@ -193,6 +207,20 @@ void GroupEngine::dispatch_batch(const wire::Header& outer, const wire::Batch& b
   // Each item is a datagram its sender could have sent alone: the same admission,
   // and it must name the batch's group, view and sender (a batch speaks for one member).
   for (const auto item : b.items) {
+    // A stream's items are Data: decoded without the Body variant (one per message).
+    wire::Header dh;
+    wire::Data data;
+    if (const auto err = wire::decode_data_only(item, dh, data)) {
+      if (*err != wire::DecodeError::none) {
+        ++admission_.decode_errors;
+      } else if (dh.group != outer.group || dh.view != outer.view || dh.src != outer.src) {
+        ++admission_.misrouted_dropped;
+      } else {
+        small_.on_data(from, data, now, out, owner);
+        if (removed_) return;
+      }
+      continue;
+    }
     auto res = wire::decode(item);
     if (!res.ok()) {
       ++admission_.decode_errors;
