@@ -269,6 +269,57 @@ TEST_CASE("shm: a log every reader has read goes back to its start; one a reader
   CHECK(eps[2]->stats().bad_input == 0);
 }
 
+TEST_CASE("shm: an inbox read as fast as it fills goes back to its start; a full one goes on around", "[shm]") {
+  const auto group = test_group(44);
+  auto eps = group_of(2, config(group, 1 << 20, 2 << 20));  // a 2 MiB inbox
+  // Each frame is read before the next: 100 of 250,000 bytes are 25 MB, twelve laps
+  // of the inbox without going back early.
+  std::uint32_t sent = 0;
+  for (int i = 0; i < 100; ++i, ++sent) {
+    REQUIRE(eps[0]->unicast(2, numbered(sent, 250'000)));
+    auto in = next(*eps[1]);
+    REQUIRE(in);
+    REQUIRE(in->bytes == numbered(sent, 250'000));
+  }
+  const auto rewinds = eps[0]->stats().inbox_rewinds;
+  CHECK(rewinds >= 10);  // once the tail is 512 KiB in: every third frame
+  // Frames of 200,000 read one at a time until one goes back to the start: the
+  // reader stops there, before the padding (its header is about 600 KB in). Then 29
+  // of 150,000 (a frame moves in pieces of at most 256 KiB, a quarter of the inbox):
+  // the third of them would end past the padding's header and write over it, were
+  // the padding counted as read; they fill the inbox and wait for room.
+  std::vector<Bytes> expected;
+  for (int tries = 0;; ++tries, ++sent) {
+    REQUIRE(tries < 20);
+    const auto before = eps[0]->stats().inbox_rewinds;
+    REQUIRE(eps[0]->unicast(2, numbered(sent, 200'000)));
+    if (eps[0]->stats().inbox_rewinds > before) break;
+    auto in = next(*eps[1]);
+    REQUIRE(in);
+    REQUIRE(in->bytes == numbered(sent, 200'000));
+  }
+  expected.push_back(numbered(sent++, 200'000));
+  const auto rewound = eps[0]->stats().inbox_rewinds;
+  for (int i = 0; i < 29; ++i, ++sent) {
+    expected.push_back(numbered(sent, 150'000));
+    REQUIRE(eps[0]->unicast(2, expected.back()));
+  }
+  CHECK(eps[0]->stats().inbox_rewinds == rewound);  // never while the inbox holds frames
+  for (std::size_t i = 0; i < expected.size(); ++i) {
+    std::optional<shm::Inbound> in;
+    const auto deadline = Clock::now() + 5s;
+    while (!in && Clock::now() < deadline) {
+      (void)eps[0]->wait(Clock::now() + 1ms);  // moves the waiting frames on as room comes
+      in = eps[1]->wait(Clock::now() + 1ms);
+    }
+    INFO("frame " << i << " after the rewind");
+    REQUIRE(in);
+    REQUIRE(in->bytes == expected[i]);
+  }
+  CHECK(eps[1]->stats().bad_input == 0);
+  CHECK(eps[1]->stats().partial_frames_dropped == 0);
+}
+
 TEST_CASE("shm: frames larger than the inbox arrive whole and in order, from two writers at once", "[shm]") {
   const auto group = test_group(2);
   auto eps = group_of(3, config(group, 1 << 20, 64 << 10));  // a 64 KiB inbox

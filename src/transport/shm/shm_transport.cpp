@@ -37,6 +37,13 @@ constexpr std::size_t kMaxFragment = std::size_t{256} << 10;
 /// or that have left the caches. A stream (readers behind) goes around as before.
 constexpr std::uint64_t kRewindAfter = 128 * 1024;
 
+/// A writer that finds a peer's inbox empty goes back to its start once the inbox's
+/// tail is this far in, as the log does (kRewindAfter): frames that are read as fast
+/// as they come (a block pipeline's hops) then reuse the same lines, still in the
+/// caches, where eight members' inboxes of 8 MiB each went around more memory than
+/// the shared cache holds. A reader that lags keeps the whole inbox as slack.
+constexpr std::uint64_t kInboxRewindAfter = 512 * 1024;
+
 /// How long wait() sleeps at most while frames wait for room in a peer's inbox
 /// (the peer does not ring us when it frees room).
 constexpr std::int64_t kPendingRecheckNs = 200'000;
@@ -357,6 +364,16 @@ void Endpoint::flush(Peer& p) {
       Pending& f = p.out.front();
       const std::size_t size = f.size();
       const std::size_t n = std::min(fragment, size - f.offset);
+      if (tail % cap >= kInboxRewindAfter && tail % cap + kRecordHeader <= cap) {
+        // Empty (the reader is past everything we wrote): pad to the end, go on at 0.
+        p.inbox_head_seen = h.inbox_head.load(std::memory_order_acquire);
+        if (p.inbox_head_seen == tail) {
+          // The padding's header stays unread until the reader hops over it: the
+          // head seen (before it) keeps the new lap from writing over it.
+          tail = p.inbox.pad_to_end(tail);
+          count(&ShmStats::inbox_rewinds);
+        }
+      }
       const std::uint64_t need = p.inbox.span_at(tail, n);
       if (tail + need - p.inbox_head_seen > cap) {
         p.inbox_head_seen = h.inbox_head.load(std::memory_order_acquire);
@@ -886,7 +903,7 @@ ShmStats Endpoint::stats() const {
       &ShmStats::readers_evicted, &ShmStats::evicted_from_peers,   &ShmStats::bad_input,
       &ShmStats::peers_unreachable, &ShmStats::bytes_placed,       &ShmStats::inbox_locks_recovered,
       &ShmStats::partial_frames_dropped, &ShmStats::acks_mailed, &ShmStats::acks_mail_received,
-      &ShmStats::log_rewinds, &ShmStats::lent_payloads_copied};
+      &ShmStats::log_rewinds, &ShmStats::lent_payloads_copied, &ShmStats::inbox_rewinds};
   static_assert(sizeof(ShmStats) == kFields.size() * sizeof(std::uint64_t), "a counter is missing here");
   ShmStats out;
   auto& counters = const_cast<ShmStats&>(stats_);  // NOLINT: read through atomic_ref, as count() writes

@@ -68,6 +68,7 @@ struct ShmStats {
   /// Times this member went back to the start of its log early: every reader had
   /// read all of it, and the start is still in the caches (Endpoint::multicast).
   std::uint64_t log_rewinds = 0;
+  std::uint64_t inbox_rewinds = 0;  // writes into a peer's empty inbox that went back to its start
   /// Readers this member's log let go of (dead, or stalled for reader_stall).
   std::uint64_t readers_evicted = 0;
   /// Times this member found itself evicted from a peer's log (datagrams lost there).
