@@ -10,6 +10,17 @@ bool same_bytes(std::span<const std::byte> a, std::span<const std::byte> b) {
   return std::equal(a.begin(), a.end(), b.begin(), b.end());
 }
 
+bool data_only_agrees(std::span<const std::byte> bytes) {
+  const auto full = wire::decode(bytes);
+  wire::Header h;
+  wire::Data d;
+  const auto fast = wire::decode_data_only(bytes, h, d);
+  const bool is_data = bytes.size() >= wire::kHeaderSize && wire::peek_type(bytes) == wire::Type::data;
+  if (!is_data) return !fast.has_value();
+  if (!fast || *fast != full.error) return false;
+  return !full.ok() || (h == full.packet.header && same_body(wire::Body{d}, full.packet.body));
+}
+
 bool same_body(const wire::Body& a, const wire::Body& b) {
   if (a.index() != b.index()) return false;
   namespace w = wire;

@@ -11,5 +11,10 @@ namespace hmcast::testing {
 
 [[nodiscard]] bool same_body(const wire::Body& a, const wire::Body& b);
 [[nodiscard]] bool same_bytes(std::span<const std::byte> a, std::span<const std::byte> b);
+/// wire::decode_data_only says of `bytes` what wire::decode says: it declines
+/// (nullopt) exactly what is not a Data packet (too short for a header, or another
+/// type byte), and otherwise gives decode()'s error and, for a good packet, its
+/// header and fields.
+[[nodiscard]] bool data_only_agrees(std::span<const std::byte> bytes);
 
 }  // namespace hmcast::testing

@@ -413,15 +413,10 @@ DecodeError decode_header(Reader& r, std::size_t size, Header& h, std::uint8_t& 
   h.src = r.u32();
   return DecodeError::none;
 }
-
-// The type byte's place: after the magic (u16) and the version (u8).
-constexpr std::size_t kTypeAt = 3;
-static_assert(kHeaderSize > kTypeAt);
 }  // namespace
 
 std::optional<DecodeError> decode_data_only(std::span<const std::byte> bytes, Header& header, Data& data) {
-  if (bytes.size() < kHeaderSize || std::to_integer<std::uint8_t>(bytes[kTypeAt]) != static_cast<std::uint8_t>(Type::data))
-    return std::nullopt;
+  if (bytes.size() < kHeaderSize || peek_type(bytes) != Type::data) return std::nullopt;
   Reader r(bytes);
   std::uint8_t type = 0;
   DecodeError err = decode_header(r, bytes.size(), header, type);

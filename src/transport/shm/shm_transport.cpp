@@ -364,7 +364,7 @@ void Endpoint::flush(Peer& p) {
       Pending& f = p.out.front();
       const std::size_t size = f.size();
       const std::size_t n = std::min(fragment, size - f.offset);
-      if (tail % cap >= kInboxRewindAfter && tail % cap + kRecordHeader <= cap) {
+      if (tail % cap >= kInboxRewindAfter) {
         // Empty (the reader is past everything we wrote): pad to the end, go on at 0.
         p.inbox_head_seen = h.inbox_head.load(std::memory_order_acquire);
         if (p.inbox_head_seen == tail) {
