@@ -54,6 +54,18 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if (!payload_inside(p.body, in)) fail("payload span outside the input");
   const std::vector<std::byte> again = w::encode(p.header, p.body);
   if (!same_bytes(again, in)) fail("re-encoding an accepted packet does not reproduce the input");
+  // Encoded in place (as the Emitter writes a batch's items), and sized beforehand: the same.
+  if (w::encoded_size(p.header, p.body) != in.size()) fail("encoded_size differs from the encoding");
+  if (w::type_of(p.body) != w::peek_type(in)) fail("type_of differs from the encoded type");
+  std::vector<std::byte> in_place(in.size());
+  w::encode_to(p.header, p.body, in_place);
+  if (!same_bytes(in_place, in)) fail("encode_to differs from encode");
+  if (const auto* b = std::get_if<w::Batch>(&p.body)) {
+    // A batch's head, written as the Emitter writes it, is the input's.
+    std::vector<std::byte> head(w::kBatchOverhead);
+    w::encode_batch_head(p.header, b->items.size(), head);
+    if (!std::equal(head.begin(), head.end(), in.begin())) fail("encode_batch_head differs from the batch's head");
+  }
   const auto res2 = w::decode(again);
   if (!res2.ok()) fail("re-encoded packet does not decode");
   if (!(res2.packet.header == p.header)) fail("header differs after re-encoding");

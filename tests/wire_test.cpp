@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <limits>
 #include <random>
+#include <span>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -47,12 +48,12 @@ void put_le(Bytes& b, std::size_t off, std::uint64_t v, std::size_t n) {
 }
 
 // The type byte the encoder writes for a body (byte 3 of the header).
-w::Type type_of(const w::Body& body) { return static_cast<w::Type>(w::encode(w::Header{}, body).at(3)); }
+w::Type encoded_type(const w::Body& body) { return static_cast<w::Type>(w::encode(w::Header{}, body).at(3)); }
 
 // The type byte of every alternative of wire::Body: whatever is not in here must be refused.
 template <std::size_t... I>
 std::vector<std::uint8_t> known_types_impl(std::index_sequence<I...>) {
-  return {static_cast<std::uint8_t>(type_of(w::Body(std::in_place_index<I>)))...};
+  return {static_cast<std::uint8_t>(encoded_type(w::Body(std::in_place_index<I>)))...};
 }
 std::vector<std::uint8_t> known_types() {
   return known_types_impl(std::make_index_sequence<std::variant_size_v<w::Body>>{});
@@ -93,7 +94,7 @@ std::string describe(const w::Body& body) {
         } else if constexpr (std::is_same_v<T, w::Batch>) {
           os << "Batch{" << x.items.size() << " items}";
         } else {
-          os << "type " << static_cast<int>(type_of(body));
+          os << "type " << static_cast<int>(encoded_type(body));
         }
       },
       body);
@@ -140,7 +141,7 @@ struct Sample {
 
 Sample sample(std::string name, w::Body body, std::uint64_t group = 0x0123456789abcdefULL, std::uint64_t view = 7,
               std::uint32_t src = 2) {
-  w::Header h{type_of(body), group, view, src};
+  w::Header h{encoded_type(body), group, view, src};
   return Sample{std::move(name), h, std::move(body)};
 }
 
@@ -315,7 +316,7 @@ bool is_multi_fragment(const w::Body& body) {
 }
 
 w::DecodeError decode_body(const w::Body& body) {
-  const w::Header h{type_of(body), 1, 1, 1};
+  const w::Header h{encoded_type(body), 1, 1, 1};
   return decode_copy(w::encode(h, body));
 }
 
@@ -345,7 +346,7 @@ TEST_CASE("wire: every message type round-trips", "[wire]") {
     const auto res = w::decode(exact);
     REQUIRE(res.ok());
     CHECK(res.packet.header == smp.header);
-    CHECK(res.packet.header.type == type_of(smp.body));
+    CHECK(res.packet.header.type == encoded_type(smp.body));
     CHECK(res.packet.body.index() == smp.body.index());
     CHECK(same_body(res.packet.body, smp.body));
     CHECK(payload_inside(res.packet.body, exact));
@@ -833,6 +834,35 @@ TEST_CASE("wire: random inputs and single-byte mutations never crash", "[wire]")
 // header and fields. Checked on every truncation and on single-byte mutations of
 // Data datagrams (valid ones, and the inconsistent edges), and on every sample type
 // (for which it must decline: nullopt).
+TEST_CASE("wire: a packet encoded in place, and a batch's head, are what encode() makes", "[wire]") {
+  std::vector<Bytes> items;
+  for (const auto& smp : samples()) {
+    INFO(smp.name);
+    const Bytes whole = w::encode(smp.header, smp.body);
+    REQUIRE(w::encoded_size(smp.header, smp.body) == whole.size());
+    CHECK(w::type_of(smp.body) == w::peek_type(whole));
+    Bytes in_place(whole.size(), std::byte{0xee});
+    w::encode_to(smp.header, smp.body, in_place);
+    CHECK(in_place == whole);
+    if (w::is_batchable_type(w::peek_type(whole)) && whole.size() <= 0xffff) items.push_back(whole);
+  }
+  REQUIRE(items.size() >= 2);
+  // A Batch written as the Emitter builds it: the head, then each item's u16 length
+  // and bytes.
+  const w::Header h{w::Type::batch, 0x77, 3, 2};
+  w::Batch b;
+  Bytes built(w::kBatchOverhead);
+  for (const auto& it : items) {
+    b.items.emplace_back(it);
+    const std::size_t at = built.size();
+    built.resize(at + w::kBatchItemOverhead + it.size());
+    hmcast::wire::store_le(built.data() + at, static_cast<std::uint16_t>(it.size()));
+    std::copy(it.begin(), it.end(), built.begin() + static_cast<std::ptrdiff_t>(at + w::kBatchItemOverhead));
+  }
+  w::encode_batch_head(h, items.size(), std::span(built).first(w::kBatchOverhead));
+  CHECK(built == w::encode(h, b));
+}
+
 TEST_CASE("wire: decode_data_only agrees with decode", "[wire]") {
   std::mt19937_64 rng(0x64617461ULL);  // fixed seed: failures replay
   const auto agree = [](const Bytes& b) { return hmcast::testing::data_only_agrees(b); };

@@ -1,5 +1,8 @@
 #include "core/emitter.hpp"
 
+#include <cstring>
+#include <utility>
+
 namespace hmcast {
 
 namespace {
@@ -8,13 +11,19 @@ namespace {
 constexpr std::size_t kMaxSpareBytes = 4U << 20;
 }  // namespace
 
-std::vector<std::byte> Emitter::encode(const wire::Body& body) {
+std::vector<std::byte> Emitter::take_buffer() {
   std::vector<std::byte> bytes;
   if (!spare_.empty()) {
     bytes = std::move(spare_.back());
     spare_.pop_back();
     spare_bytes_ -= bytes.capacity();
+    bytes.clear();
   }
+  return bytes;
+}
+
+std::vector<std::byte> Emitter::encode(const wire::Body& body) {
+  std::vector<std::byte> bytes = take_buffer();
   wire::encode_into(header(), body, bytes);
   return bytes;
 }
@@ -23,8 +32,9 @@ void Emitter::recycle(std::vector<std::byte>&& bytes) {
   const std::size_t capacity = bytes.capacity();
   // Only buffers that hold a long message's fragment (with the seal's room), so that
   // encode() takes the last one kept and does not grow it: a message's full
-  // datagrams. Its shorter last one, and datagrams of short messages, are left to
-  // malloc, which reuses them at once (they come and go one at a time).
+  // datagrams, and batches (built in an MTU's room). Its shorter last one, and
+  // datagrams of short messages sent alone, are left to malloc, which reuses them at
+  // once (they come and go one at a time).
   if (capacity < std::size_t{keep_bytes_} + wire::kTailRoom || capacity > 2 * (std::size_t{mtu_} + wire::kTailRoom))
     return;
   if (spare_bytes_ + capacity > kMaxSpareBytes) return;
@@ -32,37 +42,65 @@ void Emitter::recycle(std::vector<std::byte>&& bytes) {
   spare_.push_back(std::move(bytes));
 }
 
+void Emitter::datagram(const wire::Body& body, Outbox& out, bool may_hold) {
+  const std::size_t size = wire::encoded_size(header(), body);
+  if (!may_hold || !holdable(size, wire::type_of(body))) {
+    flush_batch(out);
+    send(encode(body), out);
+    return;
+  }
+  wire::encode_to(header(), body, hold(size, out));
+}
+
 void Emitter::datagram_bytes(std::vector<std::byte> bytes, Outbox& out, bool may_hold) {
-  const std::size_t item = wire::kBatchItemOverhead + bytes.size();
-  // Only what two of could share one datagram is worth holding.
-  may_hold = may_hold && wire::kBatchOverhead + 2 * item <= mtu_ && wire::is_batchable_type(wire::peek_type(bytes));
-  if (!may_hold) {
+  if (!may_hold || bytes.size() < wire::kHeaderSize || !holdable(bytes.size(), wire::peek_type(bytes))) {
     flush_batch(out);
     send(std::move(bytes), out);
     return;
   }
-  if (!held_.empty() && (held_size_ + item > mtu_ || held_.size() == max_items_)) flush_batch(out);
-  if (held_.empty()) held_size_ = wire::kBatchOverhead;
-  held_size_ += item;
-  held_.push_back(std::move(bytes));
+  const auto at = hold(bytes.size(), out);
+  std::memcpy(at.data(), bytes.data(), bytes.size());
+  recycle(std::move(bytes));
+}
+
+std::span<std::byte> Emitter::hold(std::size_t size, Outbox& out) {
+  const std::size_t item = wire::kBatchItemOverhead + size;
+  HMCAST_ASSERT(size >= wire::kHeaderSize && size <= 0xffff && wire::kBatchOverhead + item <= mtu_);
+  if (held_ != 0 && (batch_.size() + item > mtu_ || held_ == max_items_)) flush_batch(out);
+  if (held_ == 0) {
+    if (batch_.capacity() == 0) batch_ = take_buffer();
+    batch_.clear();
+    // The whole batch's room at once (and the seal's): no growth while it fills.
+    batch_.reserve(std::size_t{mtu_} + wire::kTailRoom);
+    batch_.resize(wire::kBatchOverhead);
+  }
+  const std::size_t at = batch_.size();
+  batch_.resize(at + item);
+  wire::store_le(batch_.data() + at, static_cast<std::uint16_t>(size));
+  ++held_;
+  return std::span(batch_).subspan(at + wire::kBatchItemOverhead, size);
 }
 
 void Emitter::flush_batch(Outbox& out) {
-  if (held_.empty()) return;
-  if (held_.size() == 1) {
-    send(std::move(held_.front()), out);  // alone: as it was
-  } else {
-    wire::Batch b;
-    b.items.reserve(held_.size());
-    for (const auto& d : held_) b.items.emplace_back(d);
-    auto bytes = wire::encode(header(), b);
-    HMCAST_ASSERT(bytes.size() == held_size_ && bytes.size() <= mtu_);
-    ++stats_.batches_sent;
-    stats_.datagrams_batched += held_.size();
-    send(std::move(bytes), out);
+  if (held_ == 0) return;
+  HMCAST_ASSERT(batch_.size() <= mtu_);
+  if (held_ == 1) {
+    // Alone: sent as it was offered, in a buffer of its own size (a transport may
+    // queue it), and the batch's buffer stays for the next batch.
+    const auto item = std::span(batch_).subspan(wire::kBatchOverhead + wire::kBatchItemOverhead);
+    std::vector<std::byte> one;
+    one.reserve(item.size() + wire::kTailRoom);
+    one.assign(item.begin(), item.end());
+    batch_.clear();
+    held_ = 0;
+    send(std::move(one), out);
+    return;
   }
-  held_.clear();
-  held_size_ = 0;
+  wire::encode_batch_head(header(), held_, std::span(batch_).first(wire::kBatchOverhead));
+  ++stats_.batches_sent;
+  stats_.datagrams_batched += held_;
+  held_ = 0;
+  send(std::exchange(batch_, {}), out);
 }
 
 void Emitter::send(std::vector<std::byte> bytes, Outbox& out) {

@@ -8,7 +8,10 @@
 // Batching: a datagram offered with `may_hold` waits in a batch with others of this
 // member, up to one MTU, and goes out as one Batch datagram when flush_batch() is
 // called (the group engine's timer bounds the wait), when it is full, or ahead of
-// any datagram that may not wait (the sender's datagrams keep their order).
+// any datagram that may not wait (the sender's datagrams keep their order). The
+// batch is built in one buffer as its datagrams come (a body is encoded straight
+// into it), and that buffer comes back through recycle() once sent: a stream of small
+// messages allocates no buffer per message nor per batch.
 #pragma once
 
 #include <cstdint>
@@ -44,7 +47,7 @@ class Emitter {
   /// Frames from now on carry `view`'s id; suspicions start afresh. A held batch
   /// (encoded for the old view) must have been flushed.
   void set_view(const View& view) {
-    HMCAST_ASSERT(held_.empty());
+    HMCAST_ASSERT(held_ == 0);
     view_ = view;
     suspected_.clear();
   }
@@ -56,7 +59,9 @@ class Emitter {
   [[nodiscard]] GroupId group() const { return group_; }
   [[nodiscard]] MemberId self() const { return self_; }
 
-  void datagram(const wire::Body& body, Outbox& out) { datagram_bytes(wire::encode(header(), body), out); }
+  /// `body` as a datagram with this group's header. `may_hold`: as datagram_bytes();
+  /// a body that waits is encoded straight into the batch.
+  void datagram(const wire::Body& body, Outbox& out, bool may_hold = false);
   /// `body` encoded with this group's header, in the buffer of a datagram sent
   /// earlier (recycle()) where one is kept. A message of many datagrams would
   /// otherwise allocate all of them at once and free them together once sent, and
@@ -80,7 +85,7 @@ class Emitter {
   void datagram_bytes(std::vector<std::byte> bytes, Outbox& out, bool may_hold = false);
   /// Sends what the batch holds (nothing if empty).
   void flush_batch(Outbox& out);
-  [[nodiscard]] bool batch_held() const { return !held_.empty(); }
+  [[nodiscard]] bool batch_held() const { return held_ != 0; }
   void frame(MemberId to, const wire::Body& body, Outbox& out) {
     ++stats_.frames_sent;
     out.emplace_back(action::SendP2P{to, wire::encode(header(), body)});
@@ -110,10 +115,23 @@ class Emitter {
   std::size_t max_items_;
   bool emulated_ = false;
   std::set<MemberId> suspected_;
-  std::vector<std::vector<std::byte>> held_;  // encoded datagrams waiting in the batch
-  std::vector<std::vector<std::byte>> spare_;  // sent datagrams' buffers, for encode()
+  /// The batch being built: room for its head (written by flush_batch()), then each
+  /// held datagram's u16 length and bytes, as a Batch encodes them. Its size is the
+  /// Batch datagram's while held_ > 0.
+  std::vector<std::byte> batch_;
+  std::size_t held_ = 0;                       // datagrams in batch_
+  std::vector<std::vector<std::byte>> spare_;  // sent datagrams' buffers, for encode() and batches
   std::size_t spare_bytes_ = 0;                 // their capacity
-  std::size_t held_size_ = 0;                 // the Batch datagram they would make
+  /// Whether a datagram of `size` bytes and type `t` may wait in a batch: only what
+  /// two of could share one datagram is worth holding.
+  [[nodiscard]] bool holdable(std::size_t size, wire::Type t) const {
+    return wire::kBatchOverhead + 2 * (wire::kBatchItemOverhead + size) <= mtu_ && wire::is_batchable_type(t);
+  }
+  /// Room for a datagram of `size` bytes at the end of the batch (flushed first if
+  /// it would not fit), its length written in front.
+  std::span<std::byte> hold(std::size_t size, Outbox& out);
+  /// A kept buffer (recycle()), emptied, or a new one.
+  std::vector<std::byte> take_buffer();
   void send(std::vector<std::byte> bytes, Outbox& out);
   EmitterStats stats_;
 };

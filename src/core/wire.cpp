@@ -370,18 +370,46 @@ DecodeError decode_large_commit(Reader& r, Body& out) {
 namespace {
 
 template <class W>
-void encode_packet(W& w, const Header& header, const Body& body) {
+void encode_head(W& w, const Header& header, Type t) {
   w.u16(kMagic);
   w.u8(kVersion);
-  const Type t = std::visit([](const auto& b) { return type_of<std::decay_t<decltype(b)>>(); }, body);
   w.u8(static_cast<std::uint8_t>(t));
   w.u64(header.group);
   w.u64(header.view);
   w.u32(header.src);
+}
+
+template <class W>
+void encode_packet(W& w, const Header& header, const Body& body) {
+  encode_head(w, header, type_of(body));
   std::visit([&](const auto& b) { encode_body(w, b); }, body);
 }
 
 }  // namespace
+
+Type type_of(const Body& body) {
+  return std::visit([](const auto& b) { return type_of<std::decay_t<decltype(b)>>(); }, body);
+}
+
+std::size_t encoded_size(const Header& header, const Body& body) {
+  Sizer size;
+  encode_packet(size, header, body);
+  return size.size();
+}
+
+void encode_to(const Header& header, const Body& body, std::span<std::byte> out) {
+  SpanWriter w(out);
+  encode_packet(w, header, body);
+  HMCAST_ASSERT(w.written() == out.size());
+}
+
+void encode_batch_head(const Header& header, std::size_t count, std::span<std::byte> out) {
+  HMCAST_ASSERT(out.size() == kBatchOverhead && count >= 1 && count <= kMaxBatchItems);
+  SpanWriter w(out);
+  encode_head(w, header, Type::batch);
+  w.u16(static_cast<std::uint16_t>(count));
+  HMCAST_ASSERT(w.written() == out.size());
+}
 
 std::vector<std::byte> encode(const Header& header, const Body& body) {
   std::vector<std::byte> out;

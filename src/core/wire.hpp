@@ -284,6 +284,18 @@ std::vector<std::byte> encode(const Header& header, const Body& body);
 /// memory (Emitter::encode), and gets kTailRoom spare capacity too.
 void encode_into(const Header& header, const Body& body, std::vector<std::byte>& out);
 
+/// The type a body encodes as.
+Type type_of(const Body& body);
+/// The bytes encode() would return for `header` and `body`.
+std::size_t encoded_size(const Header& header, const Body& body);
+/// encode() into `out`, which must be encoded_size() bytes: a datagram written in
+/// place, inside a batch being built (Emitter), with no buffer of its own.
+void encode_to(const Header& header, const Body& body, std::span<std::byte> out);
+/// A Batch's header and count, into the kBatchOverhead bytes in front of `count`
+/// items, each written as encode() of a Batch would write it (a u16 length, then the
+/// item's bytes).
+void encode_batch_head(const Header& header, std::size_t count, std::span<std::byte> out);
+
 /// Bytes of header and fixed fields in front of a Data fragment's payload.
 inline constexpr std::size_t kDataOverhead = kHeaderSize + 4 + 8 + 8 + 4 + 4 + 2 + 2;
 
