@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include <cstddef>
+#include <span>
 #include <vector>
 
 #include "workload.hpp"
@@ -67,4 +68,28 @@ TEST_CASE("workload: the sampled check catches another message's body, a shifted
   }
   // A body too short for the header is no message.
   CHECK_FALSE(check_message(7, 1, std::vector<std::byte>(kMessageHeader - 1), Verify::full));
+}
+
+TEST_CASE("workload: a stamp alone reads its index and attempt; one size is every message's size", "[workload]") {
+  auto m = made(200, 3, 41);
+  const auto stamp = std::span<const std::byte>(m).first(kMessageHeader);
+  const auto c = check_message(7, 3, stamp, Verify::sampled);
+  REQUIRE(c);
+  CHECK(c->index == 41);
+  CHECK(c->attempt == 0);
+  CHECK(c->intact);  // nothing past the stamp to compare
+  m[kMessageHeader] ^= std::byte{1};  // the body is not looked at through the stamp, but is in full
+  CHECK(check_message(7, 3, std::span<const std::byte>(m).first(kMessageHeader), Verify::sampled)->intact);
+  CHECK_FALSE(intact(m, 3, Verify::full));
+  const auto one = SizeMix::parse("64");
+  const auto two = SizeMix::parse("64,2048");
+  bool saw[2] = {false, false};
+  for (std::uint32_t i = 0; i < 200; ++i) {
+    CHECK(one.size_of(7, 3, i) == 64);
+    const auto s = two.size_of(7, 3, i);
+    REQUIRE((s == 64 || s == 2048));
+    saw[s == 64 ? 0 : 1] = true;
+    CHECK(two.size_of(7, 3, i) == s);  // the same every time it is asked
+  }
+  CHECK((saw[0] && saw[1]));
 }
