@@ -539,8 +539,10 @@ void SmallPath::accept_message(Stream& s, Seq seq, MessageBuffer msg, TimeNs now
   HMCAST_ASSERT(seq > s.delivered && seq <= s.delivered + cfg_.window_messages && s.held.count(seq) == 0);
   s.held.emplace(seq, Held{std::move(msg), now});
   ++held_count_;
-  held_count_ -= s.partial.erase(seq);  // a repair can finish a message whose fragments were held
-  s.asked.erase(seq);
+  // Both maps are empty in a stream without loss: looked at only when not (a lookup
+  // in an empty std::map is still a call per message).
+  if (!s.partial.empty()) held_count_ -= s.partial.erase(seq);  // a repair can finish a message whose fragments were held
+  if (!s.asked.empty()) s.asked.erase(seq);
   for (auto& c : s.children)
     if (auto owed = c.owed.find(seq); owed != c.owed.end()) {
       send_fragments(s, c.id, seq, owed->second, now, out);
