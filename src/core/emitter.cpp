@@ -43,13 +43,16 @@ void Emitter::recycle(std::vector<std::byte>&& bytes) {
 }
 
 void Emitter::datagram(const wire::Body& body, Outbox& out, bool may_hold) {
-  const std::size_t size = wire::encoded_size(header(), body);
-  if (!may_hold || !holdable(size, wire::type_of(body))) {
-    flush_batch(out);
-    send(encode(body), out);
-    return;
+  // Sized here only when it may wait: encode() sizes what goes at once itself.
+  if (may_hold) {
+    const std::size_t size = wire::encoded_size(header(), body);
+    if (holdable(size, wire::type_of(body))) {
+      wire::encode_to(header(), body, hold(size, out));
+      return;
+    }
   }
-  wire::encode_to(header(), body, hold(size, out));
+  flush_batch(out);
+  send(encode(body), out);
 }
 
 void Emitter::datagram_bytes(std::vector<std::byte> bytes, Outbox& out, bool may_hold) {

@@ -419,13 +419,10 @@ std::vector<std::byte> encode(const Header& header, const Body& body) {
 
 void encode_into(const Header& header, const Body& body, std::vector<std::byte>& out) {
   // Sized first, then filled: at most one allocation, no growth while writing.
-  Sizer size;
-  encode_packet(size, header, body);
-  out.reserve(size.size() + kTailRoom);
-  out.resize(size.size());
-  SpanWriter w(out);
-  encode_packet(w, header, body);
-  HMCAST_ASSERT(w.written() == out.size());
+  const std::size_t size = encoded_size(header, body);
+  out.reserve(size + kTailRoom);
+  out.resize(size);
+  encode_to(header, body, out);
 }
 
 namespace {
