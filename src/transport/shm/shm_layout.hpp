@@ -5,8 +5,9 @@
 //
 // - The multicast log has one writer (the owner) and up to kMaxReaders readers,
 //   each with a slot holding its position: the writer never overwrites what an
-//   attached reader has not read, so a fast sender cannot overrun a reader. A full
-//   log drops the datagram (the protocol repairs it, as for UDP), and a reader
+//   attached reader has not read, so a fast sender cannot overrun a reader. A
+//   datagram that meets a full log waits in the writer's process for room (a log's
+//   worth at most; past that it is dropped and repaired, as for UDP), and a reader
 //   that is dead or stalled for ShmConfig::reader_stall is evicted: its slot's
 //   generation changes, and it re-attaches at the head and discards what it read.
 // - The inbox has many writers (peers' reliable frames, in fragments) under the
@@ -32,10 +33,12 @@
 namespace hmcast::shm {
 
 inline constexpr std::uint64_t kMagic = 0x6873'6d63'6d68'0001ULL;
-inline constexpr std::uint32_t kVersion = 2;
+inline constexpr std::uint32_t kVersion = 3;
 inline constexpr std::uint32_t kMaxReaders = 256;
 /// A reader slot being set up: the writer ignores it until it names its member.
 inline constexpr std::uint32_t kClaiming = 0xFFFF'FFFFU;
+/// ReaderSlot::attached_at while the reader has not yet read the head it starts at.
+inline constexpr std::uint64_t kStartUnknown = ~std::uint64_t{0};
 inline constexpr std::size_t kRecordHeader = 16;
 inline constexpr std::size_t kAlign = 16;
 
@@ -48,6 +51,11 @@ struct alignas(64) ReaderSlot {
   std::atomic<std::uint64_t> position{0};
   /// Bumped when the writer evicts the reader (its reads since are void).
   std::atomic<std::uint64_t> generation{0};
+  /// The head the reader started reading at (kStartUnknown until it has read it;
+  /// set to that before `member` names it): the writer tells from it whether the
+  /// reader reads a record it just wrote, or attached past it and must get a copy
+  /// (Endpoint::copy_datagram).
+  std::atomic<std::uint64_t> attached_at{kStartUnknown};
 };
 
 /// The largest ACK frame a mail slot holds (a larger one goes through the inbox),
@@ -95,6 +103,9 @@ enum RecordFlags : std::uint32_t {
   kPadding = 1,
   kFirst = 2,  // inbox: the first fragment of a frame
   kLast = 4,   // inbox: the last fragment of a frame
+  /// inbox: the frame is a copy of a datagram of its writer's log, sent to a member
+  /// that had not attached to that log yet (it is handed on as a datagram).
+  kDatagram = 8,
 };
 
 struct RecordHeader {

@@ -58,6 +58,12 @@ constexpr std::int64_t kNapNs = 30'000;
 /// How often a reader tries again to open a peer's file it could not open.
 constexpr std::chrono::milliseconds kAttachRetry{10};
 
+/// How long after it added a peer a writer copies its datagrams into that peer's
+/// inbox while the peer does not read its log yet (copy_datagram). Members install
+/// a view within milliseconds of each other; one that takes longer is slow or gone,
+/// and the protocol's repairs cover it as for any lost datagram.
+constexpr std::chrono::seconds kCopyGrace{2};
+
 /// How often a writer held back by a peer (a full inbox, or a reader behind in our
 /// log) asks the kernel whether that peer's process still lives (kill + /proc).
 constexpr std::chrono::milliseconds kLivenessCheck{10};
@@ -177,48 +183,133 @@ void Endpoint::ring(Header& h) {
 void Endpoint::multicast(std::span<const std::byte> bytes) {
   if (closed_.load() || bytes.empty()) return;
   HMCAST_ASSERT(bytes.size() <= cfg_.mtu);
+  std::optional<std::uint64_t> tail;  // where the record ends in our log, if written now
+  std::vector<Written> drained;       // datagrams that waited, written now (before this one)
   {
     std::lock_guard lock(multicast_mu_);
-    std::uint64_t head = header_->multicast_head.load(std::memory_order_relaxed);
-    const std::uint64_t cap = multicast_.capacity;
-    // Back to the start (padding to the end of the log, then the record at 0) where
-    // every reader has read all of it; the whole step must fit the log, as a reader
-    // takes a head more than a log ahead of it for a broken log.
-    std::uint64_t to_start = 0;
-    if (head % cap >= kRewindAfter && head >= next_rewind_check_) {
-      next_rewind_check_ = head + kRewindAfter;
-      const std::uint64_t step = cap - head % cap;
-      if (step + multicast_.span_at(0, bytes.size()) <= cap && drained(head)) {
-        to_start = step;
-        reader_floor_ = head;
-      }
+    if (waiting_.empty()) tail = write_record(bytes);
+    if (!tail) {
+      enqueue(bytes);
+      drain_waiting(drained);
     }
-    const std::uint64_t need = to_start + multicast_.span_at(head + to_start, bytes.size());
-    HMCAST_ASSERT(reader_floor_ <= head);
-    if (head + need - reader_floor_ > cap && !evict_stalled(head + need)) {
-      count(&ShmStats::multicast_overruns);
+  }
+  if (tail) {
+    const Written now{bytes, *tail, {}};
+    announce(std::span(&now, 1));
+  } else if (!drained.empty()) {
+    announce(drained);
+  }
+}
+
+void Endpoint::enqueue(std::span<const std::byte> bytes) {
+  // Waits for room rather than being dropped: a reader is behind (descheduled, or
+  // not yet past the padding of a log gone back to its start), and will move on.
+  // Bounded by the log's size; past that, dropped as UDP would (the protocol repairs it).
+  if (waiting_bytes_ + bytes.size() > multicast_.capacity) {
+    count(&ShmStats::multicast_overruns);
+    return;
+  }
+  waiting_bytes_ += bytes.size();
+  waiting_.emplace_back(bytes.begin(), bytes.end());
+  has_waiting_.store(true, std::memory_order_release);
+  count(&ShmStats::datagrams_waited);
+}
+
+void Endpoint::drain_waiting(std::vector<Written>& written) {
+  while (!waiting_.empty()) {
+    const auto tail = write_record(waiting_.front());
+    if (!tail) break;
+    waiting_bytes_ -= waiting_.front().size();
+    written.push_back(Written{{}, *tail, std::move(waiting_.front())});
+    written.back().bytes = written.back().owned;
+    waiting_.pop_front();
+  }
+  has_waiting_.store(!waiting_.empty(), std::memory_order_release);
+}
+
+void Endpoint::drain_waiting() {
+  std::vector<Written> written;
+  {
+    std::lock_guard lock(multicast_mu_);
+    drain_waiting(written);
+  }
+  if (!written.empty()) announce(written);
+}
+
+std::optional<std::uint64_t> Endpoint::write_record(std::span<const std::byte> bytes) {
+  std::uint64_t head = header_->multicast_head.load(std::memory_order_relaxed);
+  const std::uint64_t cap = multicast_.capacity;
+  // Back to the start (padding to the end of the log, then the record at 0) where
+  // every reader has read all of it; the whole step must fit the log, as a reader
+  // takes a head more than a log ahead of it for a broken log.
+  std::uint64_t to_start = 0;
+  if (head % cap >= kRewindAfter && head >= next_rewind_check_) {
+    next_rewind_check_ = head + kRewindAfter;
+    const std::uint64_t step = cap - head % cap;
+    if (step + multicast_.span_at(0, bytes.size()) <= cap && drained(head)) {
+      to_start = step;
+      reader_floor_ = head;
+    }
+  }
+  const std::uint64_t need = to_start + multicast_.span_at(head + to_start, bytes.size());
+  HMCAST_ASSERT(reader_floor_ <= head);
+  if (head + need - reader_floor_ > cap && !evict_stalled(head + need)) return std::nullopt;
+  RecordHeader h;
+  h.length = static_cast<std::uint32_t>(bytes.size());
+  h.source = self_;
+  if (to_start != 0) {
+    head = multicast_.pad_to_end(head);
+    count(&ShmStats::log_rewinds);
+  }
+  multicast_ahead_.before_write(multicast_, head, need - to_start);
+  if (crash_due(bytes.size(), 0)) die_mid_record(multicast_, head, h, bytes, {}, 0, bytes.size(), 0);
+  const std::uint64_t tail = multicast_.write(head, h, bytes);
+  header_->multicast_head.store(tail, std::memory_order_release);
+  count(&ShmStats::datagrams_sent);
+  return tail;
+}
+
+void Endpoint::announce(std::span<const Written> written) {
+  std::lock_guard lock(peers_mu_);
+  for (auto& [id, p] : peers_) {
+    std::lock_guard peer(p->mu);
+    for (const Written& w : written)
+      if (!p->reads_our_log) copy_datagram(*p, w.bytes, w.tail);
+    if (p->header != nullptr) ring(*p->header);
+  }
+}
+
+void Endpoint::copy_datagram(Peer& p, std::span<const std::byte> bytes, std::uint64_t tail) {
+  // A reader attaches at our head as it finds it then, when it installs the view
+  // that names us: a datagram we wrote before that never reaches it through the log
+  // (a sender that starts as soon as its own view is in lost its first batch at
+  // every member not yet there, each repaired after a NACK).
+  if (p.header == nullptr) attach(p);  // its file may not have been there at add_peer()
+  if (p.header == nullptr || p.broken) return;
+  const std::uint32_t used = slots_used();
+  for (std::uint32_t i = 0; i < used; ++i) {
+    const ReaderSlot& slot = header_->readers[i];
+    if (slot.member.load(std::memory_order_acquire) != p.id) continue;
+    // The head it started at, stored before it named itself (or kStartUnknown): any
+    // head we published is at most the previous record's end, or this one's.
+    const std::uint64_t at = slot.attached_at.load(std::memory_order_acquire);
+    if (at < tail) {  // it reads this record, and every later one, from the log
+      p.reads_our_log = true;
       return;
     }
-    RecordHeader h;
-    h.length = static_cast<std::uint32_t>(bytes.size());
-    h.source = self_;
-    if (to_start != 0) {
-      head = multicast_.pad_to_end(head);
-      count(&ShmStats::log_rewinds);
-    }
-    multicast_ahead_.before_write(multicast_, head, need - to_start);
-    if (crash_due(bytes.size(), 0)) die_mid_record(multicast_, head, h, bytes, {}, 0, bytes.size(), 0);
-    const std::uint64_t tail = multicast_.write(head, h, bytes);
-    header_->multicast_head.store(tail, std::memory_order_release);
+    break;
   }
-  {
-    std::lock_guard lock(peers_mu_);
-    for (auto& [id, p] : peers_) {
-      std::lock_guard peer(p->mu);
-      if (p->header != nullptr) ring(*p->header);
-    }
+  if (Clock::now() >= p.copy_until) {  // slow or gone: repairs cover it
+    p.reads_our_log = true;
+    return;
   }
-  count(&ShmStats::datagrams_sent);
+  // Copies never take the room its reliable frames need, nor more than our log holds.
+  const std::size_t limit = std::min<std::size_t>(cfg_.options.max_pending_bytes / 2, multicast_.capacity);
+  if (p.out_bytes + bytes.size() > limit) return;
+  p.out_bytes += bytes.size();
+  p.out.push_back(Pending{std::vector<std::byte>(bytes.begin(), bytes.end()), {}, nullptr, 0, kDatagram});
+  flush(p);
+  count(&ShmStats::datagrams_copied);
 }
 
 bool Endpoint::evict_stalled(std::uint64_t new_head) {
@@ -329,7 +420,7 @@ bool Endpoint::unicast(MemberId to, std::vector<std::byte> head, std::span<const
   if (p->header == nullptr) attach(*p);  // its file may not have been there at add_peer()
   if (p->broken || p->header == nullptr) return false;
   if (payload.empty() && mail_ack(*p, head)) return true;
-  Pending f{std::move(head), payload, std::move(keep), 0};
+  Pending f{std::move(head), payload, std::move(keep), 0, 0};
   if (f.size() > cfg_.max_frame || f.size() > std::numeric_limits<std::uint32_t>::max()) return false;
   p->out_bytes += f.size();
   p->out.push_back(std::move(f));
@@ -382,7 +473,7 @@ void Endpoint::flush(Peer& p) {
       RecordHeader rh;
       rh.length = static_cast<std::uint32_t>(n);
       rh.source = self_;
-      rh.flags = (f.offset == 0 ? kFirst : 0U) | (f.offset + n == size ? kLast : 0U);
+      rh.flags = (f.offset == 0 ? kFirst : 0U) | (f.offset + n == size ? kLast : 0U) | f.flags;
       rh.frame_size = static_cast<std::uint32_t>(size);
       const auto [a, b] = frame_bytes(f.head, f.payload, f.offset, n);
       if (crash_due(size, f.offset)) die_mid_record(p.inbox, tail, rh, a, b, p.id, size, f.offset);
@@ -567,6 +658,7 @@ bool Endpoint::attach(Peer& p) {
     ReaderSlot& slot = h.readers[i];
     if (!slot.member.compare_exchange_strong(expected, kClaiming, std::memory_order_acq_rel)) continue;
     p.generation = slot.generation.load(std::memory_order_acquire);
+    slot.attached_at.store(kStartUnknown, std::memory_order_relaxed);  // before `member` names us
     slot.position.store(h.multicast_head.load(std::memory_order_acquire), std::memory_order_release);
     slot.pid.store(pid_, std::memory_order_relaxed);
     std::uint32_t used = h.readers_used.load(std::memory_order_acquire);
@@ -578,6 +670,7 @@ bool Endpoint::attach(Peer& p) {
     // stored above; from the head as it is now on, it counts us: nothing we read is torn.
     p.read_pos = h.multicast_head.load(std::memory_order_acquire);
     slot.position.store(p.read_pos, std::memory_order_release);
+    slot.attached_at.store(p.read_pos, std::memory_order_release);
     p.slot = i;
     p.slot_seen.store(i, std::memory_order_release);
     p.header_seen.store(p.header, std::memory_order_release);
@@ -596,6 +689,7 @@ void Endpoint::add_peer(MemberId id) {
     if (!slot) {
       slot = std::make_shared<Peer>();
       slot->id = id;
+      slot->copy_until = Clock::now() + kCopyGrace;
     }
     p = slot;
   }
@@ -678,12 +772,14 @@ std::optional<Inbound> Endpoint::read_inbox() {
     const std::span<const std::byte> bytes(r.payload, r.header.length);
     Partial& part = partial_[from];
     bool keep = true;
+    const bool datagram = (r.header.flags & kDatagram) != 0;
     if (r.header.flags & kFirst) {
       part = Partial{};
-      if (r.header.frame_size > cfg_.max_frame || r.header.frame_size < r.header.length) keep = false;
+      if (r.header.frame_size > (datagram ? cfg_.mtu : cfg_.max_frame) || r.header.frame_size < r.header.length)
+        keep = false;
       // A Block whose head is in this fragment: its payload may go straight into its
       // final buffer (the placer says where, for a destination of exactly its size).
-      else if (placer_ && bytes.size() >= wire::kBlockHeadSize && r.header.frame_size > wire::kBlockHeadSize &&
+      else if (placer_ && !datagram && bytes.size() >= wire::kBlockHeadSize && r.header.frame_size > wire::kBlockHeadSize &&
                wire::peek_type(bytes.first(wire::kBlockHeadSize)) == wire::Type::block)
         if (auto place = placer_(from, bytes.first(wire::kBlockHeadSize), r.header.frame_size);
             place && place->dest.size() == r.header.frame_size - wire::kBlockHeadSize)
@@ -705,7 +801,7 @@ std::optional<Inbound> Endpoint::read_inbox() {
           std::memcpy(part.place->dest.data() + part.placed, rest.data(), rest.size());
           part.placed += rest.size();
         }
-      } else if (part.bytes.size() + rest.size() > cfg_.max_frame) {
+      } else if (part.bytes.size() + rest.size() > (datagram ? cfg_.mtu : cfg_.max_frame)) {
         keep = false;
       } else {
         part.bytes.insert(part.bytes.end(), rest.begin(), rest.end());
@@ -719,6 +815,7 @@ std::optional<Inbound> Endpoint::read_inbox() {
     }
     if (r.header.flags & kLast) {
       Inbound in;
+      in.datagram = datagram;
       in.from = from;
       in.bytes = std::move(part.bytes);
       in.placed = part.place.has_value();
@@ -728,6 +825,11 @@ std::optional<Inbound> Endpoint::read_inbox() {
       if (!whole) {  // a placed frame shorter than it said: never hand on a torn payload
         count(&ShmStats::bad_input);
         continue;
+      }
+      if (datagram) {
+        count(&ShmStats::copies_received);
+        count(&ShmStats::datagrams_received);
+        return in;
       }
       count(&ShmStats::frames_received);
       count(&ShmStats::bytes_placed, placed);
@@ -796,6 +898,7 @@ std::optional<Inbound> Endpoint::read_multicast(Peer& p) {
 
 std::optional<Inbound> Endpoint::poll_once() {
   refresh_snapshot();
+  if (has_waiting_.load(std::memory_order_acquire)) drain_waiting();
   for (auto& p : snapshot_) {
     if (!p->has_pending.load()) continue;
     std::lock_guard lock(p->mu);
@@ -867,6 +970,7 @@ std::optional<Inbound> Endpoint::wait(Clock::time_point deadline) {
     if (nap) timeout = std::min(timeout, kNapNs);
     for (auto& p : snapshot_)
       if (p->has_pending.load()) timeout = std::min(timeout, kPendingRecheckNs);
+    if (has_waiting_.load(std::memory_order_acquire)) timeout = std::min(timeout, kPendingRecheckNs);
     if (!woken_.load()) futex_wait(&header_->doorbell, bell, timeout);
     header_->sleeping.store(0, std::memory_order_relaxed);
   }
@@ -903,7 +1007,8 @@ ShmStats Endpoint::stats() const {
       &ShmStats::readers_evicted, &ShmStats::evicted_from_peers,   &ShmStats::bad_input,
       &ShmStats::peers_unreachable, &ShmStats::bytes_placed,       &ShmStats::inbox_locks_recovered,
       &ShmStats::partial_frames_dropped, &ShmStats::acks_mailed, &ShmStats::acks_mail_received,
-      &ShmStats::log_rewinds, &ShmStats::lent_payloads_copied, &ShmStats::inbox_rewinds};
+      &ShmStats::log_rewinds, &ShmStats::lent_payloads_copied, &ShmStats::inbox_rewinds,
+      &ShmStats::datagrams_copied, &ShmStats::copies_received, &ShmStats::datagrams_waited};
   static_assert(sizeof(ShmStats) == kFields.size() * sizeof(std::uint64_t), "a counter is missing here");
   ShmStats out;
   auto& counters = const_cast<ShmStats&>(stats_);  // NOLINT: read through atomic_ref, as count() writes

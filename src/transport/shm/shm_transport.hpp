@@ -7,7 +7,9 @@
 //
 // No byte crosses a socket, so the same seeded fault layer (faulty/) is the only
 // source of loss in tests; the log itself drops a datagram only when an attached
-// reader is a whole log behind (counted in stats().multicast_overruns).
+// reader is a whole log behind and a log's worth already waits for room (counted
+// in stats().multicast_overruns): a datagram that meets a full log waits, in order,
+// and goes when the readers move on (at the next multicast() or poll).
 //
 // Thread-safety as the socket transport's: multicast(), unicast(), add_peer(),
 // wake(), close() and stats() from any thread; wait() from one at a time.
@@ -63,7 +65,8 @@ struct ShmStats {
   std::uint64_t frames_sent = 0;
   std::uint64_t frames_received = 0;
   std::uint64_t link_bytes_sent = 0;
-  /// Datagrams dropped because an attached reader had not read a whole log's worth.
+  /// Datagrams dropped because an attached reader was a whole log behind and a log's
+  /// worth already waited for room (Endpoint::multicast).
   std::uint64_t multicast_overruns = 0;
   /// Times this member went back to the start of its log early: every reader had
   /// read all of it, and the start is still in the caches (Endpoint::multicast).
@@ -90,6 +93,13 @@ struct ShmStats {
   /// Payloads lent without a keeper (a sender's lent message) that had to wait for
   /// room in an inbox, and were copied.
   std::uint64_t lent_payloads_copied = 0;
+  /// Datagrams also written into the inbox of a peer that did not read our log yet
+  /// (it attaches at the head when it installs the view, which may be after our
+  /// first datagrams of it), and such copies received.
+  std::uint64_t datagrams_copied = 0;
+  std::uint64_t copies_received = 0;
+  /// Datagrams that met a full log and waited for room (in order, before any later one).
+  std::uint64_t datagrams_waited = 0;
 };
 
 /// The file name of member `member` of group `group` ("/hmcast-<group>-<member>").
@@ -138,6 +148,7 @@ class Endpoint {
     std::span<const std::byte> payload;
     std::shared_ptr<const void> keep;
     std::size_t offset = 0;
+    std::uint32_t flags = 0;  // RecordFlags on each of its records (kDatagram)
     [[nodiscard]] std::size_t size() const { return head.size() + payload.size(); }
   };
   /// A frame coming in, in fragments: gathered in `bytes`, or (a placed Block) its
@@ -185,13 +196,33 @@ class Endpoint {
     std::uint32_t mail_unchecked = 0;
     ViewId mail_view = 0;
     std::vector<std::byte> mail_entries;
+    // Ours to it (under `mu`): whether it reads our log from before our latest
+    // datagram, or need not (copy_datagram); until when we copy to it otherwise.
+    bool reads_our_log = false;
+    std::chrono::steady_clock::time_point copy_until{};
     // The wait() thread's: the slot whose mail we read, and its sequence count there.
     std::uint32_t mail_read_slot = kMaxReaders;
     std::uint32_t mail_seen = 0;
   };
   static constexpr std::uint64_t kNotReading = ~std::uint64_t{0};
 
+  /// A record written into our log: its datagram (`owned` when it waited) and its end.
+  struct Written {
+    std::span<const std::byte> bytes;
+    std::uint64_t tail = 0;
+    std::vector<std::byte> owned;
+  };
   static void ring(Header& h);
+  /// Writes datagram `bytes` into our log, or nothing when a counted reader has not
+  /// read far enough (multicast_mu_ held). Returns where it ends.
+  std::optional<std::uint64_t> write_record(std::span<const std::byte> bytes);
+  /// Queues `bytes` to wait for room (multicast_mu_ held); drops it past the bound.
+  void enqueue(std::span<const std::byte> bytes);
+  /// Writes what waits, in order, while it fits (multicast_mu_ held), into `written`.
+  void drain_waiting(std::vector<Written>& written);
+  void drain_waiting();  // takes multicast_mu_, then announces what went
+  /// Rings every peer, after copying each record to the peers not yet reading our log.
+  void announce(std::span<const Written> written);
   bool attach(Peer& p);  // p.mu held
   /// Gives up our reader slot in p's log (p.mu held).
   void leave_log(Peer& p);
@@ -203,11 +234,15 @@ class Endpoint {
   /// (p.mu held): called while frames wait for room, on every poll.
   bool owner_dead(Peer& p);
   void flush(Peer& p);  // p.mu held
+
   /// Writes ACK frame `frame` (merged with those before) into the mail slot of p's
   /// reader slot in our log (p.mu held). False: not an ACK, p does not read our log,
   /// or too large; the caller sends it through p's inbox.
   bool mail_ack(Peer& p, std::span<const std::byte> frame);
   std::optional<Inbound> read_mail(Peer& p);
+  /// Also writes datagram `bytes`, which ends at `tail` of our log, into p's inbox
+  /// when p has not attached to our log before it (p.mu held).
+  void copy_datagram(Peer& p, std::span<const std::byte> bytes, std::uint64_t tail);
   std::optional<Inbound> poll_once();
   std::optional<Inbound> read_inbox();
   std::optional<Inbound> read_multicast(Peer& p);
@@ -225,6 +260,11 @@ class Endpoint {
   Header* header_ = nullptr;
   Ring multicast_;
   WriteAhead multicast_ahead_;  // under multicast_mu_
+  /// Datagrams waiting for room in our log, oldest first, and their bytes (under
+  /// multicast_mu_); has_waiting_ says so without the lock (poll_once drains them).
+  std::deque<std::vector<std::byte>> waiting_;
+  std::size_t waiting_bytes_ = 0;
+  std::atomic<bool> has_waiting_{false};
   Ring inbox_;
 
   std::mutex multicast_mu_;  // the one writer of our log
