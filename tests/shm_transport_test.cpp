@@ -861,25 +861,27 @@ TEST_CASE("shm: a datagram that meets a full log waits for room, in order, and g
         200);
 }
 
-TEST_CASE("shm: a reader that attaches while the writer streams misses nothing (the copies cover the race)",
+TEST_CASE("shm: a reader that attaches while two threads stream into the log misses nothing (the copies cover the race)",
           "[shm]") {
   for (int round = 0; round < 5; ++round) {
     const auto group = test_group(43 + static_cast<std::uint64_t>(round));
-    // A log small enough to fill while the reader lags; an inbox that holds every
-    // copy (about 700 KB of them if the reader attaches last: past the inbox and a
-    // log's worth pending, copies stop and the protocol's repairs take over).
-    const auto cfg = config(group, 256 << 10, 1 << 20);
+    // About 1.4 MB of datagrams: a log that, with a log's worth waiting for room, holds
+    // them all however far the reader lags (past that the newest would be dropped),
+    // and an inbox that holds every copy if the reader attaches last (past the inbox
+    // and a log's worth pending, copies stop and the protocol's repairs take over).
+    const auto cfg = config(group, 1 << 20, 2 << 20);
     shm::Endpoint a(1, cfg);
     shm::Endpoint b(2, cfg);
     a.add_peer(2);
-    constexpr std::uint32_t kCount = 3000;
+    constexpr std::uint32_t kEach = 3000;  // numbers [0, kEach) from the main thread, the rest from another
+    constexpr std::uint32_t kCount = 2 * kEach;
     constexpr std::uint32_t kBefore = 100;  // sent before the reader exists: copies for sure
     for (std::uint32_t n = 0; n < kBefore; ++n) a.multicast(numbered(n, 64 + n % 300));
     std::atomic<bool> reader_done{false};
     std::vector<bool> seen(kCount, false);
     std::uint32_t unique = 0;
     std::thread reader([&] {
-      // Attaches while the writer goes on, as a member that installs the view after
+      // Attaches while the writers go on, as a member that installs the view after
       // the sender: everything from the first datagram on must arrive.
       std::this_thread::sleep_for(std::chrono::microseconds(100 * (round + 1)));
       b.add_peer(1);
@@ -894,10 +896,16 @@ TEST_CASE("shm: a reader that attaches while the writer streams misses nothing (
         }
       reader_done = true;
     });
-    for (std::uint32_t n = kBefore; n < kCount; ++n) {
+    // multicast() from two threads: one may announce its record after the other has
+    // learnt where the reader started.
+    std::thread second([&] {
+      for (std::uint32_t n = kEach; n < kCount; ++n) a.multicast(numbered(n, 64 + n % 300));
+    });
+    for (std::uint32_t n = kBefore; n < kEach; ++n) {
       a.multicast(numbered(n, 64 + n % 300));
       (void)a.poll();  // as the writer's progress would: what waits for room moves on
     }
+    second.join();
     // The writer's progress goes on (datagrams waiting for room in its log, copies
     // waiting for room in the reader's inbox) until the reader has them all.
     while (!reader_done.load()) (void)a.wait(Clock::now() + 1ms);

@@ -273,8 +273,10 @@ void Endpoint::announce(std::span<const Written> written) {
   std::lock_guard lock(peers_mu_);
   for (auto& [id, p] : peers_) {
     std::lock_guard peer(p->mu);
+    // Once its start is known, only a record that ended before it (announced late by
+    // another thread's multicast()) is copied.
     for (const Written& w : written)
-      if (!p->reads_our_log) copy_datagram(*p, w.bytes, w.tail);
+      if (!p->copies_decided || w.tail <= p->log_start) copy_datagram(*p, w.bytes, w.tail);
     if (p->header != nullptr) ring(*p->header);
   }
 }
@@ -284,25 +286,25 @@ void Endpoint::copy_datagram(Peer& p, std::span<const std::byte> bytes, std::uin
   // that names us: a datagram we wrote before that never reaches it through the log
   // (a sender that starts as soon as its own view is in lost its first batch at
   // every member not yet there, each repaired after a NACK).
+  if (!p.copies_decided) {
+    const std::uint32_t used = slots_used();
+    for (std::uint32_t i = 0; i < used; ++i) {
+      const ReaderSlot& slot = header_->readers[i];
+      if (slot.member.load(std::memory_order_acquire) != p.id) continue;
+      // The head it started at, stored before it named itself (kStartUnknown until
+      // then). Every head we publish is a record's end: it reads the records that
+      // end after it, from the log, and none before.
+      if (const std::uint64_t at = slot.attached_at.load(std::memory_order_acquire); at != kStartUnknown) {
+        p.log_start = at;
+        p.copies_decided = true;
+      }
+      break;
+    }
+    if (!p.copies_decided && Clock::now() >= p.copy_until) p.copies_decided = true;  // slow or gone: repairs cover it
+  }
+  if (p.copies_decided && tail > p.log_start) return;  // read from the log, or given up on
   if (p.header == nullptr) attach(p);  // its file may not have been there at add_peer()
   if (p.header == nullptr || p.broken) return;
-  const std::uint32_t used = slots_used();
-  for (std::uint32_t i = 0; i < used; ++i) {
-    const ReaderSlot& slot = header_->readers[i];
-    if (slot.member.load(std::memory_order_acquire) != p.id) continue;
-    // The head it started at, stored before it named itself (or kStartUnknown): any
-    // head we published is at most the previous record's end, or this one's.
-    const std::uint64_t at = slot.attached_at.load(std::memory_order_acquire);
-    if (at < tail) {  // it reads this record, and every later one, from the log
-      p.reads_our_log = true;
-      return;
-    }
-    break;
-  }
-  if (Clock::now() >= p.copy_until) {  // slow or gone: repairs cover it
-    p.reads_our_log = true;
-    return;
-  }
   // Copies never take the room its reliable frames need, nor more than our log holds.
   const std::size_t limit = std::min<std::size_t>(cfg_.options.max_pending_bytes / 2, multicast_.capacity);
   if (p.out_bytes + bytes.size() > limit) return;

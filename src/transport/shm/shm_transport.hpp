@@ -196,9 +196,11 @@ class Endpoint {
     std::uint32_t mail_unchecked = 0;
     ViewId mail_view = 0;
     std::vector<std::byte> mail_entries;
-    // Ours to it (under `mu`): whether it reads our log from before our latest
-    // datagram, or need not (copy_datagram); until when we copy to it otherwise.
-    bool reads_our_log = false;
+    // Ours to it (under `mu`), for copy_datagram: whether its start in our log is
+    // known (or we gave up waiting for it), that start (records that end at or before
+    // it reach it only as copies), and until when we wait for it.
+    bool copies_decided = false;
+    std::uint64_t log_start = 0;
     std::chrono::steady_clock::time_point copy_until{};
     // The wait() thread's: the slot whose mail we read, and its sequence count there.
     std::uint32_t mail_read_slot = kMaxReaders;
