@@ -160,6 +160,9 @@ py::dict stats_dict(const hmcast::GroupStats& s) {
   d["link_bytes_sent"] = s.link_bytes_sent;
   d["shm_locks_recovered"] = s.shm_locks_recovered;
   d["shm_partial_frames_dropped"] = s.shm_partial_frames_dropped;
+  d["shm_datagrams_waited"] = s.shm_datagrams_waited;
+  d["shm_multicast_overruns"] = s.shm_multicast_overruns;
+  d["shm_datagrams_copied"] = s.shm_datagrams_copied;
   d["hosts"] = s.hosts;
   d["host_members"] = s.host_members;
   d["host_leader"] = s.host_leader;

@@ -198,6 +198,9 @@ nlohmann::json GroupRunReport::to_json() const {
     j["mid_write_kills"] = mid_write_kills;
     j["shm_locks_recovered"] = shm_locks_recovered;
     j["shm_partial_frames_dropped"] = shm_partial_frames_dropped;
+    j["shm_datagrams_waited"] = shm_datagrams_waited;
+    j["shm_multicast_overruns"] = shm_multicast_overruns;
+    j["shm_datagrams_copied"] = shm_datagrams_copied;
   }
   if (transport == "verbs") {
     j["ud_multicast_datagrams"] = ud_multicast_datagrams;
@@ -744,6 +747,9 @@ GroupRunReport run_group(const GroupRunOptions& o) {
     rep.hosts = std::max(rep.hosts, d.value("hosts", std::uint32_t{0}));
     rep.host_leaders += d.value("host_leader", false) ? 1U : 0U;
     rep.shm_partial_frames_dropped += d.value("shm_partial_frames_dropped", std::uint64_t{0});
+    rep.shm_datagrams_waited += d.value("shm_datagrams_waited", std::uint64_t{0});
+    rep.shm_multicast_overruns += d.value("shm_multicast_overruns", std::uint64_t{0});
+    rep.shm_datagrams_copied += d.value("shm_datagrams_copied", std::uint64_t{0});
     rep.large_bytes_placed += d.value("large_bytes_placed", std::uint64_t{0});
     rep.large_regions_held += d.value("large_regions_held", std::uint64_t{0});
     rep.members_cpu_s += d.value("cpu_s", 0.0);

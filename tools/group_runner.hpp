@@ -120,6 +120,9 @@ struct GroupRunReport {
   nlohmann::json mid_write_kills = nlohmann::json::array();
   std::uint64_t shm_locks_recovered = 0;
   std::uint64_t shm_partial_frames_dropped = 0;
+  std::uint64_t shm_datagrams_waited = 0;
+  std::uint64_t shm_multicast_overruns = 0;
+  std::uint64_t shm_datagrams_copied = 0;
   /// The hosts the members' last views named (GroupStats::hosts, the most any
   /// member reported) and how many members said they lead their host.
   std::uint32_t hosts = 0;

@@ -155,6 +155,14 @@ struct GroupStats {
   /// left the view before their last fragment (never delivered torn).
   std::uint64_t shm_locks_recovered = 0;
   std::uint64_t shm_partial_frames_dropped = 0;
+  /// shm: datagrams that met a multicast log full of a reader's unread data and
+  /// waited for it to move on, those dropped because a log's worth already waited
+  /// (the protocol repairs them), and datagrams also copied into the inbox of a
+  /// member that had not yet attached to the log (one that installed the view after
+  /// this member started sending).
+  std::uint64_t shm_datagrams_waited = 0;
+  std::uint64_t shm_multicast_overruns = 0;
+  std::uint64_t shm_datagrams_copied = 0;
   /// Hosts in the current view (members say theirs when they join:
   /// Config::host_identity), the members on this member's host (itself included),
   /// and whether it leads its host (its smallest member id, so every member agrees

@@ -115,6 +115,10 @@ GroupStats Group::stats() const {
   out.link_bytes_sent = link.link_bytes_sent();
   out.shm_locks_recovered = link.locks_recovered();
   out.shm_partial_frames_dropped = link.partial_frames_dropped();
+  const auto log = link.log_stats();
+  out.shm_datagrams_waited = log.waited;
+  out.shm_multicast_overruns = log.overruns;
+  out.shm_datagrams_copied = log.copied;
   out.faults = transport::fault_stats(link);
   const auto seal = transport::seal_stats(link);
   out.auth_failures = seal.auth_failures;

@@ -54,6 +54,7 @@ class ForwardingLink : public Link {
   [[nodiscard]] std::uint64_t link_bytes_sent() const override { return inner_->link_bytes_sent(); }
   [[nodiscard]] std::uint64_t locks_recovered() const override { return inner_->locks_recovered(); }
   [[nodiscard]] std::uint64_t partial_frames_dropped() const override { return inner_->partial_frames_dropped(); }
+  [[nodiscard]] LogStats log_stats() const override { return inner_->log_stats(); }
   void close() override { inner_->close(); }
 
   [[nodiscard]] const Link& inner() const { return *inner_; }

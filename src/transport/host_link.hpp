@@ -74,6 +74,7 @@ class HostLink final : public Link {
   }
   [[nodiscard]] std::uint64_t locks_recovered() const override { return local_->locks_recovered(); }
   [[nodiscard]] std::uint64_t partial_frames_dropped() const override { return local_->partial_frames_dropped(); }
+  [[nodiscard]] LogStats log_stats() const override { return local_->log_stats(); }
   void close() override;
 
   [[nodiscard]] const Link& network() const { return *network_; }

@@ -143,6 +143,10 @@ class ShmLink final : public Link {
   [[nodiscard]] std::uint64_t partial_frames_dropped() const override {
     return endpoint_->stats().partial_frames_dropped;
   }
+  [[nodiscard]] LogStats log_stats() const override {
+    const auto s = endpoint_->stats();
+    return {s.multicast_overruns, s.datagrams_waited, s.datagrams_copied};
+  }
 
  private:
   std::unique_ptr<shm::Endpoint> endpoint_;

@@ -145,6 +145,15 @@ class Link : public Transport {
   /// owner, and frames dropped unfinished because their writer left the view.
   [[nodiscard]] virtual std::uint64_t locks_recovered() const { return 0; }
   [[nodiscard]] virtual std::uint64_t partial_frames_dropped() const { return 0; }
+  /// shm: datagrams that could not go into the multicast log at once. They waited
+  /// for a reader to move on, or were dropped past a log's worth waiting; datagrams
+  /// also copied into the inbox of a member not yet reading the log.
+  struct LogStats {
+    std::uint64_t overruns = 0;
+    std::uint64_t waited = 0;
+    std::uint64_t copied = 0;
+  };
+  [[nodiscard]] virtual LogStats log_stats() const { return {}; }
   /// Stop sending and receiving; peers see this member's links break.
   virtual void close() = 0;
 };
