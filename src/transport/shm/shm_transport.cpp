@@ -187,9 +187,11 @@ void Endpoint::multicast(std::span<const std::byte> bytes) {
   std::vector<Written> drained;       // datagrams that waited, written now (before this one)
   {
     std::lock_guard lock(multicast_mu_);
-    if (waiting_.empty()) tail = write_record(bytes);
-    if (!tail) {
-      enqueue(bytes);
+    if (waiting_.empty()) {
+      tail = write_record(bytes);
+      if (!tail) enqueue(bytes);  // the log is full now: waits (trying again at once would find it so)
+    } else {
+      enqueue(bytes);  // behind those waiting, which may fit now
       drain_waiting(drained);
     }
   }
@@ -775,10 +777,10 @@ std::optional<Inbound> Endpoint::read_inbox() {
     Partial& part = partial_[from];
     bool keep = true;
     const bool datagram = (r.header.flags & kDatagram) != 0;
+    const std::size_t limit = datagram ? cfg_.mtu : cfg_.max_frame;  // a whole frame's bytes
     if (r.header.flags & kFirst) {
       part = Partial{};
-      if (r.header.frame_size > (datagram ? cfg_.mtu : cfg_.max_frame) || r.header.frame_size < r.header.length)
-        keep = false;
+      if (r.header.frame_size > limit || r.header.frame_size < r.header.length) keep = false;
       // A Block whose head is in this fragment: its payload may go straight into its
       // final buffer (the placer says where, for a destination of exactly its size).
       else if (placer_ && !datagram && bytes.size() >= wire::kBlockHeadSize && r.header.frame_size > wire::kBlockHeadSize &&
@@ -803,7 +805,7 @@ std::optional<Inbound> Endpoint::read_inbox() {
           std::memcpy(part.place->dest.data() + part.placed, rest.data(), rest.size());
           part.placed += rest.size();
         }
-      } else if (part.bytes.size() + rest.size() > (datagram ? cfg_.mtu : cfg_.max_frame)) {
+      } else if (part.bytes.size() + rest.size() > limit) {
         keep = false;
       } else {
         part.bytes.insert(part.bytes.end(), rest.begin(), rest.end());
