@@ -160,3 +160,48 @@ TEST_CASE("emitter: a warm stream of small datagrams allocates nothing per datag
     CHECK(r.packet.header.type == w::Type::batch);
   }
 }
+
+TEST_CASE("emitter: a fragment goes gathered, its header and its part of the message, only where it may", "[emitter]") {
+  // Emitter::fragment: with gather_from(n) a fragment of n payload bytes or more goes
+  // as its encoded header and a view of the message (action::SendDatagram::tail);
+  // joined, the two are exactly what datagram() encodes. Below n, with gathering off,
+  // or once multicast is emulated over links, it is encoded whole as before.
+  Emitter e(kGroup, 1, view3(), kMtu);
+  const w::Header h = e.header();
+  const auto message = hmcast::MessageBuffer(std::make_shared<Bytes>(payload(3000, 5)));
+  auto frag = [&](std::size_t from, std::size_t n) {
+    w::Data d = data(9, *message.owner());
+    d.msg_len = 3000;
+    d.payload = message->subspan(from, n);
+    return d;
+  };
+  Outbox out;
+  e.fragment(frag(0, 2000), message, out);  // gathering off
+  REQUIRE(out.size() == 1);
+  CHECK(std::get<hmcast::action::SendDatagram>(out[0]).tail.empty());
+  CHECK(std::get<hmcast::action::SendDatagram>(out[0]).bytes == w::encode(h, frag(0, 2000)));
+  out.clear();
+  e.gather_from(1000);
+  e.datagram(data(1, payload(10, 1)), out, true);  // a held datagram goes first, in order
+  CHECK(e.batch_held());
+  e.fragment(frag(0, 2000), message, out);
+  e.fragment(frag(2000, 999), message, out);  // under 1000 bytes: whole
+  CHECK_FALSE(e.batch_held());
+  REQUIRE(out.size() == 3);
+  CHECK(std::get<hmcast::action::SendDatagram>(out[0]).tail.empty());
+  const auto& g = std::get<hmcast::action::SendDatagram>(out[1]);
+  REQUIRE(g.tail.size() == 2000);
+  CHECK(g.tail.data() == message->data());  // the message's own bytes, not a copy
+  CHECK(g.keep.owner() == message.owner());  // held until the transport is done
+  Bytes joined = g.bytes;
+  joined.insert(joined.end(), g.tail.begin(), g.tail.end());
+  CHECK(joined == w::encode(h, frag(0, 2000)));
+  CHECK(std::get<hmcast::action::SendDatagram>(out[2]).tail.empty());
+  CHECK(std::get<hmcast::action::SendDatagram>(out[2]).bytes == w::encode(h, frag(2000, 999)));
+  CHECK(e.stats().datagrams_sent == 4);
+  out.clear();
+  e.emulate_multicast();  // datagrams go over links now: whole frames, one per member
+  e.fragment(frag(0, 2000), message, out);
+  REQUIRE(out.size() == 2);
+  for (const auto& a : out) CHECK(std::get<hmcast::action::SendP2P>(a).bytes == w::encode(h, frag(0, 2000)));
+}

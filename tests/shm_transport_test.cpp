@@ -916,3 +916,57 @@ TEST_CASE("shm: a reader that attaches while two threads stream into the log mis
     CHECK(st.datagrams_copied >= kBefore);
   }
 }
+
+TEST_CASE("shm: a datagram given in two parts arrives as one, through the log, the wait for room and a late copy",
+          "[shm]") {
+  // Endpoint::multicast(head, tail): a fragment's header and its payload, read from
+  // the message where it lies (Emitter::fragment). Each reader gets head + tail whole,
+  // whichever way the record reaches it.
+  const auto group = test_group(43);
+  auto cfg = config(group, 64 << 10);
+  shm::Endpoint a(1, cfg);
+  shm::Endpoint b(2, cfg);
+  shm::Endpoint c(3, cfg);
+  a.add_peer(2);
+  a.add_peer(3);
+  b.add_peer(1);  // c has not installed the view: its datagrams go by copy
+  auto whole = [](std::uint32_t n) { return numbered(n, 1500 + n); };
+  auto send = [&](std::uint32_t n) {
+    const Bytes w = whole(n);
+    const std::size_t cut = 40 + n % 7;  // a head of a few dozen bytes, as a Data header's
+    a.multicast(std::span(w).first(cut), std::span(w).subspan(cut));
+  };
+  // 64 KiB of log holds about 40 of these: the rest wait for b, in two parts joined.
+  for (std::uint32_t n = 0; n < 60; ++n) send(n);
+  auto st = a.stats();
+  CHECK(st.datagrams_waited > 10);
+  CHECK(st.multicast_overruns == 0);
+  CHECK(st.datagrams_copied > 0);  // to c, not yet attached
+  std::vector<std::uint32_t> got;
+  const auto deadline = Clock::now() + 5s;
+  while (got.size() < 60 && Clock::now() < deadline)
+    if (auto in = next_moving(a, b, deadline)) {
+      CHECK(in->datagram);
+      CHECK(in->bytes == whole(number_of(in->bytes)));
+      got.push_back(number_of(in->bytes));
+    }
+  REQUIRE(got.size() == 60);
+  for (std::uint32_t n = 0; n < 60; ++n) CHECK(got[n] == n);
+  std::uint32_t copies = 0;
+  while (auto in = next(c, 50ms)) {
+    CHECK(in->datagram);
+    CHECK(in->bytes == whole(number_of(in->bytes)));
+    ++copies;
+  }
+  CHECK(copies == a.stats().datagrams_copied);  // those that waited were copied as they went
+  CHECK(copies == 60);
+  // A tail alone, or a head alone, is a datagram too.
+  const Bytes w = whole(99);
+  a.multicast({}, w);
+  a.multicast(w, {});
+  for (int i = 0; i < 2; ++i) {
+    auto in = next_moving(a, b, Clock::now() + 5s);
+    REQUIRE(in);
+    CHECK(in->bytes == w);
+  }
+}

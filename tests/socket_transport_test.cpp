@@ -460,6 +460,36 @@ TEST_CASE("socket: a datagram reaches every other endpoint on the host, and not 
   CHECK_THROWS_WITH(a.multicast(big), Catch::Contains("ProtocolConfig::mtu"));
 }
 
+TEST_CASE("socket: a datagram given in two parts arrives as one; in two parts over the MTU it is refused",
+          "[socket]") {
+  const auto group = test_group(31);
+  sk::Endpoint a(1, config()), b(2, config());
+  constexpr hmcast::Seq kCount = 6;
+  std::vector<Bytes> sent;
+  for (hmcast::Seq s = 1; s <= kCount; ++s) {
+    sent.push_back(datagram(group, 1, s));
+    sent.back().resize(sent.back().size() + 1000 * s, std::byte{static_cast<unsigned char>(s)});
+    const std::size_t cut = s == 1 ? 0 : s == kCount ? sent.back().size() : 30 + s;  // a part may be empty
+    a.multicast(std::span(sent.back()).first(cut), std::span(sent.back()).subspan(cut));
+  }
+  // Each arrives whole, or not at all: compared byte for byte with what was sent.
+  auto ours = [&](const std::vector<sk::Inbound>& ins) {
+    std::vector<Bytes> found;
+    for (const auto& in : ins)
+      if (std::find(sent.begin(), sent.end(), in.bytes) != sent.end()) found.push_back(in.bytes);
+    std::sort(found.begin(), found.end());
+    return found;
+  };
+  std::vector<std::vector<sk::Inbound>> got;
+  INFO("if nothing arrives, check `ip route` (multicast on lo may need: ip route add 224.0.0.0/4 dev lo)");
+  REQUIRE(pump({&a, &b}, got, [&] { return ours(got[1]).size() >= kCount; }, 2000ms));
+  const std::vector<Bytes> arrived = ours(got[1]);
+  std::sort(sent.begin(), sent.end());
+  CHECK(arrived == sent);
+  Bytes half(a.mtu() / 2 + 1);
+  CHECK_THROWS_WITH(a.multicast(half, half), Catch::Contains("ProtocolConfig::mtu"));
+}
+
 TEST_CASE("socket: a tail lent for the call only (no keeper) is copied when it must wait, and arrives as it was",
           "[socket][lent]") {
   // 8 MB cannot all go into the kernel at once, and b reads nothing until the

@@ -20,6 +20,11 @@ namespace hmcast {
 namespace action {
 struct SendDatagram {
   std::vector<std::byte> bytes;
+  /// Where set, the datagram is `bytes` (a fragment's header) then `tail`, which lies
+  /// in `keep` (the message): a transport that gathers writes it from there
+  /// (Emitter::fragment).
+  std::span<const std::byte> tail;
+  MessageBuffer keep;
 };
 struct SendP2P {
   MemberId to = 0;

@@ -55,6 +55,22 @@ void Emitter::datagram(const wire::Body& body, Outbox& out, bool may_hold) {
   send(encode(body), out);
 }
 
+void Emitter::fragment(const wire::Data& d, const MessageBuffer& message, Outbox& out, bool may_hold) {
+  if (gather_from_ == 0 || emulated_ || d.payload.size() < gather_from_) {
+    datagram(d, out, may_hold);
+    return;
+  }
+  HMCAST_ASSERT(d.payload.data() >= message->data() &&
+                d.payload.data() + d.payload.size() <= message->data() + message->size());
+  flush_batch(out);
+  // The payload is the encoding's last field, unframed: the encoding without it is
+  // the datagram's head.
+  wire::Data head = d;
+  head.payload = {};
+  ++stats_.datagrams_sent;
+  out.emplace_back(action::SendDatagram{wire::encode(header(), head), d.payload, message});
+}
+
 void Emitter::datagram_bytes(std::vector<std::byte> bytes, Outbox& out, bool may_hold) {
   if (!may_hold || bytes.size() < wire::kHeaderSize || !holdable(bytes.size(), wire::peek_type(bytes))) {
     flush_batch(out);
@@ -109,7 +125,7 @@ void Emitter::flush_batch(Outbox& out) {
 void Emitter::send(std::vector<std::byte> bytes, Outbox& out) {
   ++stats_.datagrams_sent;
   if (!emulated_) {
-    out.emplace_back(action::SendDatagram{std::move(bytes)});
+    out.emplace_back(action::SendDatagram{std::move(bytes), {}, {}});
     return;
   }
   // The receiver accepts a datagram-typed frame only from the member it names as

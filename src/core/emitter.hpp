@@ -79,6 +79,14 @@ class Emitter {
     HMCAST_ASSERT(bytes > 0 && bytes <= mtu_);
     keep_bytes_ = bytes;
   }
+  /// Fragments with at least `bytes` of payload go as their header and the part of
+  /// the message they carry (action::SendDatagram::tail), for a transport that
+  /// writes the two where the datagram goes (Transport::gathers_multicast): the
+  /// payload is then copied once, not encoded first. 0: never.
+  void gather_from(std::size_t bytes) { gather_from_ = bytes; }
+  /// Fragment `d` of `message` (its payload lies within it) as a datagram: gathered
+  /// (gather_from()) where it may not wait in a batch, else as datagram().
+  void fragment(const wire::Data& d, const MessageBuffer& message, Outbox& out, bool may_hold = false);
   /// An encoded datagram (fragments are encoded by the small path's fragmenter).
   /// `may_hold`: it may wait in the batch (a Data or Stable small enough to share
   /// a datagram); otherwise the batch goes first, then this.
@@ -114,6 +122,7 @@ class Emitter {
   std::uint32_t keep_bytes_;  // recycle() keeps buffers that hold a datagram this large
   std::size_t max_items_;
   bool emulated_ = false;
+  std::size_t gather_from_ = 0;  // fragments with this much payload go gathered (0: none)
   std::set<MemberId> suspected_;
   /// The batch being built: room for its head (written by flush_batch()), then each
   /// held datagram's u16 length and bytes, as a Batch encodes them. Its size is the

@@ -115,6 +115,8 @@ class GroupEngine {
   /// A sent datagram's buffer (action::SendDatagram's, once the transport is done
   /// with it), for the next datagrams this group encodes (Emitter::recycle).
   void recycle_datagram(std::vector<std::byte>&& bytes) { emit_.recycle(std::move(bytes)); }
+  /// Fragments of at least `bytes` of payload go gathered (Emitter::gather_from).
+  void gather_fragments_from(std::size_t bytes) { emit_.gather_from(bytes); }
   /// Checks that multicast reaches every member, now and on each view that brings
   /// members in (networked transports; call once, after the first view).
   void start_multicast_probe(TimeNs now, Outbox& out);

@@ -10,6 +10,11 @@
 
 namespace hmcast::runtime {
 
+namespace {
+/// Fragments with this much payload or more go gathered where the transport gathers.
+constexpr std::size_t kGatherFrom = 4096;
+}  // namespace
+
 group::ViewChange view_change_of(const membership::ViewPush& push) {
   group::ViewChange c;
   c.view = membership::view_of(push);
@@ -29,6 +34,11 @@ Runtime::Runtime(transport::Transport& transport, membership::ControlSink& contr
       engine_(group, self, view_change_of(first), config, now),
       hosts_(membership::host_layout(first, self)) {
   transport_.set_local_peers(hosts_.local);
+  // A transport that writes a datagram from its parts (shm: into its log) takes a
+  // fragment's payload from the message itself: the sender copies those bytes once,
+  // not into an encoded datagram first. Below a few KiB the copy costs less than the
+  // header's own buffer.
+  if (transport_.gathers_multicast()) engine_.gather_fragments_from(kGatherFrom);
   for (const auto& m : first.members)
     if (m.id != self) transport_.add_peer(m.id, m.host, m.port);
 }
@@ -207,6 +217,11 @@ void Runtime::execute(Outbox& actions, TimeNs now, AppEvents& app) {
     std::visit(
         Overloaded{
             [&](action::SendDatagram& d) {
+              if (!d.tail.empty()) {
+                transport_.multicast_gathered(d.bytes, d.tail);
+                engine_.recycle_datagram(std::move(d.bytes));
+                return;
+              }
               transport_.multicast_owned(std::move(d.bytes));
               // Kept by the transport (moved from: nothing to recycle), or copied and done with.
               engine_.recycle_datagram(std::move(d.bytes));  // NOLINT(bugprone-use-after-move)

@@ -37,7 +37,7 @@ BroadcastResult SmallPath::broadcast(MessageBuffer message, TimeNs now, Outbox& 
   own_bytes_in_flight_ += message->size();
   const std::uint32_t count = fragment_count(message->size(), cut());
   for (std::uint32_t i = 0; i < count; ++i)
-    emit_.datagram(fragment_of(self_, seq, s.known_stable, *message, cut(), i), out, may_hold && count == 1);
+    emit_.fragment(fragment_of(self_, seq, s.known_stable, *message, cut(), i), message, out, may_hold && count == 1);
   s.last_announced = s.known_stable;
   s.last_data_ns = now;
   arm_announce(s, now);  // announces `highest` once we pause, for a lost tail

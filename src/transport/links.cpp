@@ -89,6 +89,10 @@ class SocketLink final : public EndpointLink<socket::Endpoint, socket::Transport
       : EndpointLink(self, cfg), pool_(std::make_shared<BufferPool>(pool_bytes)) {}
   void set_block_placer(BlockPlacer placer) override { endpoint_->set_block_placer(std::move(placer)); }
   void set_sole_poller(bool sole) override { endpoint_->set_sole_poller(sole); }
+  [[nodiscard]] bool gathers_multicast() const override { return true; }
+  void multicast_gathered(std::span<const std::byte> head, std::span<const std::byte> tail) override {
+    endpoint_->multicast(head, tail);
+  }
   bool unicast_datagram(MemberId to, std::vector<std::byte> frame) override {
     return endpoint_->unicast_datagram(to, std::move(frame));
   }
@@ -118,6 +122,10 @@ class ShmLink final : public Link {
       : endpoint_(std::make_unique<shm::Endpoint>(self, cfg)), pool_(std::make_shared<BufferPool>(pool_bytes)) {}
   [[nodiscard]] MemberId id() const override { return endpoint_->id(); }
   void multicast(std::span<const std::byte> bytes) override { endpoint_->multicast(bytes); }
+  [[nodiscard]] bool gathers_multicast() const override { return true; }
+  void multicast_gathered(std::span<const std::byte> head, std::span<const std::byte> tail) override {
+    endpoint_->multicast(head, tail);
+  }
   bool unicast(MemberId to, std::vector<std::byte> bytes) override { return endpoint_->unicast(to, std::move(bytes)); }
   std::optional<Inbound> wait(std::chrono::steady_clock::time_point deadline) override {
     return endpoint_->wait(deadline);

@@ -59,6 +59,20 @@ class Transport {
   /// ForwardingLink keeps that default, so a layer that overrides only multicast()
   /// (faulty/) still sees every datagram.
   virtual void multicast_owned(std::vector<std::byte>&& frame) { multicast(frame); }
+  /// Whether multicast_gathered() writes its two parts where the datagram goes
+  /// without joining them first (shm: into the log). Layers keep the default, false:
+  /// what they see is whole datagrams.
+  [[nodiscard]] virtual bool gathers_multicast() const { return false; }
+  /// The datagram `head` then `tail` (a fragment's header and its payload, read from
+  /// the message where it lies: one copy fewer on the sender). By default joined,
+  /// then multicast_owned().
+  virtual void multicast_gathered(std::span<const std::byte> head, std::span<const std::byte> tail) {
+    std::vector<std::byte> frame;
+    frame.reserve(head.size() + tail.size());
+    frame.insert(frame.end(), head.begin(), head.end());
+    frame.insert(frame.end(), tail.begin(), tail.end());
+    multicast_owned(std::move(frame));
+  }
   /// False: the link to `to` is broken (the protocol then suspects it).
   virtual bool unicast(MemberId to, std::vector<std::byte> frame) = 0;
   /// A frame that may be lost, duplicated or overtaken on its way (a cumulative ACK:

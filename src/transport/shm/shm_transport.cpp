@@ -180,39 +180,42 @@ void Endpoint::ring(Header& h) {
   if (h.sleeping.load(std::memory_order_seq_cst) != 0) futex_wake(&h.doorbell);
 }
 
-void Endpoint::multicast(std::span<const std::byte> bytes) {
-  if (closed_.load() || bytes.empty()) return;
-  HMCAST_ASSERT(bytes.size() <= cfg_.mtu);
+void Endpoint::multicast(std::span<const std::byte> bytes, std::span<const std::byte> more) {
+  if (closed_.load() || bytes.size() + more.size() == 0) return;
+  HMCAST_ASSERT(bytes.size() + more.size() <= cfg_.mtu);
   std::optional<std::uint64_t> tail;  // where the record ends in our log, if written now
   std::vector<Written> drained;       // datagrams that waited, written now (before this one)
   {
     std::lock_guard lock(multicast_mu_);
     if (waiting_.empty()) {
-      tail = write_record(bytes);
-      if (!tail) enqueue(bytes);  // the log is full now: waits (trying again at once would find it so)
+      tail = write_record(bytes, more);
+      if (!tail) enqueue(bytes, more);  // the log is full now: waits (trying again at once would find it so)
     } else {
-      enqueue(bytes);  // behind those waiting, which may fit now
+      enqueue(bytes, more);  // behind those waiting, which may fit now
       drain_waiting(drained);
     }
   }
   if (tail) {
-    const Written now{bytes, *tail, {}};
+    const Written now{bytes, more, *tail, {}};
     announce(std::span(&now, 1));
   } else if (!drained.empty()) {
     announce(drained);
   }
 }
 
-void Endpoint::enqueue(std::span<const std::byte> bytes) {
+void Endpoint::enqueue(std::span<const std::byte> bytes, std::span<const std::byte> more) {
   // Waits for room rather than being dropped: a reader is behind (descheduled, or
   // not yet past the padding of a log gone back to its start), and will move on.
   // Bounded by the log's size; past that, dropped as UDP would (the protocol repairs it).
-  if (waiting_bytes_ + bytes.size() > multicast_.capacity) {
+  if (waiting_bytes_ + bytes.size() + more.size() > multicast_.capacity) {
     count(&ShmStats::multicast_overruns);
     return;
   }
-  waiting_bytes_ += bytes.size();
-  waiting_.emplace_back(bytes.begin(), bytes.end());
+  waiting_bytes_ += bytes.size() + more.size();
+  auto& joined = waiting_.emplace_back();
+  joined.reserve(bytes.size() + more.size());
+  joined.insert(joined.end(), bytes.begin(), bytes.end());
+  joined.insert(joined.end(), more.begin(), more.end());
   has_waiting_.store(true, std::memory_order_release);
   count(&ShmStats::datagrams_waited);
 }
@@ -222,7 +225,7 @@ void Endpoint::drain_waiting(std::vector<Written>& written) {
     const auto tail = write_record(waiting_.front());
     if (!tail) break;
     waiting_bytes_ -= waiting_.front().size();
-    written.push_back(Written{{}, *tail, std::move(waiting_.front())});
+    written.push_back(Written{{}, {}, *tail, std::move(waiting_.front())});
     written.back().bytes = written.back().owned;
     waiting_.pop_front();
   }
@@ -238,7 +241,9 @@ void Endpoint::drain_waiting() {
   if (!written.empty()) announce(written);
 }
 
-std::optional<std::uint64_t> Endpoint::write_record(std::span<const std::byte> bytes) {
+std::optional<std::uint64_t> Endpoint::write_record(std::span<const std::byte> bytes,
+                                                    std::span<const std::byte> more) {
+  const std::size_t length = bytes.size() + more.size();
   std::uint64_t head = header_->multicast_head.load(std::memory_order_relaxed);
   const std::uint64_t cap = multicast_.capacity;
   // Back to the start (padding to the end of the log, then the record at 0) where
@@ -248,24 +253,24 @@ std::optional<std::uint64_t> Endpoint::write_record(std::span<const std::byte> b
   if (head % cap >= kRewindAfter && head >= next_rewind_check_) {
     next_rewind_check_ = head + kRewindAfter;
     const std::uint64_t step = cap - head % cap;
-    if (step + multicast_.span_at(0, bytes.size()) <= cap && drained(head)) {
+    if (step + multicast_.span_at(0, length) <= cap && drained(head)) {
       to_start = step;
       reader_floor_ = head;
     }
   }
-  const std::uint64_t need = to_start + multicast_.span_at(head + to_start, bytes.size());
+  const std::uint64_t need = to_start + multicast_.span_at(head + to_start, length);
   HMCAST_ASSERT(reader_floor_ <= head);
   if (head + need - reader_floor_ > cap && !evict_stalled(head + need)) return std::nullopt;
   RecordHeader h;
-  h.length = static_cast<std::uint32_t>(bytes.size());
+  h.length = static_cast<std::uint32_t>(length);
   h.source = self_;
   if (to_start != 0) {
     head = multicast_.pad_to_end(head);
     count(&ShmStats::log_rewinds);
   }
   multicast_ahead_.before_write(multicast_, head, need - to_start);
-  if (crash_due(bytes.size(), 0)) die_mid_record(multicast_, head, h, bytes, {}, 0, bytes.size(), 0);
-  const std::uint64_t tail = multicast_.write(head, h, bytes);
+  if (crash_due(length, 0)) die_mid_record(multicast_, head, h, bytes, more, 0, length, 0);
+  const std::uint64_t tail = multicast_.write(head, h, bytes, more);
   header_->multicast_head.store(tail, std::memory_order_release);
   count(&ShmStats::datagrams_sent);
   return tail;
@@ -278,12 +283,13 @@ void Endpoint::announce(std::span<const Written> written) {
     // Once its start is known, only a record that ended before it (announced late by
     // another thread's multicast()) is copied.
     for (const Written& w : written)
-      if (!p->copies_decided || w.tail <= p->log_start) copy_datagram(*p, w.bytes, w.tail);
+      if (!p->copies_decided || w.tail <= p->log_start) copy_datagram(*p, w);
     if (p->header != nullptr) ring(*p->header);
   }
 }
 
-void Endpoint::copy_datagram(Peer& p, std::span<const std::byte> bytes, std::uint64_t tail) {
+void Endpoint::copy_datagram(Peer& p, const Written& w) {
+  const std::uint64_t tail = w.tail;
   // A reader attaches at our head as it finds it then, when it installs the view
   // that names us: a datagram we wrote before that never reaches it through the log
   // (a sender that starts as soon as its own view is in lost its first batch at
@@ -309,9 +315,14 @@ void Endpoint::copy_datagram(Peer& p, std::span<const std::byte> bytes, std::uin
   if (p.header == nullptr || p.broken) return;
   // Copies never take the room its reliable frames need, nor more than our log holds.
   const std::size_t limit = std::min<std::size_t>(cfg_.options.max_pending_bytes / 2, multicast_.capacity);
-  if (p.out_bytes + bytes.size() > limit) return;
-  p.out_bytes += bytes.size();
-  p.out.push_back(Pending{std::vector<std::byte>(bytes.begin(), bytes.end()), {}, nullptr, 0, kDatagram});
+  const std::size_t size = w.bytes.size() + w.more.size();
+  if (p.out_bytes + size > limit) return;
+  p.out_bytes += size;
+  std::vector<std::byte> copy;
+  copy.reserve(size);
+  copy.insert(copy.end(), w.bytes.begin(), w.bytes.end());
+  copy.insert(copy.end(), w.more.begin(), w.more.end());
+  p.out.push_back(Pending{std::move(copy), {}, nullptr, 0, kDatagram});
   flush(p);
   count(&ShmStats::datagrams_copied);
 }

@@ -117,7 +117,9 @@ class Endpoint {
   Endpoint& operator=(const Endpoint&) = delete;
 
   [[nodiscard]] MemberId id() const { return self_; }
-  void multicast(std::span<const std::byte> bytes);
+  void multicast(std::span<const std::byte> bytes) { multicast(bytes, {}); }
+  /// The datagram `head` then `tail`, written into the log from where each lies.
+  void multicast(std::span<const std::byte> head, std::span<const std::byte> tail);
   /// False: the peer is gone (its file is missing, closed, its process dead) or
   /// more than ShmOptions::max_pending_bytes wait for room in its inbox.
   bool unicast(MemberId to, std::vector<std::byte> frame);
@@ -208,18 +210,20 @@ class Endpoint {
   };
   static constexpr std::uint64_t kNotReading = ~std::uint64_t{0};
 
-  /// A record written into our log: its datagram (`owned` when it waited) and its end.
+  /// A record written into our log: its datagram, `bytes` then `more` (`owned` when
+  /// it waited), and its end.
   struct Written {
     std::span<const std::byte> bytes;
+    std::span<const std::byte> more;
     std::uint64_t tail = 0;
     std::vector<std::byte> owned;
   };
   static void ring(Header& h);
-  /// Writes datagram `bytes` into our log, or nothing when a counted reader has not
-  /// read far enough (multicast_mu_ held). Returns where it ends.
-  std::optional<std::uint64_t> write_record(std::span<const std::byte> bytes);
-  /// Queues `bytes` to wait for room (multicast_mu_ held); drops it past the bound.
-  void enqueue(std::span<const std::byte> bytes);
+  /// Writes datagram `bytes` then `more` into our log, or nothing when a counted
+  /// reader has not read far enough (multicast_mu_ held). Returns where it ends.
+  std::optional<std::uint64_t> write_record(std::span<const std::byte> bytes, std::span<const std::byte> more = {});
+  /// Queues `bytes` then `more` to wait for room (multicast_mu_ held); drops it past the bound.
+  void enqueue(std::span<const std::byte> bytes, std::span<const std::byte> more);
   /// Writes what waits, in order, while it fits (multicast_mu_ held), into `written`.
   void drain_waiting(std::vector<Written>& written);
   void drain_waiting();  // takes multicast_mu_, then announces what went
@@ -242,9 +246,9 @@ class Endpoint {
   /// or too large; the caller sends it through p's inbox.
   bool mail_ack(Peer& p, std::span<const std::byte> frame);
   std::optional<Inbound> read_mail(Peer& p);
-  /// Also writes datagram `bytes`, which ends at `tail` of our log, into p's inbox
+  /// Also writes datagram `w`, which ends at `w.tail` of our log, into p's inbox
   /// when p has not attached to our log before it (p.mu held).
-  void copy_datagram(Peer& p, std::span<const std::byte> bytes, std::uint64_t tail);
+  void copy_datagram(Peer& p, const Written& w);
   std::optional<Inbound> poll_once();
   std::optional<Inbound> read_inbox();
   std::optional<Inbound> read_multicast(Peer& p);

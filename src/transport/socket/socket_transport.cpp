@@ -222,16 +222,24 @@ void Endpoint::wake() {
     fail_sys(errno, "cannot signal the endpoint's eventfd", "the endpoint was destroyed while in use");
 }
 
-void Endpoint::multicast(std::span<const std::byte> bytes) {
-  if (bytes.size() > cfg_.mtu)
+void Endpoint::multicast(std::span<const std::byte> bytes, std::span<const std::byte> more) {
+  if (bytes.size() + more.size() > cfg_.mtu)
     throw Error(ErrorCode::message_too_large,
-                "datagram of " + std::to_string(bytes.size()) + " bytes is over the socket transport's MTU of " +
-                    std::to_string(cfg_.mtu) + ": set ProtocolConfig::mtu to at most SocketConfig::mtu");
+                "datagram of " + std::to_string(bytes.size() + more.size()) +
+                    " bytes is over the socket transport's MTU of " + std::to_string(cfg_.mtu) +
+                    ": set ProtocolConfig::mtu to at most SocketConfig::mtu");
   std::lock_guard lock(mu_);
   if (closed_) return;
+  // The kernel joins the two parts as it copies them: no joined copy of our own.
+  std::array<iovec, 2> parts{iovec{const_cast<std::byte*>(bytes.data()), bytes.size()},  // NOLINT: read only
+                             iovec{const_cast<std::byte*>(more.data()), more.size()}};  // NOLINT: read only
+  msghdr msg{};
+  msg.msg_name = &group_;
+  msg.msg_namelen = sizeof group_;
+  msg.msg_iov = parts.data();
+  msg.msg_iovlen = more.empty() ? 1 : 2;
   for (;;) {
-    const ssize_t n =
-        ::sendto(udp_fd_, bytes.data(), bytes.size(), MSG_DONTWAIT | MSG_NOSIGNAL, as_sockaddr(&group_), sizeof group_);
+    const ssize_t n = ::sendmsg(udp_fd_, &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
     if (n >= 0) {
       ++stats_.datagrams_sent;
       return;

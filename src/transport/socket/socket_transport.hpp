@@ -166,11 +166,12 @@ class Endpoint {
   std::optional<Inbound> wait(std::chrono::steady_clock::time_point deadline);
   void wake();
 
-  /// Send one datagram to the group. Throws hmcast::Error(message_too_large) if it
-  /// is over mtu() (a configuration error: ProtocolConfig::mtu > SocketConfig::mtu).
-  /// A datagram the kernel has no room for is dropped (counted), as the network
-  /// may drop it. No-op once closed.
-  void multicast(std::span<const std::byte> bytes);
+  /// Send one datagram to the group: `bytes` then `more` (a fragment's header and its
+  /// payload from the message where it lies), in one vectored call. Throws
+  /// hmcast::Error(message_too_large) if it is over mtu() (a configuration error:
+  /// ProtocolConfig::mtu > SocketConfig::mtu). A datagram the kernel has no room for
+  /// is dropped (counted), as the network may drop it. No-op once closed.
+  void multicast(std::span<const std::byte> bytes, std::span<const std::byte> more = {});
 
   /// Queue a frame for `to` and send what the kernel takes now; wait() sends the
   /// rest. False if `to` is unknown, its link is broken, or this endpoint is
