@@ -14,7 +14,9 @@
 // c (op = c & 7, who = (c >> 3) & 7 picks members 1..4 or non-members 0, 5, 9, ~0):
 //   0 raw datagram    (u16 length + bytes)
 //   1 raw p2p from who (u16 length + bytes)
-//   2 datagram with a well-formed header from `who`
+//   2 datagram with a well-formed header from `who` (bit 6 of its kind byte: read as a
+//     transport that places fragments reads it, GroupEngine::place_datagram; bit 0x04
+//     of byte 0 gives the engine reassembly buffers of the message's size)
 //   3 p2p with a well-formed header from `who`
 //     (for 2/3, bits 6-7 of c: 0 our view, 1 previous view, 2 next view, 3 other group;
 //     then a kind byte: bit 7 set, a raw body of that type (u8 length + bytes); clear,
@@ -268,12 +270,18 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   cfg.initial_window_messages = 4;
   cfg.future_packet_limit = 64;
   const View initial{10, {kMembers[0], kMembers[1], kMembers[2], kMembers[3]}};
-  const MemberId self = kMembers[in.u8() & 3U];
+  const std::uint8_t first_byte = in.u8();
+  const MemberId self = kMembers[first_byte & 3U];
 
   cfg.max_large_message = 64U << 20;
   group::ViewChange first;
   first.view = initial;
   group::GroupEngine engine(kGroup, self, first, cfg, 0);
+  // Bit 2 of byte 0: reassembly into buffers of the message's size (a transport that
+  // places fragments, shm), which come with stale bytes as a pool's do.
+  if ((first_byte & 4U) != 0)
+    engine.set_reassembly_buffers(
+        [](std::size_t n) { return std::make_shared<std::vector<std::byte>>(n, std::byte{0xa5}); });
   Messages messages(in);
   Checker check;
   check.self = self;
@@ -313,8 +321,25 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
           const w::Header h{{}, group, view, who};
           bytes = w::encode(h, messages.make(kind, h));
         }
-        if ((c & 7U) == 2) engine.on_datagram(bytes, now, out);
-        else engine.on_frame(who, bytes, now, out);
+        const std::span<const std::byte> all(bytes);
+        if ((c & 7U) == 2 && (kind & 0x40U) != 0 && all.size() > w::kDataOverhead) {
+          // As a transport that places fragments reads it: the head, a question,
+          // the payload copied where the answer says (or handed in whole), and now and
+          // then a report naming a buffer that is not the one it was given.
+          const auto head = all.first(w::kDataOverhead);
+          const std::size_t payload = all.size() - head.size();
+          if (auto place = engine.place_datagram(head, payload)) {
+            if (place->dest.size() != payload || !place->keep) fail("a placement of another size, or kept by nothing");
+            std::copy(all.begin() + static_cast<std::ptrdiff_t>(head.size()), all.end(), place->dest.begin());
+            engine.on_placed_datagram(head, payload, (kind & 0x20U) != 0 ? nullptr : place->keep.get(), now, out);
+          } else {
+            engine.on_datagram(bytes, now, out);
+          }
+        } else if ((c & 7U) == 2) {
+          engine.on_datagram(bytes, now, out);
+        } else {
+          engine.on_frame(who, bytes, now, out);
+        }
         break;
       }
       case 4:

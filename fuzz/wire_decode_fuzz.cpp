@@ -1,6 +1,7 @@
 // libFuzzer target: wire::decode on arbitrary bytes. It must never crash or read out of
 // bounds (built with ASan/UBSan), and whatever it accepts must re-encode to exactly the
-// input and decode again to the same fields; wire::decode_data_only must agree with it
+// input and decode again to the same fields; wire::decode_data_only, and
+// wire::decode_data_head of an input's head given the rest's size, must agree with it
 // on every input. Any mismatch aborts with a message.
 #include <algorithm>
 #include <cstddef>

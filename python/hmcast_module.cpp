@@ -157,6 +157,7 @@ py::dict stats_dict(const hmcast::GroupStats& s) {
   d["multicast_datagrams_sent"] = s.multicast_datagrams_sent;
   d["batches_sent"] = s.batches_sent;
   d["datagrams_batched"] = s.datagrams_batched;
+  d["small_fragments_placed"] = s.small_fragments_placed;
   d["link_bytes_sent"] = s.link_bytes_sent;
   d["shm_locks_recovered"] = s.shm_locks_recovered;
   d["shm_partial_frames_dropped"] = s.shm_partial_frames_dropped;

@@ -18,7 +18,17 @@ bool data_only_agrees(std::span<const std::byte> bytes) {
   const bool is_data = bytes.size() >= wire::kHeaderSize && wire::peek_type(bytes) == wire::Type::data;
   if (!is_data) return !fast.has_value();
   if (!fast || *fast != full.error) return false;
-  return !full.ok() || (h == full.packet.header && same_body(wire::Body{d}, full.packet.body));
+  if (full.ok() && !(h == full.packet.header && same_body(wire::Body{d}, full.packet.body))) return false;
+  // Its head alone, the payload's size given (a transport that places the payload):
+  // the same error, and for a good packet the same header and fields.
+  if (bytes.size() < wire::kDataOverhead) return true;
+  wire::Header hh;
+  wire::Data hd;
+  const auto head = wire::decode_data_head(bytes.first(wire::kDataOverhead), bytes.size() - wire::kDataOverhead, hh, hd);
+  if (!head || *head != full.error || !hd.payload.empty()) return false;
+  if (!full.ok()) return true;
+  hd.payload = std::get<wire::Data>(full.packet.body).payload;
+  return hh == full.packet.header && same_body(wire::Body{hd}, full.packet.body);
 }
 
 bool same_body(const wire::Body& a, const wire::Body& b) {

@@ -15,6 +15,8 @@ namespace hmcast::testing {
 /// (nullopt) exactly what is not a Data packet (too short for a header, or another
 /// type byte), and otherwise gives decode()'s error and, for a good packet, its
 /// header and fields.
+/// Also wire::decode_data_head() of its first kDataOverhead bytes, given the rest's
+/// size, where it is that long: the same error, header and fields.
 [[nodiscard]] bool data_only_agrees(std::span<const std::byte> bytes);
 
 }  // namespace hmcast::testing

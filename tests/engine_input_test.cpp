@@ -906,3 +906,92 @@ TEST_CASE("engine: the buffers kept for later datagrams are bounded, and small o
   Bytes taker = std::move(moved);
   e.recycle_datagram(std::move(moved));  // NOLINT(bugprone-use-after-move): what the runtime may hand back
 }
+
+TEST_CASE("engine: fragments placed by the transport reassemble the message; a stale or repeated one counts nothing",
+          "[engine][placement]") {
+  // GroupEngine::place_datagram / on_placed_datagram (shm: the payload copied from the
+  // log straight into the message): mixed with fragments that arrive whole, in any
+  // order, into buffers of the message's size from the reassembly source.
+  ProtocolConfig cfg;
+  cfg.mtu = 300;
+  GroupEngine sender(kGroup, 2, first(view3()), cfg, 0);
+  GroupEngine receiver(kGroup, 1, first(view3()), cfg, 0);
+  std::size_t buffers = 0;
+  receiver.set_reassembly_buffers([&](std::size_t n) {
+    ++buffers;
+    return std::make_shared<Bytes>(n, std::byte{0xee});  // stale bytes, as a pool's
+  });
+  const auto msg = message(2000, 9);
+  Outbox out;
+  REQUIRE(sender.broadcast(msg, 0, out).error == BroadcastError::none);
+  const auto frags = actions<action::SendDatagram>(out);
+  REQUIRE(frags.size() == 9);
+  const auto head = [](const Bytes& f) { return std::span(f).first(wire::kDataOverhead); };
+  const auto tail = [](const Bytes& f) { return std::span(f).subspan(wire::kDataOverhead); };
+  // Not a Data head, a head of the wrong size, our own message: nowhere.
+  CHECK_FALSE(receiver.place_datagram(std::span(frags[0].bytes).first(wire::kDataOverhead - 1), 10));
+  Outbox own;
+  REQUIRE(receiver.broadcast(msg, 0, own).error == BroadcastError::none);
+  CHECK_FALSE(receiver.place_datagram(head(actions<action::SendDatagram>(own)[0].bytes),
+                                      actions<action::SendDatagram>(own)[0].bytes.size() - wire::kDataOverhead));
+  // Before any fragment of a message has come, the pieces' size is not known: a
+  // fragment is written before it is checked against the others, so none is placed.
+  CHECK_FALSE(receiver.place_datagram(head(frags[4].bytes), tail(frags[4].bytes).size()));
+  // The first (whole, as the transport then sends it) fixes the pieces; a payload size
+  // that contradicts them is placed nowhere.
+  TimeNs now = 100;
+  std::vector<action::Deliver> got;
+  Outbox first_rx;
+  receiver.on_datagram(frags[8].bytes, now += 10, first_rx);
+  CHECK_FALSE(receiver.place_datagram(head(frags[0].bytes), tail(frags[0].bytes).size() + 1));
+  // Even fragments placed, odd ones whole, from the last but one to the first.
+  std::shared_ptr<const void> keep_of_first;
+  for (std::size_t k = frags.size() - 1; k-- > 0;) {
+    INFO("fragment " << k);
+    Outbox rx;
+    const Bytes& f = frags[k].bytes;
+    if (k % 2 == 0) {
+      auto place = receiver.place_datagram(head(f), tail(f).size());
+      REQUIRE(place);
+      REQUIRE(place->dest.size() == tail(f).size());
+      std::copy(tail(f).begin(), tail(f).end(), place->dest.begin());
+      if (k == 0) keep_of_first = place->keep;
+      receiver.on_placed_datagram(head(f), tail(f).size(), place->keep.get(), now += 10, rx);
+    } else {
+      receiver.on_datagram(f, now += 10, rx);
+    }
+    for (auto& d : delivers(rx)) got.push_back(d);
+  }
+  REQUIRE(got.size() == 1);
+  CHECK(diff(*got[0].message, *msg) == "");
+  CHECK(buffers == 1);
+  CHECK(receiver.small_path().stats().fragments_placed == 4);
+  // Delivered: a fragment of it placed again is a duplicate, and is placed nowhere.
+  CHECK_FALSE(receiver.place_datagram(head(frags[2].bytes), tail(frags[2].bytes).size()));
+  Outbox rx;
+  receiver.on_placed_datagram(head(frags[2].bytes), tail(frags[2].bytes).size(), keep_of_first.get(), now += 10, rx);
+  CHECK(delivers(rx).empty());
+  CHECK(counts(receiver).duplicates_dropped == 1);
+  // The next message: a fragment said to be placed into a buffer that is not its
+  // message's (one of an earlier message) is as if lost, and is not counted as had.
+  const auto msg2 = message(2000, 10);
+  Outbox out2;
+  REQUIRE(sender.broadcast(msg2, 0, out2).error == BroadcastError::none);
+  const auto frags2 = actions<action::SendDatagram>(out2);
+  REQUIRE(frags2.size() == 9);
+  Outbox rx2;
+  receiver.on_datagram(frags2[1].bytes, now += 10, rx2);
+  auto place = receiver.place_datagram(head(frags2[0].bytes), tail(frags2[0].bytes).size());
+  REQUIRE(place);
+  receiver.on_placed_datagram(head(frags2[0].bytes), tail(frags2[0].bytes).size(), keep_of_first.get(), now += 10, rx2);
+  CHECK(receiver.small_path().stats().placed_fragments_lost == 1);
+  // The rest whole, then fragment 0 placed as it should be: delivered intact.
+  for (std::size_t k = 2; k < frags2.size(); ++k) receiver.on_datagram(frags2[k].bytes, now += 10, rx2);
+  CHECK(delivers(rx2).empty());
+  std::copy(tail(frags2[0].bytes).begin(), tail(frags2[0].bytes).end(), place->dest.begin());
+  receiver.on_placed_datagram(head(frags2[0].bytes), tail(frags2[0].bytes).size(), place->keep.get(), now += 10, rx2);
+  const auto got2 = delivers(rx2);
+  REQUIRE(got2.size() == 1);
+  CHECK(diff(*got2[0].message, *msg2) == "");
+  CHECK(counts(receiver).bad_packets() == 0);
+}

@@ -970,3 +970,52 @@ TEST_CASE("shm: a datagram given in two parts arrives as one, through the log, t
     CHECK(in->bytes == w);
   }
 }
+
+TEST_CASE("shm: a long datagram's payload goes from the log straight where the placer says, its head alone handed on",
+          "[shm][placement]") {
+  // Link::places_datagrams: the reader copies the head (wire::kDataOverhead bytes)
+  // out of the log, asks the placer, and copies the payload there; a datagram the
+  // placer declines, or one too short to ask about, arrives whole.
+  const auto group = test_group(44);
+  auto cfg = config(group);
+  cfg.mtu = 67'584;
+  auto eps = group_of(2, cfg);
+  auto dest = std::make_shared<Bytes>(70'000, std::byte{0});
+  int asked = 0;
+  bool decline = false;
+  eps[1]->set_block_placer([&](hmcast::MemberId from, std::span<const std::byte> head, std::size_t size)
+                               -> std::optional<hmcast::transport::Placement> {
+    ++asked;
+    CHECK(from == 1);
+    REQUIRE(head.size() == hmcast::wire::kDataOverhead);
+    if (decline) return std::nullopt;
+    return hmcast::transport::Placement{std::span(*dest).subspan(100, size - head.size()), dest};
+  });
+  const Bytes big = numbered(5, 60'000);
+  const std::span head = std::span(big).first(hmcast::wire::kDataOverhead);
+  eps[0]->multicast(head, std::span(big).subspan(hmcast::wire::kDataOverhead));
+  auto in = next(*eps[1]);
+  REQUIRE(in);
+  CHECK(in->datagram);
+  CHECK(in->placed);
+  CHECK(in->placed_size == big.size() - hmcast::wire::kDataOverhead);
+  CHECK(in->placed_into == dest);
+  CHECK(std::equal(in->bytes.begin(), in->bytes.end(), head.begin(), head.end()));
+  CHECK(std::equal(big.begin() + hmcast::wire::kDataOverhead, big.end(), dest->begin() + 100));
+  CHECK(eps[1]->stats().datagram_bytes_placed == in->placed_size);
+  CHECK(asked == 1);
+  decline = true;  // declined: whole
+  eps[0]->multicast(big);
+  in = next(*eps[1]);
+  REQUIRE(in);
+  CHECK_FALSE(in->placed);
+  CHECK(in->bytes == big);
+  CHECK(asked == 2);
+  decline = false;  // short: not asked
+  eps[0]->multicast(numbered(6, 2000));
+  in = next(*eps[1]);
+  REQUIRE(in);
+  CHECK_FALSE(in->placed);
+  CHECK(in->bytes == numbered(6, 2000));
+  CHECK(asked == 2);
+}

@@ -639,6 +639,7 @@ int run_member(const MemberOptions& o) {
             {"emulated_datagrams_sent", st.emulated_datagrams_sent},
             {"batches_sent", st.batches_sent},
             {"datagrams_batched", st.datagrams_batched},
+            {"small_fragments_placed", st.small_fragments_placed},
             {"policy",
              {{"ack_radix", st.ack_radix},
               {"max_small_message", st.max_small_message},

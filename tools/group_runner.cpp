@@ -147,6 +147,7 @@ nlohmann::json GroupRunReport::to_json() const {
           {"repairs_sent", repairs_sent},
           {"batches_sent", batches_sent},
           {"datagrams_batched", datagrams_batched},
+          {"small_fragments_placed", small_fragments_placed},
           {"large_restarted", large_restarted},
           {"large_redeliveries_suppressed", large_redeliveries_suppressed},
           {"large_commits_relayed", large_commits_relayed},
@@ -736,6 +737,7 @@ GroupRunReport run_group(const GroupRunOptions& o) {
     rep.repairs_sent += d["repairs_sent"].get<std::uint64_t>();
     rep.batches_sent += d.value("batches_sent", std::uint64_t{0});
     rep.datagrams_batched += d.value("datagrams_batched", std::uint64_t{0});
+    rep.small_fragments_placed += d.value("small_fragments_placed", std::uint64_t{0});
     rep.large_restarted += d["large_restarted"].get<std::uint64_t>();
     rep.large_redeliveries_suppressed += d["large_redeliveries_suppressed"].get<std::uint64_t>();
     rep.large_commits_relayed += d.value("large_commits_relayed", std::uint64_t{0});

@@ -177,6 +177,7 @@ struct GroupRunReport {
   std::uint64_t repairs_sent = 0;
   std::uint64_t batches_sent = 0;       // Batch datagrams, all members (GroupStats)
   std::uint64_t datagrams_batched = 0;  // datagrams that went inside them
+  std::uint64_t small_fragments_placed = 0;  // fragments read straight into their message (GroupStats)
   // Large messages a view change cut, started again by their senders (summed over the
   // survivors), and those restarts received again by members that had them.
   std::uint64_t large_restarted = 0;

@@ -188,6 +188,9 @@ struct GroupStats {
   /// member sent, and the datagrams that went inside them.
   std::uint64_t batches_sent = 0;
   std::uint64_t datagrams_batched = 0;
+  /// Fragments of messages of several datagrams that the transport copied straight
+  /// into their message as it read them (shm), not through a buffer of their own.
+  std::uint64_t small_fragments_placed = 0;
   FaultStats faults;
   /// What the policy chose for this group (src/policy): its ACK-tree radix, the
   /// size above which messages take the large path, the large path's schedule and

@@ -95,6 +95,7 @@ GroupStats Group::stats() const {
     out.emulated_datagrams_sent = e.sent().emulated_datagrams;
     out.batches_sent = e.sent().batches_sent;
     out.datagrams_batched = e.sent().datagrams_batched;
+    out.small_fragments_placed = e.small_path().stats().fragments_placed;
     out.multicast_probes_sent = probe.probes_sent();
     out.multicast_probe = std::string(group::to_string(probe.state()));
     out.multicast_probe_silent = rt.probe_silent();

@@ -230,6 +230,13 @@ void NodeState::dispatch(GroupState& g, transport::Inbound& in) {
     feed(g, [&](AppEvents& app) { g.runtime->on_frame(in.from, in.bytes, in.placed, now_ns(), app); });
     return;
   }
+  if (in.placed) {  // its payload is in its message's buffer already: `bytes` is its head
+    feed(g, [&](AppEvents& app) {
+      g.runtime->on_placed_datagram(in.bytes, in.placed_size, in.placed_into.get(), now_ns(), app);
+    });
+    in.placed_into.reset();
+    return;
+  }
   // The datagram becomes shared: the small messages that arrived whole in it stay in
   // it until their last holder (the stream's window, the application) lets go. When
   // nobody kept it (an ACK, a duplicate), its buffer goes back to the link.

@@ -144,7 +144,28 @@ void encode_body(W& w, const LargeCommit& c) {
   w.u32(c.sender);
   w.u64(c.seq);
 }
-DecodeError decode_data_fields(Reader& r, Data& d) {
+/// Whether fragment `d` with `size` payload bytes fits a message laid out as the
+/// fragmenter cuts it.
+DecodeError check_data_layout(const Data& d, std::uint64_t size) {
+  if (d.seq == 0 || d.frag_count == 0 || d.frag_index >= d.frag_count || d.stable >= d.seq ||
+      std::uint64_t{d.offset} + size > d.msg_len)
+    return DecodeError::inconsistent;
+  // Fragments tile the message in equal pieces with a shorter last one; whatever a
+  // single fragment can tell about that layout is checked here, the rest (that all
+  // fragments agree on the piece size) by reassembly.
+  const std::uint64_t end = std::uint64_t{d.offset} + size;
+  if (d.frag_index + 1U == d.frag_count) {
+    if (end != d.msg_len || (d.frag_count == 1 && d.offset != 0)) return DecodeError::inconsistent;
+    if (d.frag_count > 1 && (d.offset % (d.frag_count - 1U) != 0 || size > d.offset / (d.frag_count - 1U) || size == 0))
+      return DecodeError::inconsistent;
+  } else if (size == 0 || d.offset != std::uint64_t{d.frag_index} * size || end >= d.msg_len) {
+    return DecodeError::inconsistent;
+  }
+  return DecodeError::none;
+}
+
+/// The fields before the payload.
+void read_data_head(Reader& r, Data& d) {
   d.sender = r.u32();
   d.seq = r.u64();
   d.stable = r.u64();
@@ -152,25 +173,13 @@ DecodeError decode_data_fields(Reader& r, Data& d) {
   d.offset = r.u32();
   d.frag_index = r.u16();
   d.frag_count = r.u16();
+}
+
+DecodeError decode_data_fields(Reader& r, Data& d) {
+  read_data_head(r, d);
   if (!r.ok()) return DecodeError::truncated;
   d.payload = r.bytes(r.remaining());
-  if (d.seq == 0 || d.frag_count == 0 || d.frag_index >= d.frag_count || d.stable >= d.seq ||
-      std::uint64_t{d.offset} + d.payload.size() > d.msg_len)
-    return DecodeError::inconsistent;
-  // Fragments tile the message in equal pieces with a shorter last one; whatever a
-  // single fragment can tell about that layout is checked here, the rest (that all
-  // fragments agree on the piece size) by reassembly.
-  const std::uint64_t end = std::uint64_t{d.offset} + d.payload.size();
-  if (d.frag_index + 1U == d.frag_count) {
-    if (end != d.msg_len || (d.frag_count == 1 && d.offset != 0)) return DecodeError::inconsistent;
-    if (d.frag_count > 1 && (d.offset % (d.frag_count - 1U) != 0 ||
-                             d.payload.size() > d.offset / (d.frag_count - 1U) || d.payload.empty()))
-      return DecodeError::inconsistent;
-  } else if (d.payload.empty() || d.offset != std::uint64_t{d.frag_index} * d.payload.size() ||
-             end >= d.msg_len) {
-    return DecodeError::inconsistent;
-  }
-  return DecodeError::none;
+  return check_data_layout(d, d.payload.size());
 }
 
 DecodeError decode_data(Reader& r, Body& out) {
@@ -451,6 +460,23 @@ std::optional<DecodeError> decode_data_only(std::span<const std::byte> bytes, He
   err = decode_data_fields(r, data);
   if (err == DecodeError::none && r.remaining() != 0) err = DecodeError::trailing_bytes;
   return err;
+}
+
+std::optional<DecodeError> decode_data_head(std::span<const std::byte> head, std::size_t payload_size, Header& header,
+                                            Data& data) {
+  if (head.size() != kDataOverhead || peek_type(head) != Type::data) return std::nullopt;
+  Reader r(head);
+  std::uint8_t type = 0;
+  // The whole datagram's size, for the header's bound on it.
+  const std::size_t whole = payload_size > kMaxPacket ? kMaxPacket + 1 : head.size() + payload_size;
+  DecodeError err = decode_header(r, whole, header, type);
+  if (err != DecodeError::none) return err;
+  HMCAST_ASSERT(type == static_cast<std::uint8_t>(Type::data));
+  header.type = Type::data;
+  read_data_head(r, data);
+  HMCAST_ASSERT(r.ok() && r.remaining() == 0);  // kDataOverhead is exactly the fields
+  data.payload = {};
+  return check_data_layout(data, payload_size);
 }
 
 DecodeResult decode(std::span<const std::byte> bytes) {

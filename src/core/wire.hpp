@@ -270,6 +270,13 @@ DecodeResult decode(std::span<const std::byte> bytes);
 /// the same bytes (the same checks, the same error); otherwise nullopt, and
 /// decode() is the way.
 std::optional<DecodeError> decode_data_only(std::span<const std::byte> bytes, Header& header, Data& data);
+/// A Data datagram's head alone: `head` is its first kDataOverhead bytes and
+/// `payload_size` bytes of payload follow it in the datagram (a transport that
+/// writes the payload straight into its place reads only the head). The same
+/// checks and error as decode_data_only() of the whole datagram; `data.payload`
+/// stays empty. nullopt: `head` is not the head of a Data datagram.
+std::optional<DecodeError> decode_data_head(std::span<const std::byte> head, std::size_t payload_size, Header& header,
+                                            Data& data);
 
 /// Capacity encode() leaves free behind every frame it returns: the sealing layer
 /// (transport/sealed/) appends its trailer there in place, where a frame of exactly

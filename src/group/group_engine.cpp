@@ -117,6 +117,33 @@ void GroupEngine::on_datagram(std::span<const std::byte> bytes, TimeNs now, Outb
   settle(now, out);
 }
 
+std::optional<small::FragmentPlace> GroupEngine::place_datagram(std::span<const std::byte> head, std::size_t size) {
+  if (removed_) return std::nullopt;
+  wire::Header dh;
+  wire::Data data;
+  const auto err = wire::decode_data_head(head, size, dh, data);
+  // admit()'s checks, uncounted: the datagram is counted when it arrives.
+  if (!err || *err != wire::DecodeError::none || dh.src == self_ || dh.group != emit_.group() || dh.view != view_.id ||
+      !view_.contains(dh.src))
+    return std::nullopt;
+  return small_.place_fragment(dh.src, data, size);
+}
+
+void GroupEngine::on_placed_datagram(std::span<const std::byte> head, std::size_t size, const void* into, TimeNs now,
+                                     Outbox& out) {
+  if (removed_) return;
+  wire::Header dh;
+  wire::Data data;
+  const auto err = wire::decode_data_head(head, size, dh, data);
+  if (!err || *err != wire::DecodeError::none) {
+    ++admission_.decode_errors;
+    return;
+  }
+  if (dh.src == self_ || !admit(dh, dh.src)) return;
+  small_.on_placed_fragment(dh.src, data, size, into, now, out);
+  settle(now, out);
+}
+
 void GroupEngine::on_frame(MemberId from, std::span<const std::byte> bytes, TimeNs now, Outbox& out) {
   const auto packet = decoded(bytes);
   if (!packet) return;

@@ -93,6 +93,17 @@ class GroupEngine {
   /// A datagram arrived from the multicast group (may be garbage). `owner`, when
   /// given, holds `bytes`: messages that arrived whole are kept in it, not copied.
   void on_datagram(std::span<const std::byte> bytes, TimeNs now, Outbox& out, const SharedBytes& owner = {});
+  /// Where the `size` payload bytes of a Data datagram whose head (wire::kDataOverhead
+  /// bytes) is `head` go, for a transport that reads the head first and copies the
+  /// payload there itself (SmallPath::place_fragment); nothing: it comes whole. Not
+  /// input: nothing is counted, and what is wrong with it shows when it arrives.
+  [[nodiscard]] std::optional<small::FragmentPlace> place_datagram(std::span<const std::byte> head, std::size_t size);
+  /// A Data datagram of `head` and `size` payload bytes that the transport wrote where
+  /// place_datagram() said, into the buffer `into` (may be garbage, as any datagram).
+  void on_placed_datagram(std::span<const std::byte> head, std::size_t size, const void* into, TimeNs now,
+                          Outbox& out);
+  /// Reassembly buffers for messages of several datagrams (SmallPath::set_reassembly_buffers).
+  void set_reassembly_buffers(small::ReassemblyBuffers buffers) { small_.set_reassembly_buffers(std::move(buffers)); }
   /// A frame arrived on the reliable link from `from` (the transport vouches for `from`).
   void on_frame(MemberId from, std::span<const std::byte> bytes, TimeNs now, Outbox& out);
   /// Fires every timer due at `now`.

@@ -39,6 +39,11 @@ Runtime::Runtime(transport::Transport& transport, membership::ControlSink& contr
   // not into an encoded datagram first. Below a few KiB the copy costs less than the
   // header's own buffer.
   if (transport_.gathers_multicast()) engine_.gather_fragments_from(kGatherFrom);
+  // A transport that copies a fragment's payload straight into its message needs
+  // the message's buffer whole from its first fragment on: from its pool, which
+  // keeps buffers mapped between messages.
+  if (transport_.places_datagrams())
+    engine_.set_reassembly_buffers([this](std::size_t size) { return transport_.allocate_large(size); });
   for (const auto& m : first.members)
     if (m.id != self) transport_.add_peer(m.id, m.host, m.port);
 }
@@ -60,6 +65,11 @@ void Runtime::step(TimeNs now, AppEvents& app, Feed&& feed) {
 
 void Runtime::on_datagram(std::span<const std::byte> bytes, TimeNs now, AppEvents& app, const SharedBytes& owner) {
   step(now, app, [&](Outbox& out) { engine_.on_datagram(bytes, now, out, owner); });
+}
+
+void Runtime::on_placed_datagram(std::span<const std::byte> head, std::size_t size, const void* into, TimeNs now,
+                                 AppEvents& app) {
+  step(now, app, [&](Outbox& out) { engine_.on_placed_datagram(head, size, into, now, out); });
 }
 
 void Runtime::on_frame(MemberId from, std::span<const std::byte> bytes, bool placed, TimeNs now, AppEvents& app) {
@@ -199,6 +209,13 @@ void Runtime::unlend_receive(MemberId sender, Seq seq) { lent_into_.erase({sende
 
 std::optional<transport::Placement> Runtime::placement(MemberId from, std::span<const std::byte> head,
                                                        std::size_t frame_size) {
+  if (head.size() == wire::kDataOverhead && wire::peek_type(head) == wire::Type::data) {
+    // A multicast datagram's fragment (Transport::places_datagrams).
+    if (frame_size <= head.size()) return std::nullopt;
+    auto place = engine_.place_datagram(head, frame_size - head.size());
+    if (!place) return std::nullopt;
+    return transport::Placement{place->dest, std::move(place->keep)};
+  }
   auto res = wire::decode(head);  // the head alone decodes as a Block without payload
   if (!res.ok()) return std::nullopt;
   const auto* b = std::get_if<wire::Block>(&res.packet.body);

@@ -44,6 +44,10 @@ class Runtime {
   /// `owner`, when given, holds `bytes` and may be kept: small messages that arrived
   /// whole are delivered as slices of it (a batch of them shares it), not copies.
   void on_datagram(std::span<const std::byte> bytes, TimeNs now, AppEvents& app, const SharedBytes& owner = {});
+  /// A datagram whose head is `head` and whose `size` payload bytes the transport
+  /// wrote where placement() said, into the buffer `into`.
+  void on_placed_datagram(std::span<const std::byte> head, std::size_t size, const void* into, TimeNs now,
+                          AppEvents& app);
   /// A frame from `from`'s link; `placed`: a Block frame whose payload the
   /// transport already wrote into its final buffer (placement()).
   void on_frame(MemberId from, std::span<const std::byte> bytes, bool placed, TimeNs now, AppEvents& app);
@@ -82,7 +86,9 @@ class Runtime {
   void unlend_receive(MemberId sender, Seq seq);
 
   /// Where an arriving Block frame's payload may go before the frame itself is
-  /// handed in (socket placement): its final offset, if the engine allows it.
+  /// handed in (socket placement): its final offset, if the engine allows it. Or,
+  /// for a Data datagram's head (wire::kDataOverhead bytes; shm), where its fragment
+  /// goes in the message being reassembled (GroupEngine::place_datagram).
   [[nodiscard]] std::optional<transport::Placement> placement(MemberId from, std::span<const std::byte> head,
                                                               std::size_t frame_size);
 

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <algorithm>
 #include <memory>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -18,39 +19,59 @@ class Reassembly {
  public:
   enum class Result : std::uint8_t { added, duplicate, complete, mismatch };
 
+  /// Grows its own buffer as fragments come.
   explicit Reassembly(const wire::Data& first)
       : msg_len_(first.msg_len), frag_count_(first.frag_count), have_(first.frag_count, false),
         buffer_(std::make_shared<std::vector<std::byte>>()) {
     buffer_->reserve(msg_len_);
   }
+  /// Into `buffer`, already of the message's size (its bytes are overwritten, never
+  /// read before they are): a fragment may then be written into its place by whoever
+  /// reads it off the wire (place(), add_placed()).
+  Reassembly(const wire::Data& first, std::shared_ptr<std::vector<std::byte>> buffer)
+      : msg_len_(first.msg_len), frag_count_(first.frag_count), have_(first.frag_count, false),
+        buffer_(std::move(buffer)), sized_(true) {
+    HMCAST_ASSERT(buffer_ != nullptr && buffer_->size() == msg_len_);
+  }
 
   /// Add a fragment. A fragment whose length or count disagrees with the first one is a
   /// `mismatch` (bad input): it is ignored and the partial message is kept.
   Result add(const wire::Data& frag) {
-    if (frag.msg_len != msg_len_ || frag.frag_count != frag_count_) return Result::mismatch;
-    // Every fragment implies the piece size; they must all agree, or the pieces would
-    // overlap or leave gaps (the decoder checked each fragment on its own).
-    const bool last = frag.frag_index + 1U == frag_count_;
-    const std::uint64_t piece = last ? (frag_count_ > 1 ? frag.offset / (frag_count_ - 1U) : msg_len_)
-                                     : frag.payload.size();
-    if (piece_ == 0) piece_ = piece;
-    if (piece != piece_) return Result::mismatch;
-    if (have_[frag.frag_index]) return Result::duplicate;
-    // The buffer grows as fragments come in order (no zero fill of bytes about to be
-    // overwritten); one past a hole zero-fills the hole, which its fragment fills later.
+    if (const Result r = admit(frag, frag.payload.size()); r != Result::added) return r;
     std::vector<std::byte>& b = *buffer_;
-    if (frag.offset >= b.size()) {
+    if (sized_) {
+      HMCAST_ASSERT(frag.offset + frag.payload.size() <= b.size());  // the decoder checked it against msg_len
+      std::copy(frag.payload.begin(), frag.payload.end(), b.begin() + frag.offset);
+    } else if (frag.offset >= b.size()) {
+      // The buffer grows as fragments come in order (no zero fill of bytes about to be
+      // overwritten); one past a hole zero-fills the hole, which its fragment fills later.
       b.resize(frag.offset);
       b.insert(b.end(), frag.payload.begin(), frag.payload.end());
     } else {
       HMCAST_ASSERT(frag.offset + frag.payload.size() <= b.size());  // fragments never overlap
       std::copy(frag.payload.begin(), frag.payload.end(), b.begin() + frag.offset);
     }
-    have_[frag.frag_index] = true;
-    highest_ = std::max<std::uint32_t>(highest_, frag.frag_index);
-    ++received_;
-    return received_ == frag_count_ ? Result::complete : Result::added;
+    return mark(frag);
   }
+  /// Where the `size` payload bytes of fragment `head` (its payload not read yet) go,
+  /// in a buffer of the message's size; nothing if this one is not, the fragment is
+  /// had, or no fragment has come yet to fix the pieces' size: a fragment is written
+  /// before it is checked against the others, so only where a fragment received
+  /// already says the pieces lie, never overlapping another's bytes.
+  [[nodiscard]] std::optional<std::span<std::byte>> place(const wire::Data& head, std::size_t size) const {
+    if (!sized_ || piece_ == 0 || head.msg_len != msg_len_ || head.frag_count != frag_count_) return std::nullopt;
+    if (piece_of(head, size) != piece_ || have_[head.frag_index]) return std::nullopt;
+    return std::span<std::byte>(*buffer_).subspan(head.offset, size);
+  }
+  /// Fragment `head`, whose `size` payload bytes were written where place() said.
+  Result add_placed(const wire::Data& head, std::size_t size) {
+    HMCAST_ASSERT(sized_);
+    if (const Result r = admit(head, size); r != Result::added) return r;
+    return mark(head);
+  }
+  /// The buffer fragments go into (whoever places one tells it by this).
+  [[nodiscard]] const void* buffer_id() const { return buffer_.get(); }
+  [[nodiscard]] const std::shared_ptr<std::vector<std::byte>>& buffer() const { return buffer_; }
   [[nodiscard]] std::uint16_t frag_count() const { return frag_count_; }
   [[nodiscard]] bool has(std::uint32_t index) const { return index < frag_count_ && have_[index]; }
   /// The highest fragment index received so far.
@@ -91,6 +112,30 @@ class Reassembly {
   }
 
  private:
+  /// `added` if a fragment with `size` payload bytes fits what came before and is
+  /// new; otherwise why not. Every fragment implies the piece size; they must all
+  /// agree, or the pieces would overlap or leave gaps (the decoder checked each
+  /// fragment on its own).
+  /// The size of every fragment but the last that fragment `frag` implies.
+  [[nodiscard]] std::uint64_t piece_of(const wire::Data& frag, std::size_t size) const {
+    const bool last = frag.frag_index + 1U == frag_count_;
+    return last ? (frag_count_ > 1 ? frag.offset / (frag_count_ - 1U) : msg_len_) : size;
+  }
+  Result admit(const wire::Data& frag, std::size_t size) {
+    if (frag.msg_len != msg_len_ || frag.frag_count != frag_count_) return Result::mismatch;
+    const std::uint64_t piece = piece_of(frag, size);
+    if (piece_ == 0) piece_ = piece;
+    if (piece != piece_) return Result::mismatch;
+    if (have_[frag.frag_index]) return Result::duplicate;
+    return Result::added;
+  }
+  Result mark(const wire::Data& frag) {
+    have_[frag.frag_index] = true;
+    highest_ = std::max<std::uint32_t>(highest_, frag.frag_index);
+    ++received_;
+    return received_ == frag_count_ ? Result::complete : Result::added;
+  }
+
   std::uint32_t msg_len_;
   std::uint16_t frag_count_;
   std::uint32_t received_ = 0;
@@ -98,6 +143,7 @@ class Reassembly {
   std::uint64_t piece_ = 0;  // bytes per non-final fragment, from the first fragment seen
   std::vector<bool> have_;
   std::shared_ptr<std::vector<std::byte>> buffer_;
+  bool sized_ = false;  // buffer_ has the message's size from the start
 };
 
 }  // namespace hmcast::small

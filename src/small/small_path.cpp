@@ -305,37 +305,38 @@ void SmallPath::on_fragment_repair(MemberId, const wire::Data& d, TimeNs now, Ou
   on_fragment(*s, d, now, out, {});
 }
 
-void SmallPath::on_fragment(Stream& s, const wire::Data& d, TimeNs now, Outbox& out, const SharedBytes& arrived_in) {
+bool SmallPath::fragment_wanted(Stream& s, const wire::Data& d, std::size_t size, TimeNs now) {
+  (void)size;  // the decoder checked it against the message's layout
   last_datagram_ns_ = now;
   if (d.stable > s.known_stable) collect_garbage(s, d.stable);
   if (d.seq <= s.delivered || s.held.count(d.seq) != 0) {
     ++stats_.duplicates_dropped;
-    return;
+    return false;
   }
   if (d.seq > s.delivered + cfg_.window_messages) {
     ++stats_.out_of_window_dropped;  // the sender's window makes this impossible unless misbehaving
-    return;
+    return false;
   }
   if (d.msg_len > cfg_.max_small_message) {
     ++stats_.invalid_dropped;
-    return;
+    return false;
   }
-  if (d.frag_count == 1) {
-    // A whole message stays in the datagram it came in (batched messages share it);
-    // without one (a frame, a test) it is copied.
-    MessageBuffer msg = arrived_in ? MessageBuffer(arrived_in, d.payload)
-                                   : MessageBuffer(std::make_shared<const std::vector<std::byte>>(d.payload.begin(),
-                                                                                                  d.payload.end()));
-    accept_message(s, d.seq, std::move(msg), now, out);
-    note_gaps(s, d, now);  // a later message shows the earlier ones we lack were lost
-    return;
-  }
+  return true;
+}
+
+std::map<Seq, Reassembly>::iterator SmallPath::partial_for(Stream& s, const wire::Data& d) {
   auto it = s.partial.find(d.seq);
-  if (it == s.partial.end()) {
-    it = s.partial.emplace(d.seq, Reassembly(d)).first;
-    ++held_count_;
-  }
-  switch (it->second.add(d)) {
+  if (it != s.partial.end()) return it;
+  ++held_count_;
+  if (!buffers_) return s.partial.emplace(d.seq, Reassembly(d)).first;
+  auto buffer = buffers_(d.msg_len);
+  HMCAST_ASSERT(buffer != nullptr && buffer->size() == d.msg_len);
+  return s.partial.emplace(d.seq, Reassembly(d, std::move(buffer))).first;
+}
+
+void SmallPath::on_reassembled(Stream& s, std::map<Seq, Reassembly>::iterator it, Reassembly::Result r,
+                               const wire::Data& d, TimeNs now, Outbox& out) {
+  switch (r) {
     case Reassembly::Result::complete: {
       MessageBuffer msg = it->second.take();
       s.partial.erase(it);
@@ -348,6 +349,56 @@ void SmallPath::on_fragment(Stream& s, const wire::Data& d, TimeNs now, Outbox& 
     case Reassembly::Result::mismatch: ++stats_.invalid_dropped; break;
     case Reassembly::Result::added: note_gaps(s, d, now); break;
   }
+}
+
+void SmallPath::on_fragment(Stream& s, const wire::Data& d, TimeNs now, Outbox& out, const SharedBytes& arrived_in) {
+  if (!fragment_wanted(s, d, d.payload.size(), now)) return;
+  if (d.frag_count == 1) {
+    // A whole message stays in the datagram it came in (batched messages share it);
+    // without one (a frame, a test) it is copied.
+    MessageBuffer msg = arrived_in ? MessageBuffer(arrived_in, d.payload)
+                                   : MessageBuffer(std::make_shared<const std::vector<std::byte>>(d.payload.begin(),
+                                                                                                  d.payload.end()));
+    accept_message(s, d.seq, std::move(msg), now, out);
+    note_gaps(s, d, now);  // a later message shows the earlier ones we lack were lost
+    return;
+  }
+  auto it = partial_for(s, d);
+  on_reassembled(s, it, it->second.add(d), d, now, out);
+}
+
+std::optional<FragmentPlace> SmallPath::place_fragment(MemberId from, const wire::Data& d, std::size_t size) {
+  // Only what on_fragment() would take into a reassembly: checked without counting
+  // (the fragment is counted once it arrives, by on_placed_fragment()).
+  if (!buffers_ || d.sender != from || d.sender == self_ || d.frag_count == 1 || d.msg_len > cfg_.max_small_message)
+    return std::nullopt;
+  Stream* s = stream_for(d.sender);
+  if (s == nullptr || d.seq <= s->delivered || s->held.count(d.seq) != 0 || d.seq > s->delivered + cfg_.window_messages)
+    return std::nullopt;
+  auto it = partial_for(*s, d);
+  auto dest = it->second.place(d, size);
+  if (!dest) return std::nullopt;
+  return FragmentPlace{*dest, it->second.buffer()};
+}
+
+void SmallPath::on_placed_fragment(MemberId from, const wire::Data& d, std::size_t size, const void* into, TimeNs now,
+                                   Outbox& out) {
+  if (d.sender != from || d.frag_count == 1) {
+    ++stats_.invalid_dropped;  // only a sender multicasts its own; a whole message is never placed
+    return;
+  }
+  Stream& s = stream(d.sender);
+  if (!fragment_wanted(s, d, size, now)) return;
+  auto it = s.partial.find(d.seq);
+  if (it == s.partial.end() || it->second.buffer_id() != into) {
+    // Its bytes went into a buffer this message no longer has (dropped with a view,
+    // say): as if lost, which a NACK repairs.
+    ++stats_.placed_fragments_lost;
+    note_gaps(s, d, now);
+    return;
+  }
+  ++stats_.fragments_placed;
+  on_reassembled(s, it, it->second.add_placed(d, size), d, now, out);
 }
 
 // ---------------------------------------------------------------------------

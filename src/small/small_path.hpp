@@ -22,7 +22,9 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <set>
 #include <span>
@@ -59,7 +61,18 @@ struct SmallStats {
   std::uint64_t duplicates_dropped = 0;
   std::uint64_t out_of_window_dropped = 0;
   std::uint64_t invalid_dropped = 0;  // admitted, but makes no sense here (e.g. fragment mismatch)
+  std::uint64_t fragments_placed = 0;         // fragments the transport wrote into their place
+  std::uint64_t placed_fragments_lost = 0;    // ... into a buffer their message no longer had: as if lost
 };
+
+/// Where a fragment's payload goes when the transport writes it there itself, and
+/// what keeps that memory alive meanwhile (and names the buffer when it is back).
+struct FragmentPlace {
+  std::span<std::byte> dest;
+  std::shared_ptr<const void> keep;
+};
+/// A buffer of exactly the given size for a message being reassembled.
+using ReassemblyBuffers = std::function<std::shared_ptr<std::vector<std::byte>>(std::size_t)>;
 
 enum class BroadcastError : std::uint8_t { none, window_full, too_large, not_member, paused };
 
@@ -88,6 +101,20 @@ class SmallPath {
   /// A child lacks fragments of a message: send those we hold.
   void on_nack(MemberId from, const wire::Nack& n, TimeNs now, Outbox& out);
   void on_fragment_repair(MemberId from, const wire::Data& fragment, TimeNs now, Outbox& out);
+  /// Messages of several datagrams are reassembled into buffers from `buffers`, of
+  /// their size from the first fragment (a transport's pool, whose buffers stay
+  /// mapped); then place_fragment() can say where a fragment goes. Unset: each
+  /// reassembly grows a buffer of its own as fragments come.
+  void set_reassembly_buffers(ReassemblyBuffers buffers) { buffers_ = std::move(buffers); }
+  /// Where fragment `d` of a message of several datagrams (admitted; its `size`
+  /// payload bytes not read yet) goes, for a transport that copies it there itself;
+  /// nothing: it comes whole through on_data(). Starts the message's reassembly if
+  /// needed. The fragment counts only once on_placed_fragment() says it was written.
+  [[nodiscard]] std::optional<FragmentPlace> place_fragment(MemberId from, const wire::Data& d, std::size_t size);
+  /// Fragment `d` (admitted), whose `size` payload bytes the transport wrote where
+  /// place_fragment() said, into the buffer `into` (FragmentPlace::keep).
+  void on_placed_fragment(MemberId from, const wire::Data& d, std::size_t size, const void* into, TimeNs now,
+                          Outbox& out);
   void on_ack(MemberId from, const wire::Ack& a, TimeNs now, Outbox& out);
   void on_stable(MemberId from, const wire::Stable& s, TimeNs now);
   void on_ack_query(MemberId from, const wire::AckQuery& q, TimeNs now, Outbox& out);
@@ -202,6 +229,14 @@ class SmallPath {
   void accept_message(Stream& s, Seq seq, MessageBuffer msg, TimeNs now, Outbox& out);
   /// A fragment from the sender's multicast or a repairer (checked for its stream).
   void on_fragment(Stream& s, const wire::Data& d, TimeNs now, Outbox& out, const SharedBytes& arrived_in);
+  /// What a datagram of `d`'s message, `size` payload bytes, must pass before its
+  /// fragment counts (on_fragment's checks; false: counted and dropped).
+  bool fragment_wanted(Stream& s, const wire::Data& d, std::size_t size, TimeNs now);
+  /// A partial message's reassembly for `d`, started if needed.
+  std::map<Seq, Reassembly>::iterator partial_for(Stream& s, const wire::Data& d);
+  /// After a fragment of `it` was added with result `r`.
+  void on_reassembled(Stream& s, std::map<Seq, Reassembly>::iterator it, Reassembly::Result r, const wire::Data& d,
+                      TimeNs now, Outbox& out);
   /// Arms the nack timer if we now know of fragments we lack.
   void note_gaps(Stream& s, const wire::Data& d, TimeNs now);
   void send_nacks(Stream& s, TimeNs now, Outbox& out);
@@ -251,6 +286,7 @@ class SmallPath {
   /// How messages are cut into datagrams (mtu, fragment_mtu).
   [[nodiscard]] Cut cut() const { return cut_of(cfg_); }
   Emitter& emit_;
+  ReassemblyBuffers buffers_;  // set: reassembly into buffers of the message's size
   TimerQueue& timers_;
   TimeNs view_start_ = 0;
   std::uint32_t window_;  // current sender window (slow start up to cfg_.window_messages)

@@ -42,6 +42,7 @@ class ForwardingLink : public Link {
   void add_peer(MemberId id, const std::string& host, std::uint16_t port) override { inner_->add_peer(id, host, port); }
   [[nodiscard]] std::uint64_t bad_input() const override { return inner_->bad_input(); }
   void set_block_placer(BlockPlacer placer) override { inner_->set_block_placer(std::move(placer)); }
+  [[nodiscard]] bool places_datagrams() const override { return inner_->places_datagrams(); }
   void set_sole_poller(bool sole) override { inner_->set_sole_poller(sole); }
   [[nodiscard]] std::uint64_t bytes_placed() const override { return inner_->bytes_placed(); }
   LargeBuffer allocate_large(std::size_t size) override { return inner_->allocate_large(size); }

@@ -61,6 +61,8 @@ class HostLink final : public Link {
   /// The network side receives large datagrams into buffers of their own (socket).
   void recycle(std::vector<std::byte>&& bytes) override { network_->recycle(std::move(bytes)); }
   void set_block_placer(BlockPlacer placer) override;
+  /// The host's shared memory places them (its network's datagrams arrive whole).
+  [[nodiscard]] bool places_datagrams() const override { return local_->places_datagrams(); }
   [[nodiscard]] std::uint64_t regions_held() const override { return network_->regions_held(); }
   [[nodiscard]] std::uint64_t bytes_placed() const override {
     return local_->bytes_placed() + network_->bytes_placed();

@@ -141,6 +141,7 @@ class ShmLink final : public Link {
     return endpoint_->unicast(to, std::move(head), payload, std::move(keep));
   }
   void set_block_placer(BlockPlacer placer) override { endpoint_->set_block_placer(std::move(placer)); }
+  [[nodiscard]] bool places_datagrams() const override { return true; }
   [[nodiscard]] std::uint64_t bytes_placed() const override { return endpoint_->stats().bytes_placed; }
   void close() override { endpoint_->close(); }
   LargeBuffer allocate_large(std::size_t size) override { return pool_->acquire(size); }

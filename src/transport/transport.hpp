@@ -25,10 +25,16 @@ struct Inbound {
   MemberId from = 0;
   std::vector<std::byte> bytes;
   /// A Block frame whose payload the transport already wrote into its final buffer
-  /// (socket placement, verbs RDMA WRITE): `bytes` is the frame without it.
+  /// (socket placement, verbs RDMA WRITE): `bytes` is the frame without it. Or a
+  /// datagram (Transport::places_datagrams) whose payload, `placed_size` bytes, it
+  /// wrote where the placer said: `bytes` is its head, and `placed_into` the keeper
+  /// the placer gave (which names the buffer).
   bool placed = false;
   /// A datagram sent to this member alone (Transport::unicast_datagram), not to the group.
   bool direct = false;
+  /// A placed datagram's payload size and its buffer's keeper (see `placed`).
+  std::size_t placed_size = 0;
+  std::shared_ptr<const void> placed_into = nullptr;
 };
 
 /// Where an arriving Block frame's payload goes (a destination of exactly its
@@ -39,8 +45,10 @@ struct Placement {
 };
 
 /// Given the sending peer, an arriving Block frame's head (wire header and Block
-/// fields) and the frame's whole size: where its payload goes, or nothing to
-/// receive the frame whole as usual.
+/// fields, wire::kBlockHeadSize bytes) and the frame's whole size: where its payload
+/// goes, or nothing to receive the frame whole as usual. A transport that places
+/// datagrams (Transport::places_datagrams) also asks about a multicast Data
+/// datagram: its head is then wire::kDataOverhead bytes.
 using BlockPlacer =
     std::function<std::optional<Placement>(MemberId from, std::span<const std::byte> head, std::size_t frame_size)>;
 
@@ -63,6 +71,11 @@ class Transport {
   /// without joining them first (shm: into the log). Layers keep the default, false:
   /// what they see is whole datagrams.
   [[nodiscard]] virtual bool gathers_multicast() const { return false; }
+  /// Whether the Link's BlockPlacer is also asked where a multicast datagram's
+  /// payload goes (shm: it reads the head from its log, then copies the payload
+  /// straight into the message being reassembled). Layers that see whole datagrams
+  /// (sealed/) say no.
+  [[nodiscard]] virtual bool places_datagrams() const { return false; }
   /// The datagram `head` then `tail` (a fragment's header and its payload, read from
   /// the message where it lies: one copy fewer on the sender). By default joined,
   /// then multicast_owned().

@@ -67,6 +67,7 @@ class SealedLink final : public ForwardingLink {
   std::optional<Inbound> wait(std::chrono::steady_clock::time_point deadline) override;
   /// Kept from the transport: see the top of this file.
   void set_block_placer(BlockPlacer /*placer*/) override {}
+  [[nodiscard]] bool places_datagrams() const override { return false; }
 
   [[nodiscard]] SealStats stats() const;
 

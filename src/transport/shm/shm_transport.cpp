@@ -36,6 +36,9 @@ constexpr std::size_t kMaxFragment = std::size_t{256} << 10;
 /// caches of both sides, instead of lines of a lap ago that the readers' cores hold
 /// or that have left the caches. A stream (readers behind) goes around as before.
 constexpr std::uint64_t kRewindAfter = 128 * 1024;
+/// Datagrams this long or longer are offered to the placer (Link::places_datagrams):
+/// below that a copy through a buffer of their own costs less than asking.
+constexpr std::size_t kPlaceFrom = 4096;
 
 /// A writer that finds a peer's inbox empty goes back to its start once the inbox's
 /// tail is this far in, as the log does (kRewindAfter): frames that are read as fast
@@ -882,11 +885,28 @@ std::optional<Inbound> Endpoint::read_multicast(Peer& p) {
   const bool ok = head - p.read_pos <= p.multicast.capacity && p.multicast.read(p.read_pos, head, r) &&
                   r.header.length <= cfg_.mtu;
   Inbound in;
+  std::size_t placed = 0;
   if (ok) {
     in.datagram = true;
     in.from = p.id;
-    in.bytes.assign(r.payload, r.payload + r.header.length);
+    const std::size_t length = r.header.length;
+    if (placer_ && length >= kPlaceFrom) {
+      // The head first, into memory of ours: the placer and later the engine read the
+      // same bytes, whatever the writer does to its log meanwhile.
+      in.bytes.assign(r.payload, r.payload + wire::kDataOverhead);
+      auto place = placer_(p.id, in.bytes, length);
+      if (place && place->dest.size() == length - wire::kDataOverhead) {
+        std::memcpy(place->dest.data(), r.payload + wire::kDataOverhead, place->dest.size());
+        placed = place->dest.size();
+        in.placed = true;
+        in.placed_size = placed;
+        in.placed_into = std::move(place->keep);
+      }
+    }
+    if (!in.placed) in.bytes.assign(r.payload, r.payload + length);
   }
+  // An eviction here voids a placed payload too: it is left where it went, never
+  // counted as received (the engine marks a fragment received when it is handed in).
   if (evicted()) {  // what we read may have been overwritten: start again at the head
     {
       count(&ShmStats::evicted_from_peers);
@@ -908,6 +928,7 @@ std::optional<Inbound> Endpoint::read_multicast(Peer& p) {
   p.read_seen.store(r.next, std::memory_order_release);
   slot.position.store(r.next, std::memory_order_release);
   count(&ShmStats::datagrams_received);
+  if (placed != 0) count(&ShmStats::datagram_bytes_placed, placed);
   return in;
 }
 
@@ -1023,7 +1044,8 @@ ShmStats Endpoint::stats() const {
       &ShmStats::peers_unreachable, &ShmStats::bytes_placed,       &ShmStats::inbox_locks_recovered,
       &ShmStats::partial_frames_dropped, &ShmStats::acks_mailed, &ShmStats::acks_mail_received,
       &ShmStats::log_rewinds, &ShmStats::lent_payloads_copied, &ShmStats::inbox_rewinds,
-      &ShmStats::datagrams_copied, &ShmStats::copies_received, &ShmStats::datagrams_waited};
+      &ShmStats::datagrams_copied, &ShmStats::copies_received, &ShmStats::datagrams_waited,
+      &ShmStats::datagram_bytes_placed};
   static_assert(sizeof(ShmStats) == kFields.size() * sizeof(std::uint64_t), "a counter is missing here");
   ShmStats out;
   auto& counters = const_cast<ShmStats&>(stats_);  // NOLINT: read through atomic_ref, as count() writes

@@ -82,6 +82,8 @@ struct ShmStats {
   std::uint64_t peers_unreachable = 0;
   /// Block payload bytes read from the inbox straight into their final buffer.
   std::uint64_t bytes_placed = 0;
+  /// Datagram payload bytes read from the log straight into their message (Link::places_datagrams).
+  std::uint64_t datagram_bytes_placed = 0;
   /// Times a writer found the inbox lock held by a process that had died.
   std::uint64_t inbox_locks_recovered = 0;
   /// Frames dropped unfinished: their writer left the view before the last fragment.
