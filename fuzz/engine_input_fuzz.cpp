@@ -325,13 +325,13 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         if ((c & 7U) == 2 && (kind & 0x40U) != 0 && all.size() > w::kDataOverhead) {
           // As a transport that places fragments reads it: the head, a question,
           // the payload copied where the answer says (or handed in whole), and now and
-          // then a report naming a buffer that is not the one it was given.
+          // then a report of another place than the one it was given.
           const auto head = all.first(w::kDataOverhead);
           const std::size_t payload = all.size() - head.size();
           if (auto place = engine.place_datagram(head, payload)) {
             if (place->dest.size() != payload || !place->keep) fail("a placement of another size, or kept by nothing");
             std::copy(all.begin() + static_cast<std::ptrdiff_t>(head.size()), all.end(), place->dest.begin());
-            engine.on_placed_datagram(head, payload, (kind & 0x20U) != 0 ? nullptr : place->keep.get(), now, out);
+            engine.on_placed_datagram(head, payload, place->dest.data() + ((kind & 0x20U) != 0 ? 1 : 0), now, out);
           } else {
             engine.on_datagram(bytes, now, out);
           }

@@ -946,6 +946,7 @@ TEST_CASE("engine: fragments placed by the transport reassemble the message; a s
   CHECK_FALSE(receiver.place_datagram(head(frags[0].bytes), tail(frags[0].bytes).size() + 1));
   // Even fragments placed, odd ones whole, from the last but one to the first.
   std::shared_ptr<const void> keep_of_first;
+  const std::byte* at_of_first = nullptr;
   for (std::size_t k = frags.size() - 1; k-- > 0;) {
     INFO("fragment " << k);
     Outbox rx;
@@ -955,8 +956,11 @@ TEST_CASE("engine: fragments placed by the transport reassemble the message; a s
       REQUIRE(place);
       REQUIRE(place->dest.size() == tail(f).size());
       std::copy(tail(f).begin(), tail(f).end(), place->dest.begin());
-      if (k == 0) keep_of_first = place->keep;
-      receiver.on_placed_datagram(head(f), tail(f).size(), place->keep.get(), now += 10, rx);
+      if (k == 0) {
+        keep_of_first = place->keep;  // held: its buffer stays this message's, never another's
+        at_of_first = place->dest.data();
+      }
+      receiver.on_placed_datagram(head(f), tail(f).size(), place->dest.data(), now += 10, rx);
     } else {
       receiver.on_datagram(f, now += 10, rx);
     }
@@ -969,11 +973,12 @@ TEST_CASE("engine: fragments placed by the transport reassemble the message; a s
   // Delivered: a fragment of it placed again is a duplicate, and is placed nowhere.
   CHECK_FALSE(receiver.place_datagram(head(frags[2].bytes), tail(frags[2].bytes).size()));
   Outbox rx;
-  receiver.on_placed_datagram(head(frags[2].bytes), tail(frags[2].bytes).size(), keep_of_first.get(), now += 10, rx);
+  receiver.on_placed_datagram(head(frags[2].bytes), tail(frags[2].bytes).size(), at_of_first, now += 10, rx);
   CHECK(delivers(rx).empty());
   CHECK(counts(receiver).duplicates_dropped == 1);
   // The next message: a fragment said to be placed into a buffer that is not its
-  // message's (one of an earlier message) is as if lost, and is not counted as had.
+  // message's (one of an earlier message), or into another slot of its own, is as if
+  // lost, and is not counted as had.
   const auto msg2 = message(2000, 10);
   Outbox out2;
   REQUIRE(sender.broadcast(msg2, 0, out2).error == BroadcastError::none);
@@ -983,13 +988,16 @@ TEST_CASE("engine: fragments placed by the transport reassemble the message; a s
   receiver.on_datagram(frags2[1].bytes, now += 10, rx2);
   auto place = receiver.place_datagram(head(frags2[0].bytes), tail(frags2[0].bytes).size());
   REQUIRE(place);
-  receiver.on_placed_datagram(head(frags2[0].bytes), tail(frags2[0].bytes).size(), keep_of_first.get(), now += 10, rx2);
+  receiver.on_placed_datagram(head(frags2[0].bytes), tail(frags2[0].bytes).size(), at_of_first, now += 10, rx2);
   CHECK(receiver.small_path().stats().placed_fragments_lost == 1);
+  receiver.on_placed_datagram(head(frags2[0].bytes), tail(frags2[0].bytes).size(),
+                              place->dest.data() + tail(frags2[0].bytes).size(), now += 10, rx2);
+  CHECK(receiver.small_path().stats().placed_fragments_lost == 2);
   // The rest whole, then fragment 0 placed as it should be: delivered intact.
   for (std::size_t k = 2; k < frags2.size(); ++k) receiver.on_datagram(frags2[k].bytes, now += 10, rx2);
   CHECK(delivers(rx2).empty());
   std::copy(tail(frags2[0].bytes).begin(), tail(frags2[0].bytes).end(), place->dest.begin());
-  receiver.on_placed_datagram(head(frags2[0].bytes), tail(frags2[0].bytes).size(), place->keep.get(), now += 10, rx2);
+  receiver.on_placed_datagram(head(frags2[0].bytes), tail(frags2[0].bytes).size(), place->dest.data(), now += 10, rx2);
   const auto got2 = delivers(rx2);
   REQUIRE(got2.size() == 1);
   CHECK(diff(*got2[0].message, *msg2) == "");

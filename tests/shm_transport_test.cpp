@@ -1000,6 +1000,7 @@ TEST_CASE("shm: a long datagram's payload goes from the log straight where the p
   CHECK(in->placed);
   CHECK(in->placed_size == big.size() - hmcast::wire::kDataOverhead);
   CHECK(in->placed_into == dest);
+  CHECK(in->placed_at == dest->data() + 100);
   CHECK(std::equal(in->bytes.begin(), in->bytes.end(), head.begin(), head.end()));
   CHECK(std::equal(big.begin() + hmcast::wire::kDataOverhead, big.end(), dest->begin() + 100));
   CHECK(eps[1]->stats().datagram_bytes_placed == in->placed_size);

@@ -232,7 +232,7 @@ void NodeState::dispatch(GroupState& g, transport::Inbound& in) {
   }
   if (in.placed) {  // its payload is in its message's buffer already: `bytes` is its head
     feed(g, [&](AppEvents& app) {
-      g.runtime->on_placed_datagram(in.bytes, in.placed_size, in.placed_into.get(), now_ns(), app);
+      g.runtime->on_placed_datagram(in.bytes, in.placed_size, in.placed_at, now_ns(), app);
     });
     in.placed_into.reset();
     return;

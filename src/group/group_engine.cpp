@@ -129,7 +129,7 @@ std::optional<small::FragmentPlace> GroupEngine::place_datagram(std::span<const 
   return small_.place_fragment(dh.src, data, size);
 }
 
-void GroupEngine::on_placed_datagram(std::span<const std::byte> head, std::size_t size, const void* into, TimeNs now,
+void GroupEngine::on_placed_datagram(std::span<const std::byte> head, std::size_t size, const std::byte* at, TimeNs now,
                                      Outbox& out) {
   if (removed_) return;
   wire::Header dh;
@@ -140,7 +140,7 @@ void GroupEngine::on_placed_datagram(std::span<const std::byte> head, std::size_
     return;
   }
   if (dh.src == self_ || !admit(dh, dh.src)) return;
-  small_.on_placed_fragment(dh.src, data, size, into, now, out);
+  small_.on_placed_fragment(dh.src, data, size, at, now, out);
   settle(now, out);
 }
 

@@ -98,9 +98,9 @@ class GroupEngine {
   /// payload there itself (SmallPath::place_fragment); nothing: it comes whole. Not
   /// input: nothing is counted, and what is wrong with it shows when it arrives.
   [[nodiscard]] std::optional<small::FragmentPlace> place_datagram(std::span<const std::byte> head, std::size_t size);
-  /// A Data datagram of `head` and `size` payload bytes that the transport wrote where
-  /// place_datagram() said, into the buffer `into` (may be garbage, as any datagram).
-  void on_placed_datagram(std::span<const std::byte> head, std::size_t size, const void* into, TimeNs now,
+  /// A Data datagram of `head` and `size` payload bytes that the transport wrote at
+  /// `at`, where place_datagram() said (may be garbage, as any datagram).
+  void on_placed_datagram(std::span<const std::byte> head, std::size_t size, const std::byte* at, TimeNs now,
                           Outbox& out);
   /// Reassembly buffers for messages of several datagrams (SmallPath::set_reassembly_buffers).
   void set_reassembly_buffers(small::ReassemblyBuffers buffers) { small_.set_reassembly_buffers(std::move(buffers)); }

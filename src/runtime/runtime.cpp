@@ -67,9 +67,9 @@ void Runtime::on_datagram(std::span<const std::byte> bytes, TimeNs now, AppEvent
   step(now, app, [&](Outbox& out) { engine_.on_datagram(bytes, now, out, owner); });
 }
 
-void Runtime::on_placed_datagram(std::span<const std::byte> head, std::size_t size, const void* into, TimeNs now,
+void Runtime::on_placed_datagram(std::span<const std::byte> head, std::size_t size, const std::byte* at, TimeNs now,
                                  AppEvents& app) {
-  step(now, app, [&](Outbox& out) { engine_.on_placed_datagram(head, size, into, now, out); });
+  step(now, app, [&](Outbox& out) { engine_.on_placed_datagram(head, size, at, now, out); });
 }
 
 void Runtime::on_frame(MemberId from, std::span<const std::byte> bytes, bool placed, TimeNs now, AppEvents& app) {

@@ -45,8 +45,8 @@ class Runtime {
   /// whole are delivered as slices of it (a batch of them shares it), not copies.
   void on_datagram(std::span<const std::byte> bytes, TimeNs now, AppEvents& app, const SharedBytes& owner = {});
   /// A datagram whose head is `head` and whose `size` payload bytes the transport
-  /// wrote where placement() said, into the buffer `into`.
-  void on_placed_datagram(std::span<const std::byte> head, std::size_t size, const void* into, TimeNs now,
+  /// wrote at `at`, where placement() said.
+  void on_placed_datagram(std::span<const std::byte> head, std::size_t size, const std::byte* at, TimeNs now,
                           AppEvents& app);
   /// A frame from `from`'s link; `placed`: a Block frame whose payload the
   /// transport already wrote into its final buffer (placement()).

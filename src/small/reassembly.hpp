@@ -69,8 +69,11 @@ class Reassembly {
     if (const Result r = admit(head, size); r != Result::added) return r;
     return mark(head);
   }
-  /// The buffer fragments go into (whoever places one tells it by this).
-  [[nodiscard]] const void* buffer_id() const { return buffer_.get(); }
+  /// Whether `at` is where fragment `head`'s payload goes in this message's buffer
+  /// (whoever placed one says where it wrote it).
+  [[nodiscard]] bool slot_at(const wire::Data& head, const std::byte* at) const {
+    return sized_ && at != nullptr && at == buffer_->data() + head.offset;
+  }
   [[nodiscard]] const std::shared_ptr<std::vector<std::byte>>& buffer() const { return buffer_; }
   [[nodiscard]] std::uint16_t frag_count() const { return frag_count_; }
   [[nodiscard]] bool has(std::uint32_t index) const { return index < frag_count_ && have_[index]; }

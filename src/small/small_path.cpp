@@ -381,7 +381,7 @@ std::optional<FragmentPlace> SmallPath::place_fragment(MemberId from, const wire
   return FragmentPlace{*dest, it->second.buffer()};
 }
 
-void SmallPath::on_placed_fragment(MemberId from, const wire::Data& d, std::size_t size, const void* into, TimeNs now,
+void SmallPath::on_placed_fragment(MemberId from, const wire::Data& d, std::size_t size, const std::byte* at, TimeNs now,
                                    Outbox& out) {
   if (d.sender != from || d.frag_count == 1) {
     ++stats_.invalid_dropped;  // only a sender multicasts its own; a whole message is never placed
@@ -390,9 +390,9 @@ void SmallPath::on_placed_fragment(MemberId from, const wire::Data& d, std::size
   Stream& s = stream(d.sender);
   if (!fragment_wanted(s, d, size, now)) return;
   auto it = s.partial.find(d.seq);
-  if (it == s.partial.end() || it->second.buffer_id() != into) {
+  if (it == s.partial.end() || !it->second.slot_at(d, at)) {
     // Its bytes went into a buffer this message no longer has (dropped with a view,
-    // say): as if lost, which a NACK repairs.
+    // say), or not where this head says its slot is: as if lost, which a NACK repairs.
     ++stats_.placed_fragments_lost;
     note_gaps(s, d, now);
     return;

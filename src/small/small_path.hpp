@@ -62,7 +62,7 @@ struct SmallStats {
   std::uint64_t out_of_window_dropped = 0;
   std::uint64_t invalid_dropped = 0;  // admitted, but makes no sense here (e.g. fragment mismatch)
   std::uint64_t fragments_placed = 0;         // fragments the transport wrote into their place
-  std::uint64_t placed_fragments_lost = 0;    // ... into a buffer their message no longer had: as if lost
+  std::uint64_t placed_fragments_lost = 0;    // ... not into their slot of their message's buffer: as if lost
 };
 
 /// Where a fragment's payload goes when the transport writes it there itself, and
@@ -111,9 +111,10 @@ class SmallPath {
   /// nothing: it comes whole through on_data(). Starts the message's reassembly if
   /// needed. The fragment counts only once on_placed_fragment() says it was written.
   [[nodiscard]] std::optional<FragmentPlace> place_fragment(MemberId from, const wire::Data& d, std::size_t size);
-  /// Fragment `d` (admitted), whose `size` payload bytes the transport wrote where
-  /// place_fragment() said, into the buffer `into` (FragmentPlace::keep).
-  void on_placed_fragment(MemberId from, const wire::Data& d, std::size_t size, const void* into, TimeNs now,
+  /// Fragment `d` (admitted), whose `size` payload bytes the transport wrote at `at`,
+  /// where place_fragment() said (FragmentPlace::dest; its keeper still held, so
+  /// the buffer behind `at` is not another message's since).
+  void on_placed_fragment(MemberId from, const wire::Data& d, std::size_t size, const std::byte* at, TimeNs now,
                           Outbox& out);
   void on_ack(MemberId from, const wire::Ack& a, TimeNs now, Outbox& out);
   void on_stable(MemberId from, const wire::Stable& s, TimeNs now);

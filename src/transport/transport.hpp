@@ -27,14 +27,16 @@ struct Inbound {
   /// A Block frame whose payload the transport already wrote into its final buffer
   /// (socket placement, verbs RDMA WRITE): `bytes` is the frame without it. Or a
   /// datagram (Transport::places_datagrams) whose payload, `placed_size` bytes, it
-  /// wrote where the placer said: `bytes` is its head, and `placed_into` the keeper
-  /// the placer gave (which names the buffer).
+  /// wrote at `placed_at`, where the placer said: `bytes` is its head, and
+  /// `placed_into` the keeper the placer gave, held until the datagram is handed in
+  /// (so that the buffer behind `placed_at` is no other message's meanwhile).
   bool placed = false;
   /// A datagram sent to this member alone (Transport::unicast_datagram), not to the group.
   bool direct = false;
-  /// A placed datagram's payload size and its buffer's keeper (see `placed`).
+  /// A placed datagram's payload size, where it went, and its buffer's keeper (see `placed`).
   std::size_t placed_size = 0;
   std::shared_ptr<const void> placed_into = nullptr;
+  const std::byte* placed_at = nullptr;
 };
 
 /// Where an arriving Block frame's payload goes (a destination of exactly its

@@ -900,6 +900,7 @@ std::optional<Inbound> Endpoint::read_multicast(Peer& p) {
         placed = place->dest.size();
         in.placed = true;
         in.placed_size = placed;
+        in.placed_at = place->dest.data();
         in.placed_into = std::move(place->keep);
       }
     }
