@@ -893,6 +893,9 @@ std::optional<Inbound> Endpoint::read_multicast(Peer& p) {
     if (placer_ && length >= kPlaceFrom) {
       // The head first, into memory of ours: the placer and later the engine read the
       // same bytes, whatever the writer does to its log meanwhile.
+      // Room for all of it: one the placer declines (a message of one datagram) is
+      // copied whole into the same buffer.
+      in.bytes.reserve(length);
       in.bytes.assign(r.payload, r.payload + wire::kDataOverhead);
       auto place = placer_(p.id, in.bytes, length);
       if (place && place->dest.size() == length - wire::kDataOverhead) {
