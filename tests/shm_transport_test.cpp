@@ -31,6 +31,7 @@
 #include "transport/shm/crash_point.hpp"
 #include "transport/shm/shm_layout.hpp"
 #include "transport/shm/shm_transport.hpp"
+#include "transport/shm/stale_files.hpp"
 
 namespace shm = hmcast::shm;
 using Bytes = std::vector<std::byte>;
@@ -1019,4 +1020,108 @@ TEST_CASE("shm: a long datagram's payload goes from the log straight where the p
   CHECK_FALSE(in->placed);
   CHECK(in->bytes == numbered(6, 2000));
   CHECK(asked == 2);
+}
+
+namespace {
+
+/// Maps member `m`'s file of `group` (it must exist) for the test to read or alter its header.
+struct MappedHeader {
+  MappedHeader(hmcast::GroupId group, hmcast::MemberId m) {
+    const int fd = ::shm_open(shm::file_name(group, m).c_str(), O_RDWR, 0);
+    REQUIRE(fd >= 0);
+    void* p = ::mmap(nullptr, sizeof(shm::Header), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    ::close(fd);
+    REQUIRE(p != MAP_FAILED);
+    h = static_cast<shm::Header*>(p);
+  }
+  ~MappedHeader() { ::munmap(h, sizeof(shm::Header)); }
+  MappedHeader(const MappedHeader&) = delete;
+  MappedHeader& operator=(const MappedHeader&) = delete;
+  shm::Header* h = nullptr;
+};
+
+}  // namespace
+
+TEST_CASE("shm: a member that starts removes the files of members killed with their whole group, and no others",
+          "[shm]") {
+  // A child process makes members 1-4 of a group and dies by SIGKILL: nobody of
+  // that group is left to remove their files. Two of them are then made to look
+  // like files we must not touch: one of another pid namespace, one half made (no
+  // magic yet). A second child stays alive with a member of another group.
+  const auto dead_group = test_group(61);
+  const auto live_group = test_group(62);
+  const auto cfg = config(dead_group, 64 << 10, 64 << 10);
+  int ready[2] = {-1, -1};
+  int hold[2] = {-1, -1};
+  REQUIRE(::pipe(ready) == 0);
+  REQUIRE(::pipe(hold) == 0);
+  const pid_t doomed = ::fork();
+  REQUIRE(doomed >= 0);
+  if (doomed == 0) {  // nothing of Catch2 here
+    std::vector<std::unique_ptr<shm::Endpoint>> eps;
+    for (hmcast::MemberId m = 1; m <= 4; ++m) eps.push_back(std::make_unique<shm::Endpoint>(m, cfg));
+    if (::write(ready[1], "d", 1) != 1) ::_exit(2);
+    ::raise(SIGKILL);
+    ::_exit(3);
+  }
+  const pid_t alive = ::fork();
+  REQUIRE(alive >= 0);
+  if (alive == 0) {
+    ::close(hold[1]);
+    {
+      shm::Endpoint e(1, config(live_group, 64 << 10, 64 << 10));
+      if (::write(ready[1], "a", 1) != 1) ::_exit(2);
+      char c = 0;
+      (void)::read(hold[0], &c, 1);  // until the parent closes its end
+    }  // closed: its file goes
+    ::_exit(0);
+  }
+  ::close(hold[0]);
+  char c[2] = {};
+  REQUIRE(::read(ready[0], c, 1) == 1);
+  REQUIRE(::read(ready[0], c + 1, 1) == 1);
+  int status = 0;
+  REQUIRE(::waitpid(doomed, &status, 0) == doomed);  // reaped: its pid names nobody now
+  REQUIRE(WIFSIGNALED(status));
+  for (hmcast::MemberId m = 1; m <= 4; ++m) REQUIRE(file_exists(dead_group, m));
+  REQUIRE(file_exists(live_group, 1));
+  {
+    MappedHeader other_ns(dead_group, 3);
+    CHECK(other_ns.h->pid_ns == shm::pid_namespace());
+    CHECK(other_ns.h->pid == static_cast<std::uint32_t>(doomed));
+    other_ns.h->pid_ns += 1;
+    MappedHeader half_made(dead_group, 4);
+    std::atomic_ref<std::uint64_t>(half_made.h->magic).store(0);
+  }
+  // Not a member's file, though its name starts the same way.
+  const std::string foreign = "/hmcast-not-a-member-" + std::to_string(::getpid());
+  const int fd = ::shm_open(foreign.c_str(), O_CREAT | O_RDWR, 0600);
+  REQUIRE(fd >= 0);
+  REQUIRE(::ftruncate(fd, 1 << 16) == 0);
+  ::close(fd);
+
+  CHECK_FALSE(shm::process_alive(static_cast<std::uint32_t>(doomed)));
+  CHECK(shm::process_alive(static_cast<std::uint32_t>(alive)));
+  shm::Endpoint starting(1, config(test_group(63)));
+  // Other test processes may have left files of their own dead children: at least ours.
+  CHECK(starting.stats().stale_files_removed >= 2);
+  CHECK_FALSE(file_exists(dead_group, 1));
+  CHECK_FALSE(file_exists(dead_group, 2));
+  CHECK(file_exists(dead_group, 3));  // another namespace's pid tells us nothing
+  CHECK(file_exists(dead_group, 4));  // its owner may be setting it up still
+  CHECK(file_exists(live_group, 1));
+  CHECK(file_exists(test_group(63), 1));
+  const int again = ::shm_open(foreign.c_str(), O_RDONLY, 0);
+  CHECK(again >= 0);
+  if (again >= 0) ::close(again);
+
+  ::shm_unlink(foreign.c_str());
+  ::shm_unlink(shm::file_name(dead_group, 3).c_str());
+  ::shm_unlink(shm::file_name(dead_group, 4).c_str());
+  ::close(hold[1]);  // the live child exits, closing its member (its file goes with it)
+  REQUIRE(::waitpid(alive, &status, 0) == alive);
+  CHECK(WIFEXITED(status));
+  CHECK_FALSE(file_exists(live_group, 1));
+  ::close(ready[0]);
+  ::close(ready[1]);
 }

@@ -305,23 +305,25 @@ void SmallPath::on_fragment_repair(MemberId, const wire::Data& d, TimeNs now, Ou
   on_fragment(*s, d, now, out, {});
 }
 
-bool SmallPath::fragment_wanted(Stream& s, const wire::Data& d, std::size_t size, TimeNs now) {
-  (void)size;  // the decoder checked it against the message's layout
+SmallPath::Refusal SmallPath::refusal(const Stream& s, const wire::Data& d) const {
+  if (d.seq <= s.delivered || s.held.count(d.seq) != 0) return Refusal::duplicate;
+  // The sender's window makes this impossible unless it misbehaves.
+  if (d.seq > s.delivered + cfg_.window_messages) return Refusal::out_of_window;
+  if (d.msg_len > cfg_.max_small_message) return Refusal::invalid;
+  return Refusal::none;
+}
+
+bool SmallPath::fragment_wanted(Stream& s, const wire::Data& d, TimeNs now) {
   last_datagram_ns_ = now;
   if (d.stable > s.known_stable) collect_garbage(s, d.stable);
-  if (d.seq <= s.delivered || s.held.count(d.seq) != 0) {
-    ++stats_.duplicates_dropped;
-    return false;
+  switch (refusal(s, d)) {
+    case Refusal::none: return true;
+    case Refusal::duplicate: ++stats_.duplicates_dropped; return false;
+    case Refusal::out_of_window: ++stats_.out_of_window_dropped; return false;
+    case Refusal::invalid: ++stats_.invalid_dropped; return false;
   }
-  if (d.seq > s.delivered + cfg_.window_messages) {
-    ++stats_.out_of_window_dropped;  // the sender's window makes this impossible unless misbehaving
-    return false;
-  }
-  if (d.msg_len > cfg_.max_small_message) {
-    ++stats_.invalid_dropped;
-    return false;
-  }
-  return true;
+  HMCAST_ASSERT(false);
+  return false;
 }
 
 std::map<Seq, Reassembly>::iterator SmallPath::partial_for(Stream& s, const wire::Data& d) {
@@ -352,7 +354,7 @@ void SmallPath::on_reassembled(Stream& s, std::map<Seq, Reassembly>::iterator it
 }
 
 void SmallPath::on_fragment(Stream& s, const wire::Data& d, TimeNs now, Outbox& out, const SharedBytes& arrived_in) {
-  if (!fragment_wanted(s, d, d.payload.size(), now)) return;
+  if (!fragment_wanted(s, d, now)) return;
   if (d.frag_count == 1) {
     // A whole message stays in the datagram it came in (batched messages share it);
     // without one (a frame, a test) it is copied.
@@ -370,11 +372,9 @@ void SmallPath::on_fragment(Stream& s, const wire::Data& d, TimeNs now, Outbox& 
 std::optional<FragmentPlace> SmallPath::place_fragment(MemberId from, const wire::Data& d, std::size_t size) {
   // Only what on_fragment() would take into a reassembly: checked without counting
   // (the fragment is counted once it arrives, by on_placed_fragment()).
-  if (!buffers_ || d.sender != from || d.sender == self_ || d.frag_count == 1 || d.msg_len > cfg_.max_small_message)
-    return std::nullopt;
+  if (!buffers_ || d.sender != from || d.sender == self_ || d.frag_count == 1) return std::nullopt;
   Stream* s = stream_for(d.sender);
-  if (s == nullptr || d.seq <= s->delivered || s->held.count(d.seq) != 0 || d.seq > s->delivered + cfg_.window_messages)
-    return std::nullopt;
+  if (s == nullptr || refusal(*s, d) != Refusal::none) return std::nullopt;
   auto it = partial_for(*s, d);
   auto dest = it->second.place(d, size);
   if (!dest) return std::nullopt;
@@ -388,7 +388,7 @@ void SmallPath::on_placed_fragment(MemberId from, const wire::Data& d, std::size
     return;
   }
   Stream& s = stream(d.sender);
-  if (!fragment_wanted(s, d, size, now)) return;
+  if (!fragment_wanted(s, d, now)) return;
   auto it = s.partial.find(d.seq);
   if (it == s.partial.end() || !it->second.slot_at(d, at)) {
     // Its bytes went into a buffer this message no longer has (dropped with a view,

@@ -230,9 +230,14 @@ class SmallPath {
   void accept_message(Stream& s, Seq seq, MessageBuffer msg, TimeNs now, Outbox& out);
   /// A fragment from the sender's multicast or a repairer (checked for its stream).
   void on_fragment(Stream& s, const wire::Data& d, TimeNs now, Outbox& out, const SharedBytes& arrived_in);
-  /// What a datagram of `d`'s message, `size` payload bytes, must pass before its
-  /// fragment counts (on_fragment's checks; false: counted and dropped).
-  bool fragment_wanted(Stream& s, const wire::Data& d, std::size_t size, TimeNs now);
+  /// Why a fragment of `d`'s message would not be taken into `s` (none: it would).
+  /// One rule for the fragment that arrives and the one a transport asks where to
+  /// place (place_fragment), which must not count or change anything.
+  enum class Refusal : std::uint8_t { none, duplicate, out_of_window, invalid };
+  [[nodiscard]] Refusal refusal(const Stream& s, const wire::Data& d) const;
+  /// What a fragment of `d`'s message must pass before it counts (refusal(), with
+  /// the stream's garbage collected first; false: counted and dropped).
+  bool fragment_wanted(Stream& s, const wire::Data& d, TimeNs now);
   /// A partial message's reassembly for `d`, started if needed.
   std::map<Seq, Reassembly>::iterator partial_for(Stream& s, const wire::Data& d);
   /// After a fragment of `it` was added with result `r`.

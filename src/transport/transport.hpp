@@ -19,6 +19,17 @@
 
 namespace hmcast::transport {
 
+/// `head` then `tail` in one buffer, with room reserved for `spare` bytes more: a
+/// datagram given in two parts (multicast_gathered) where it must travel whole.
+inline std::vector<std::byte> joined(std::span<const std::byte> head, std::span<const std::byte> tail,
+                                     std::size_t spare = 0) {
+  std::vector<std::byte> out;
+  out.reserve(head.size() + tail.size() + spare);
+  out.insert(out.end(), head.begin(), head.end());
+  out.insert(out.end(), tail.begin(), tail.end());
+  return out;
+}
+
 /// Something that arrived: a datagram, or a frame from a peer's reliable link.
 struct Inbound {
   bool datagram = false;
@@ -82,11 +93,7 @@ class Transport {
   /// the message where it lies: one copy fewer on the sender). By default joined,
   /// then multicast_owned().
   virtual void multicast_gathered(std::span<const std::byte> head, std::span<const std::byte> tail) {
-    std::vector<std::byte> frame;
-    frame.reserve(head.size() + tail.size());
-    frame.insert(frame.end(), head.begin(), head.end());
-    frame.insert(frame.end(), tail.begin(), tail.end());
-    multicast_owned(std::move(frame));
+    multicast_owned(joined(head, tail));
   }
   /// False: the link to `to` is broken (the protocol then suspects it).
   virtual bool unicast(MemberId to, std::vector<std::byte> frame) = 0;

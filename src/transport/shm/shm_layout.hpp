@@ -81,7 +81,10 @@ struct Header {
   std::uint32_t version = 0;
   std::uint32_t owner = 0;
   std::uint32_t pid = 0;
-  std::uint32_t reserved = 0;
+  /// The pid namespace `pid` belongs to (pid_namespace(); 0: unknown): a member that
+  /// starts removes the files of dead owners (stale_files.hpp), and a pid is only
+  /// ever checked in the namespace that numbered it.
+  std::uint32_t pid_ns = 0;
   std::uint64_t multicast_capacity = 0;
   std::uint64_t inbox_capacity = 0;
   /// The owner sleeps on this futex word; writers bump it and wake the owner when

@@ -18,6 +18,7 @@
 #include "core/assert.hpp"
 #include "core/wire.hpp"
 #include "transport/shm/crash_point.hpp"
+#include "transport/shm/stale_files.hpp"
 #include "transport/socket/net_util.hpp"
 
 namespace hmcast::shm {
@@ -76,22 +77,6 @@ constexpr std::chrono::milliseconds kLivenessCheck{10};
 /// found again within this many ACKs (those between go unread; the protocol asks
 /// for late ACKs again).
 constexpr std::uint32_t kMailRecheck = 64;
-
-/// False once process `pid` has exited, also while it is a zombie its parent has
-/// not reaped yet (it will never read or write again).
-bool process_alive(std::uint32_t pid) {
-  if (pid == 0) return true;
-  if (::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) return false;
-  char path[32];
-  std::snprintf(path, sizeof path, "/proc/%u/stat", pid);
-  std::FILE* f = std::fopen(path, "r");
-  if (f == nullptr) return true;  // no /proc: trust kill()
-  char stat[256] = {};
-  const std::size_t n = std::fread(stat, 1, sizeof stat - 1, f);
-  std::fclose(f);
-  const char* close_paren = std::strrchr(stat, ')');  // the state follows the command name
-  return n == 0 || close_paren == nullptr || close_paren[1] != ' ' || close_paren[2] != 'Z';
-}
 
 std::uint64_t ring_bytes(std::size_t asked) {
   // At least two of the largest records, a multiple of the record alignment.
@@ -155,11 +140,15 @@ Endpoint::Endpoint(MemberId self, const ShmConfig& cfg)
   if (cfg.mtu + kRecordHeader > mcap / 2)
     throw socket::TransportError(EINVAL, "ShmOptions::multicast_bytes must hold two datagrams of the MTU");
   const Offsets off = offsets_for(mcap, icap);
+  // Before adding ours: files that whole groups killed at once left behind (their
+  // memory is the host's RAM, and nobody else would ever free it).
+  count(&ShmStats::stale_files_removed, remove_stale_files());
   file_ = SharedFile::create(file_name(cfg.group_id, self), off.file_size);
   header_ = new (file_.base()) Header();
   header_->version = kVersion;
   header_->owner = self;
   header_->pid = pid_;
+  header_->pid_ns = pid_namespace();
   header_->multicast_capacity = mcap;
   header_->inbox_capacity = icap;
   pthread_mutexattr_t attr;
@@ -215,10 +204,7 @@ void Endpoint::enqueue(std::span<const std::byte> bytes, std::span<const std::by
     return;
   }
   waiting_bytes_ += bytes.size() + more.size();
-  auto& joined = waiting_.emplace_back();
-  joined.reserve(bytes.size() + more.size());
-  joined.insert(joined.end(), bytes.begin(), bytes.end());
-  joined.insert(joined.end(), more.begin(), more.end());
+  waiting_.push_back(transport::joined(bytes, more));
   has_waiting_.store(true, std::memory_order_release);
   count(&ShmStats::datagrams_waited);
 }
@@ -321,11 +307,7 @@ void Endpoint::copy_datagram(Peer& p, const Written& w) {
   const std::size_t size = w.bytes.size() + w.more.size();
   if (p.out_bytes + size > limit) return;
   p.out_bytes += size;
-  std::vector<std::byte> copy;
-  copy.reserve(size);
-  copy.insert(copy.end(), w.bytes.begin(), w.bytes.end());
-  copy.insert(copy.end(), w.more.begin(), w.more.end());
-  p.out.push_back(Pending{std::move(copy), {}, nullptr, 0, kDatagram});
+  p.out.push_back(Pending{transport::joined(w.bytes, w.more), {}, nullptr, 0, kDatagram});
   flush(p);
   count(&ShmStats::datagrams_copied);
 }
@@ -1049,7 +1031,7 @@ ShmStats Endpoint::stats() const {
       &ShmStats::partial_frames_dropped, &ShmStats::acks_mailed, &ShmStats::acks_mail_received,
       &ShmStats::log_rewinds, &ShmStats::lent_payloads_copied, &ShmStats::inbox_rewinds,
       &ShmStats::datagrams_copied, &ShmStats::copies_received, &ShmStats::datagrams_waited,
-      &ShmStats::datagram_bytes_placed};
+      &ShmStats::datagram_bytes_placed, &ShmStats::stale_files_removed};
   static_assert(sizeof(ShmStats) == kFields.size() * sizeof(std::uint64_t), "a counter is missing here");
   ShmStats out;
   auto& counters = const_cast<ShmStats&>(stats_);  // NOLINT: read through atomic_ref, as count() writes

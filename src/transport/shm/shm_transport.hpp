@@ -80,6 +80,8 @@ struct ShmStats {
   std::uint64_t bad_input = 0;
   /// Peers whose file could not be opened or did not check out.
   std::uint64_t peers_unreachable = 0;
+  /// Files of dead members of any group, removed as this member started (stale_files.hpp).
+  std::uint64_t stale_files_removed = 0;
   /// Block payload bytes read from the inbox straight into their final buffer.
   std::uint64_t bytes_placed = 0;
   /// Datagram payload bytes read from the log straight into their message (Link::places_datagrams).
