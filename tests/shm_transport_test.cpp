@@ -1024,104 +1024,114 @@ TEST_CASE("shm: a long datagram's payload goes from the log straight where the p
 
 namespace {
 
-/// Maps member `m`'s file of `group` (it must exist) for the test to read or alter its header.
-struct MappedHeader {
-  MappedHeader(hmcast::GroupId group, hmcast::MemberId m) {
-    const int fd = ::shm_open(shm::file_name(group, m).c_str(), O_RDWR, 0);
-    REQUIRE(fd >= 0);
-    void* p = ::mmap(nullptr, sizeof(shm::Header), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    ::close(fd);
-    REQUIRE(p != MAP_FAILED);
-    h = static_cast<shm::Header*>(p);
-  }
-  ~MappedHeader() { ::munmap(h, sizeof(shm::Header)); }
-  MappedHeader(const MappedHeader&) = delete;
-  MappedHeader& operator=(const MappedHeader&) = delete;
-  shm::Header* h = nullptr;
-};
+/// A file that looks like a member's to remove_stale_files(): a Header, its words
+/// as given, then zeros (a member file's size at least).
+void write_member_file(const std::string& path, std::uint64_t magic, std::uint32_t version, std::uint32_t pid,
+                       std::uint32_t pid_ns, std::size_t size = sizeof(shm::Header)) {
+  std::vector<std::byte> bytes(size);
+  shm::Header h;
+  h.magic = magic;
+  h.version = version;
+  h.pid = pid;
+  h.pid_ns = pid_ns;
+  const std::size_t n = std::min(size, offsetof(shm::Header, multicast_capacity));
+  std::memcpy(bytes.data(), &h, n);
+  const int fd = ::open(path.c_str(), O_CREAT | O_TRUNC | O_WRONLY, 0600);
+  REQUIRE(fd >= 0);
+  REQUIRE(::write(fd, bytes.data(), bytes.size()) == static_cast<ssize_t>(bytes.size()));
+  ::close(fd);
+}
+
+bool path_exists(const std::string& path) { return ::access(path.c_str(), F_OK) == 0; }
 
 }  // namespace
 
-TEST_CASE("shm: a member that starts removes the files of members killed with their whole group, and no others",
+TEST_CASE("shm: stale files are those of a dead process of our pid namespace, with our magic and version, and no others",
           "[shm]") {
-  // A child process makes members 1-4 of a group and dies by SIGKILL: nobody of
-  // that group is left to remove their files. Two of them are then made to look
-  // like files we must not touch: one of another pid namespace, one half made (no
-  // magic yet). A second child stays alive with a member of another group.
+  // In a directory of its own (no other process sweeps it), every case side by side.
+  char tmpl[] = "/tmp/hmcast-stale-XXXXXX";
+  REQUIRE(::mkdtemp(tmpl) != nullptr);
+  const std::string dir = tmpl;
+  const pid_t dead = ::fork();
+  REQUIRE(dead >= 0);
+  if (dead == 0) ::_exit(0);
+  int status = 0;
+  REQUIRE(::waitpid(dead, &status, 0) == dead);  // reaped: its pid names nobody now
+  const auto dead_pid = static_cast<std::uint32_t>(dead);
+  const auto self = static_cast<std::uint32_t>(::getpid());
+  const std::uint32_t ns = shm::pid_namespace();
+  REQUIRE(ns != 0);
+  REQUIRE_FALSE(shm::process_alive(dead_pid));
+  REQUIRE(shm::process_alive(self));
+  const std::string group = "hmcast-00000000000000ab-";
+  const auto at = [&](const std::string& name) { return dir + "/" + name; };
+  write_member_file(at(group + "1"), shm::kMagic, shm::kVersion, dead_pid, ns, sizeof(shm::Header) + 4096);  // stale
+  write_member_file(at(group + "2"), shm::kMagic, shm::kVersion, dead_pid, ns);             // stale
+  write_member_file(at(group + "3"), shm::kMagic, shm::kVersion, self, ns);                 // alive
+  write_member_file(at(group + "4"), shm::kMagic, shm::kVersion, dead_pid, ns + 1);         // another namespace
+  write_member_file(at(group + "5"), 0, 0, dead_pid, ns);                                   // being made
+  write_member_file(at(group + "6"), shm::kMagic, shm::kVersion + 1, dead_pid, ns);         // another version
+  write_member_file(at(group + "7"), shm::kMagic, shm::kVersion, 0, ns);                    // no pid
+  write_member_file(at(group + "8"), shm::kMagic, shm::kVersion, dead_pid, ns, 40);         // too short
+  write_member_file(at("hmcast-notamember-1"), shm::kMagic, shm::kVersion, dead_pid, ns);  // not our name
+  write_member_file(at("hmcast-00000000000000AB-1"), shm::kMagic, shm::kVersion, dead_pid, ns);  // nor this
+  write_member_file(at(group + "x1"), shm::kMagic, shm::kVersion, dead_pid, ns);                 // nor this
+
+  CHECK(shm::remove_stale_files(dir.c_str()) == 2);
+  CHECK_FALSE(path_exists(at(group + "1")));
+  CHECK_FALSE(path_exists(at(group + "2")));
+  for (const char* kept : {"3", "4", "5", "6", "7", "8"}) {
+    INFO("member " << kept);
+    CHECK(path_exists(at(group + kept)));
+  }
+  CHECK(path_exists(at("hmcast-notamember-1")));
+  CHECK(path_exists(at("hmcast-00000000000000AB-1")));
+  CHECK(path_exists(at(group + "x1")));
+  CHECK(shm::remove_stale_files(dir.c_str()) == 0);  // nothing new
+  CHECK(shm::remove_stale_files((dir + "/none").c_str()) == 0);  // no such directory: nothing, no error
+  for (const char* name : {"3", "4", "5", "6", "7", "8", "x1"}) ::unlink(at(group + name).c_str());
+  ::unlink(at("hmcast-notamember-1").c_str());
+  ::unlink(at("hmcast-00000000000000AB-1").c_str());
+  CHECK(::rmdir(dir.c_str()) == 0);  // nothing else was left in it
+}
+
+TEST_CASE("shm: a member that starts removes the files of members killed with their whole group", "[shm]") {
+  // A child process makes members 1-3 of a group and dies by SIGKILL: nobody of
+  // that group is left to remove their files. Member 3's header first says it
+  // belongs to another pid namespace (where our pid means nothing): it must stay.
+  // Other test processes may start members meanwhile and remove the stale ones
+  // first; either way they are gone once a member has started here.
   const auto dead_group = test_group(61);
-  const auto live_group = test_group(62);
   const auto cfg = config(dead_group, 64 << 10, 64 << 10);
   int ready[2] = {-1, -1};
-  int hold[2] = {-1, -1};
   REQUIRE(::pipe(ready) == 0);
-  REQUIRE(::pipe(hold) == 0);
   const pid_t doomed = ::fork();
   REQUIRE(doomed >= 0);
   if (doomed == 0) {  // nothing of Catch2 here
     std::vector<std::unique_ptr<shm::Endpoint>> eps;
-    for (hmcast::MemberId m = 1; m <= 4; ++m) eps.push_back(std::make_unique<shm::Endpoint>(m, cfg));
-    if (::write(ready[1], "d", 1) != 1) ::_exit(2);
+    for (hmcast::MemberId m = 1; m <= 3; ++m) eps.push_back(std::make_unique<shm::Endpoint>(m, cfg));
+    const int fd = ::shm_open(shm::file_name(dead_group, 3).c_str(), O_RDWR, 0);
+    if (fd < 0) ::_exit(2);
+    void* p = ::mmap(nullptr, sizeof(shm::Header), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED) ::_exit(3);
+    static_cast<shm::Header*>(p)->pid_ns += 1;
+    if (::write(ready[1], "d", 1) != 1) ::_exit(4);
     ::raise(SIGKILL);
-    ::_exit(3);
+    ::_exit(5);
   }
-  const pid_t alive = ::fork();
-  REQUIRE(alive >= 0);
-  if (alive == 0) {
-    ::close(hold[1]);
-    {
-      shm::Endpoint e(1, config(live_group, 64 << 10, 64 << 10));
-      if (::write(ready[1], "a", 1) != 1) ::_exit(2);
-      char c = 0;
-      (void)::read(hold[0], &c, 1);  // until the parent closes its end
-    }  // closed: its file goes
-    ::_exit(0);
-  }
-  ::close(hold[0]);
-  char c[2] = {};
-  REQUIRE(::read(ready[0], c, 1) == 1);
-  REQUIRE(::read(ready[0], c + 1, 1) == 1);
+  char c = 0;
+  REQUIRE(::read(ready[0], &c, 1) == 1);
   int status = 0;
-  REQUIRE(::waitpid(doomed, &status, 0) == doomed);  // reaped: its pid names nobody now
+  REQUIRE(::waitpid(doomed, &status, 0) == doomed);
   REQUIRE(WIFSIGNALED(status));
-  for (hmcast::MemberId m = 1; m <= 4; ++m) REQUIRE(file_exists(dead_group, m));
-  REQUIRE(file_exists(live_group, 1));
-  {
-    MappedHeader other_ns(dead_group, 3);
-    CHECK(other_ns.h->pid_ns == shm::pid_namespace());
-    CHECK(other_ns.h->pid == static_cast<std::uint32_t>(doomed));
-    other_ns.h->pid_ns += 1;
-    MappedHeader half_made(dead_group, 4);
-    std::atomic_ref<std::uint64_t>(half_made.h->magic).store(0);
-  }
-  // Not a member's file, though its name starts the same way.
-  const std::string foreign = "/hmcast-not-a-member-" + std::to_string(::getpid());
-  const int fd = ::shm_open(foreign.c_str(), O_CREAT | O_RDWR, 0600);
-  REQUIRE(fd >= 0);
-  REQUIRE(::ftruncate(fd, 1 << 16) == 0);
-  ::close(fd);
-
   CHECK_FALSE(shm::process_alive(static_cast<std::uint32_t>(doomed)));
-  CHECK(shm::process_alive(static_cast<std::uint32_t>(alive)));
+  REQUIRE(file_exists(dead_group, 3));
   shm::Endpoint starting(1, config(test_group(63)));
-  // Other test processes may have left files of their own dead children: at least ours.
-  CHECK(starting.stats().stale_files_removed >= 2);
   CHECK_FALSE(file_exists(dead_group, 1));
   CHECK_FALSE(file_exists(dead_group, 2));
-  CHECK(file_exists(dead_group, 3));  // another namespace's pid tells us nothing
-  CHECK(file_exists(dead_group, 4));  // its owner may be setting it up still
-  CHECK(file_exists(live_group, 1));
+  CHECK(file_exists(dead_group, 3));
   CHECK(file_exists(test_group(63), 1));
-  const int again = ::shm_open(foreign.c_str(), O_RDONLY, 0);
-  CHECK(again >= 0);
-  if (again >= 0) ::close(again);
-
-  ::shm_unlink(foreign.c_str());
   ::shm_unlink(shm::file_name(dead_group, 3).c_str());
-  ::shm_unlink(shm::file_name(dead_group, 4).c_str());
-  ::close(hold[1]);  // the live child exits, closing its member (its file goes with it)
-  REQUIRE(::waitpid(alive, &status, 0) == alive);
-  CHECK(WIFEXITED(status));
-  CHECK_FALSE(file_exists(live_group, 1));
   ::close(ready[0]);
   ::close(ready[1]);
 }

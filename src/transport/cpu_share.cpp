@@ -70,13 +70,21 @@ void yield_cpu(bool watch) noexcept {
     ::sched_yield();
     return;
   }
+  // The process's CPU time is a system call that walks every thread of the process:
+  // read only around yields that follow a long one by less than kContendedHoldOffNs
+  // (a stranger that holds the CPU for slices makes yield after yield long, though
+  // short ones to our own threads come between), not on every poll of a quiet host.
+  thread_local std::int64_t timed_until = 0;
   const std::int64_t start = now_ns();
-  const std::int64_t cpu_start = process_cpu_ns();
+  const bool timed = start < timed_until;
+  const std::int64_t cpu_start = timed ? process_cpu_ns() : 0;
   ::sched_yield();
   const std::int64_t end = now_ns();
+  if (end - start < kLongYieldNs) return;
+  timed_until = end + kContendedHoldOffNs;
   // Long, and most of it not this process's own threads (its application thread
   // computing on the same CPU makes a yield long too, and is no stranger).
-  if (end - start >= kLongYieldNs && process_cpu_ns() - cpu_start < (end - start) / 2)
+  if (timed && process_cpu_ns() - cpu_start < (end - start) / 2)
     g_contended_until.store(end + kContendedHoldOffNs, std::memory_order_relaxed);
 }
 

@@ -19,9 +19,6 @@ namespace hmcast::shm {
 
 namespace {
 
-/// The directory glibc's shm_open() creates its files in.
-constexpr const char* kShmDir = "/dev/shm";
-
 /// "hmcast-" 16 hex digits "-" a member id: the names file_name() makes, and no other.
 bool is_member_file(std::string_view name) {
   constexpr std::string_view prefix = "hmcast-";
@@ -87,10 +84,10 @@ std::uint32_t pid_namespace() {
   return static_cast<std::uint32_t>(st.st_ino);
 }
 
-std::size_t remove_stale_files() {
+std::size_t remove_stale_files(const char* dir_path) {
   const std::uint32_t ns = pid_namespace();
   if (ns == 0) return 0;  // cannot tell our processes from another namespace's
-  const std::unique_ptr<DIR, int (*)(DIR*)> dir(::opendir(kShmDir), ::closedir);
+  const std::unique_ptr<DIR, int (*)(DIR*)> dir(::opendir(dir_path), ::closedir);
   if (!dir) return 0;
   const auto self = static_cast<std::uint32_t>(::getpid());
   std::size_t removed = 0;

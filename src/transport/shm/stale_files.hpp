@@ -20,10 +20,13 @@ bool process_alive(std::uint32_t pid);
 /// numbers below 2^32); 0 when it cannot be read.
 std::uint32_t pid_namespace();
 
-/// Unlinks every member file in /dev/shm (names as shm_transport's file_name())
-/// whose header says its process, of this pid namespace, is gone. Files of live
+/// Where shm_open() keeps its files (glibc).
+inline constexpr const char* kShmDir = "/dev/shm";
+
+/// Unlinks every member file in `dir` (names as shm_transport's file_name()) whose
+/// header says its process, of this pid namespace, is gone. Files of live
 /// processes, of other namespaces or versions, half-made ones (no magic yet) and
 /// files this process may not open are left. Returns how many it removed.
-std::size_t remove_stale_files();
+std::size_t remove_stale_files(const char* dir = kShmDir);
 
 }  // namespace hmcast::shm
