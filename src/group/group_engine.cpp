@@ -123,8 +123,7 @@ std::optional<small::FragmentPlace> GroupEngine::place_datagram(std::span<const 
   wire::Data data;
   const auto err = wire::decode_data_head(head, size, dh, data);
   // admit()'s checks, uncounted: the datagram is counted when it arrives.
-  if (!err || *err != wire::DecodeError::none || dh.src == self_ || dh.group != emit_.group() || dh.view != view_.id ||
-      !view_.contains(dh.src))
+  if (!err || *err != wire::DecodeError::none || dh.src == self_ || refused_by(dh, dh.src) != nullptr)
     return std::nullopt;
   return small_.place_fragment(dh.src, data, size);
 }
@@ -174,24 +173,19 @@ void GroupEngine::on_frame(MemberId from, std::span<const std::byte> bytes, Time
   settle(now, out);
 }
 
+std::uint64_t AdmissionStats::*GroupEngine::refused_by(const wire::Header& h, MemberId from) const {
+  if (h.group != emit_.group()) return &AdmissionStats::wrong_group_dropped;
+  if (h.view < view_.id) return &AdmissionStats::stale_view_dropped;
+  // Datagrams of a later view are not kept: repairs cover them.
+  if (h.view > view_.id) return &AdmissionStats::future_view_dropped;
+  if (!view_.contains(from)) return &AdmissionStats::non_member_dropped;
+  return nullptr;
+}
+
 bool GroupEngine::admit(const wire::Header& h, MemberId from) {
-  if (h.group != emit_.group()) {
-    ++admission_.wrong_group_dropped;
-    return false;
-  }
-  if (h.view < view_.id) {
-    ++admission_.stale_view_dropped;
-    return false;
-  }
-  if (h.view > view_.id) {
-    ++admission_.future_view_dropped;  // datagrams of a later view are not kept: repairs cover them
-    return false;
-  }
-  if (!view_.contains(from)) {
-    ++admission_.non_member_dropped;
-    return false;
-  }
-  return true;
+  const auto refused = refused_by(h, from);
+  if (refused != nullptr) ++(admission_.*refused);
+  return refused == nullptr;
 }
 
 void GroupEngine::dispatch(const wire::Packet& p, MemberId from, TimeNs now, Outbox& out, const SharedBytes& owner) {

@@ -152,6 +152,9 @@ class GroupEngine {
   /// The packet `bytes` hold, or nothing (counted) if they do not decode or we are out.
   [[nodiscard]] std::optional<wire::Packet> decoded(std::span<const std::byte> bytes);
   [[nodiscard]] bool admit(const wire::Header& h, MemberId from);
+  /// The counter admit() drops a datagram of `h` from `from` under, nullptr if it
+  /// admits it; counts nothing (place_datagram asks before the datagram is input).
+  [[nodiscard]] std::uint64_t AdmissionStats::*refused_by(const wire::Header& h, MemberId from) const;
   /// `owner`: what holds the bytes `p` was decoded from, if anyone may keep them.
   void dispatch(const wire::Packet& p, MemberId from, TimeNs now, Outbox& out, const SharedBytes& owner = {});
   /// The datagrams a Batch carries, each admitted as if it came alone.

@@ -115,15 +115,15 @@ class Reassembly {
   }
 
  private:
-  /// `added` if a fragment with `size` payload bytes fits what came before and is
-  /// new; otherwise why not. Every fragment implies the piece size; they must all
-  /// agree, or the pieces would overlap or leave gaps (the decoder checked each
-  /// fragment on its own).
   /// The size of every fragment but the last that fragment `frag` implies.
   [[nodiscard]] std::uint64_t piece_of(const wire::Data& frag, std::size_t size) const {
     const bool last = frag.frag_index + 1U == frag_count_;
     return last ? (frag_count_ > 1 ? frag.offset / (frag_count_ - 1U) : msg_len_) : size;
   }
+  /// `added` if a fragment with `size` payload bytes fits what came before and is
+  /// new; otherwise why not. Every fragment implies the piece size; they must all
+  /// agree, or the pieces would overlap or leave gaps (the decoder checked each
+  /// fragment on its own).
   Result admit(const wire::Data& frag, std::size_t size) {
     if (frag.msg_len != msg_len_ || frag.frag_count != frag_count_) return Result::mismatch;
     const std::uint64_t piece = piece_of(frag, size);

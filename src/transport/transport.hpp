@@ -19,12 +19,11 @@
 
 namespace hmcast::transport {
 
-/// `head` then `tail` in one buffer, with room reserved for `spare` bytes more: a
-/// datagram given in two parts (multicast_gathered) where it must travel whole.
-inline std::vector<std::byte> joined(std::span<const std::byte> head, std::span<const std::byte> tail,
-                                     std::size_t spare = 0) {
+/// `head` then `tail` in one buffer: a datagram given in two parts
+/// (multicast_gathered) where it must travel whole.
+inline std::vector<std::byte> joined(std::span<const std::byte> head, std::span<const std::byte> tail) {
   std::vector<std::byte> out;
-  out.reserve(head.size() + tail.size() + spare);
+  out.reserve(head.size() + tail.size());
   out.insert(out.end(), head.begin(), head.end());
   out.insert(out.end(), tail.begin(), tail.end());
   return out;

@@ -867,7 +867,6 @@ std::optional<Inbound> Endpoint::read_multicast(Peer& p) {
   const bool ok = head - p.read_pos <= p.multicast.capacity && p.multicast.read(p.read_pos, head, r) &&
                   r.header.length <= cfg_.mtu;
   Inbound in;
-  std::size_t placed = 0;
   if (ok) {
     in.datagram = true;
     in.from = p.id;
@@ -882,9 +881,8 @@ std::optional<Inbound> Endpoint::read_multicast(Peer& p) {
       auto place = placer_(p.id, in.bytes, length);
       if (place && place->dest.size() == length - wire::kDataOverhead) {
         std::memcpy(place->dest.data(), r.payload + wire::kDataOverhead, place->dest.size());
-        placed = place->dest.size();
         in.placed = true;
-        in.placed_size = placed;
+        in.placed_size = place->dest.size();
         in.placed_at = place->dest.data();
         in.placed_into = std::move(place->keep);
       }
@@ -914,7 +912,7 @@ std::optional<Inbound> Endpoint::read_multicast(Peer& p) {
   p.read_seen.store(r.next, std::memory_order_release);
   slot.position.store(r.next, std::memory_order_release);
   count(&ShmStats::datagrams_received);
-  if (placed != 0) count(&ShmStats::datagram_bytes_placed, placed);
+  if (in.placed) count(&ShmStats::datagram_bytes_placed, in.placed_size);
   return in;
 }
 
