@@ -48,6 +48,9 @@ small::BroadcastResult GroupEngine::broadcast(MessageBuffer message, TimeNs now,
   if (removed_) return {small::BroadcastError::not_member, 0};
   if (paused_) return {small::BroadcastError::paused, 0};
   const auto r = small_.broadcast(std::move(message), now, out);
+  // Refused: nothing changed, so nothing goes out either (an ACK that came due since
+  // the last step waits for its own timer, as it would without this call).
+  if (r.error != small::BroadcastError::none) return r;
   if (emit_.batch_held() && !batch_armed_) {
     batch_armed_ = true;
     batch_gen_ = timers_.arm(now + cfg_.batch_delay_ns, TimerKey{TimerKind::batch_flush, 0, 0});
