@@ -87,3 +87,38 @@ TEST_CASE("cpu share: a watched yield that hands the CPU to another process for 
   CHECK_FALSE(unwatched);
   CHECK(stranger);
 }
+
+TEST_CASE("cpu share: strangers that run now and then are not a busy CPU; one that takes slice after slice is",
+          "[transport]") {
+  using S = tr::StrangerShare;
+  constexpr std::int64_t ms = 1'000'000;
+  // A burst of 1 ms every 6 ms (a kernel thread's reclaim), each caught whole by a
+  // yield: about a sixth of any window, never half.
+  S bursts;
+  for (std::int64_t t = 6 * ms; t < 2'000 * ms; t += 6 * ms) REQUIRE_FALSE(bursts.note(t, ms));
+  // Slices of 3 ms with 0.5 ms of ours between (a busy loop, as measured against a
+  // nice-10 one): told within a few yields, from the first that reaches half a window.
+  S busy;
+  int yields = 0;
+  std::int64_t t = 10 * ms;
+  while (!busy.note(t, 3 * ms)) {
+    t += 3 * ms + ms / 2;
+    ++yields;
+    REQUIRE(yields < 10);
+  }
+  CHECK(yields + 1 == static_cast<int>((S::kShareNs + 3 * ms - 1) / (3 * ms)));
+  // Within kRecallNs of that window one long yield tells again; after it, the
+  // window's share must be met once more.
+  CHECK(busy.note(t + S::kRecallNs - ms, 2 * ms));
+  CHECK_FALSE(busy.note(t + S::kRecallNs + S::kWindowNs, 2 * ms));
+  // A window's count starts again after kWindowNs: a slice long after tells nothing.
+  S apart;
+  CHECK_FALSE(apart.note(10 * ms, S::kShareNs * 2 / 5));
+  CHECK_FALSE(apart.note(10 * ms + S::kWindowNs, S::kShareNs * 2 / 5));
+  CHECK(apart.note(10 * ms + S::kWindowNs + 2 * ms, S::kShareNs * 3 / 5));  // the same window as the one before
+  // One stranger that held the CPU for half a window at once tells by itself.
+  S once;
+  CHECK_FALSE(once.note(50 * ms, S::kShareNs - 1));
+  S once_more;
+  CHECK(once_more.note(50 * ms, S::kShareNs));
+}

@@ -7,6 +7,9 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <mutex>
+
+#include "core/assert.hpp"
 
 namespace hmcast::transport {
 
@@ -63,6 +66,9 @@ std::int64_t process_cpu_ns() noexcept {
 }
 /// Until when (steady clock, ns) this process counts its CPUs as contended.
 std::atomic<std::int64_t> g_contended_until{0};
+/// The process's strangers, from every watched thread's long yields.
+std::mutex g_share_mu;
+StrangerShare g_share;
 }  // namespace
 
 void yield_cpu(bool watch) noexcept {
@@ -82,10 +88,33 @@ void yield_cpu(bool watch) noexcept {
   const std::int64_t end = now_ns();
   if (end - start < kLongYieldNs) return;
   timed_until = end + kContendedHoldOffNs;
+  if (!timed) return;
   // Long, and most of it not this process's own threads (its application thread
   // computing on the same CPU makes a yield long too, and is no stranger).
-  if (timed && process_cpu_ns() - cpu_start < (end - start) / 2)
-    g_contended_until.store(end + kContendedHoldOffNs, std::memory_order_relaxed);
+  const std::int64_t ours = process_cpu_ns() - cpu_start;
+  if (ours >= (end - start) / 2) return;
+  bool busy = false;
+  {
+    // Long yields only (at most a few per millisecond): a lock costs nothing here.
+    std::lock_guard lock(g_share_mu);
+    busy = g_share.note(end, end - start - ours);
+  }
+  if (busy) g_contended_until.store(end + kContendedHoldOffNs, std::memory_order_relaxed);
+}
+
+bool StrangerShare::note(std::int64_t end_ns, std::int64_t stranger_ns) noexcept {
+  HMCAST_ASSERT(stranger_ns >= 0);
+  if (held_ == 0 || end_ns - window_start_ >= kWindowNs) {
+    window_start_ = end_ns - stranger_ns;  // the window starts with this yield
+    held_ = 0;
+  }
+  held_ += stranger_ns;
+  if (held_ >= kShareNs) {
+    busy_at_ = end_ns;
+    return true;
+  }
+  // Recalled, not proven again: a stranger's occasional bursts do not keep it alive.
+  return busy_at_ != 0 && end_ns - busy_at_ < kRecallNs;
 }
 
 bool cpu_contended() noexcept {

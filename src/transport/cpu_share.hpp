@@ -31,20 +31,45 @@ struct CpuShare {
 /// sched_yield. With `watch` (a poller that should have its CPU: the socket's in a
 /// process bound to CPUs of its own, shm's where the host's pollers fit), timed: a
 /// yield that took long (kLongYieldNs), and mostly not on this process's own CPU
-/// time, handed the CPU to another process for a slice (a build, a daemon). Then
-/// every yield costs a slice (38x a 1 MiB message at 2 members, against a nice-10
-/// busy loop per CPU), where a thread asleep on its event is woken at once, ahead of
-/// such a process. So for kContendedHoldOffNs after the last such yield,
-/// cpu_contended() is true: socket pollers and waiters sleep instead, shm pollers
-/// that may keep their CPU spin without yields and nap now and then. A long yield on
-/// our own CPU time is our application thread's turn, not a stranger's; unwatched
-/// (more pollers than CPUs, as 8 members on 2) long yields are the members' own
-/// turns. docs/benchmarks.md, "A yield that takes a slice".
+/// time, handed the CPU to another process (a build, a daemon). Where such a process
+/// keeps the CPU busy, every yield costs it a slice, where a thread asleep on its
+/// event is woken at once, ahead of it. So when strangers held a StrangerShare's worth of
+/// the CPU in long yields, cpu_contended() is true for kContendedHoldOffNs: socket
+/// pollers and waiters sleep instead, shm pollers that may keep their CPU spin
+/// without yields and nap now and then. One that runs now and then (a kernel
+/// thread's burst) is not worth that: sleeping costs every message a wake-up. A long
+/// yield on our own CPU time is our application thread's turn, not a stranger's;
+/// unwatched (more pollers than CPUs, as 8 members on 2) long yields are the
+/// members' own turns. docs/benchmarks.md, "A yield that takes a slice" and
+/// "A stranger that runs now and then".
 void yield_cpu(bool watch = false) noexcept;
-/// A long yield came within the last kContendedHoldOff (see yield_cpu).
+/// Strangers held the CPU within the last kContendedHoldOffNs (see yield_cpu).
 [[nodiscard]] bool cpu_contended() noexcept;
 inline constexpr std::int64_t kLongYieldNs = 500'000;
 inline constexpr std::int64_t kContendedHoldOffNs = 100'000'000;
+
+/// The time strangers held the CPU in long yields, by windows of kWindowNs: a
+/// window in which they held half of it says they keep it busy. A busy loop takes a
+/// slice (milliseconds) at nearly every yield and passes that within a few yields; a
+/// burst of 1 ms every 6 ms (a kernel thread's reclaim on a VM's shared host) never
+/// does. For kRecallNs after such a window, one long yield of a stranger's says so
+/// again: a busy loop that outlasts cpu_contended()'s hold-off costs one slice, not a
+/// window's worth. Not thread-safe: yield_cpu() keeps one under a lock.
+class StrangerShare {
+ public:
+  static constexpr std::int64_t kWindowNs = 20'000'000;
+  static constexpr std::int64_t kShareNs = kWindowNs / 2;
+  static constexpr std::int64_t kRecallNs = 3 * kContendedHoldOffNs;
+  /// A long yield ended at `end_ns` (steady clock) with `stranger_ns` of it not
+  /// ours; true when its window's strangers now reach kShareNs, or within kRecallNs
+  /// of the last window that did.
+  [[nodiscard]] bool note(std::int64_t end_ns, std::int64_t stranger_ns) noexcept;
+
+ private:
+  std::int64_t window_start_ = 0;
+  std::int64_t held_ = 0;
+  std::int64_t busy_at_ = 0;  // when a window last reached kShareNs (0: never)
+};
 
 /// What a polling thread does between polls: a pause hint when `keep_cpu`, with a
 /// yield every 64th call all the same (if the count of pollers was wrong, a thread
