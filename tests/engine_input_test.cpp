@@ -200,6 +200,37 @@ TEST_CASE("engine: an ACK held back by the ACK interval goes when the input queu
   CHECK(actions<action::SendP2P>(out).empty());
 }
 
+TEST_CASE("engine: a refused broadcast, small or large, emits nothing, though an ACK came due; the ACK goes at its "
+          "timer",
+          "[engine]") {
+  ProtocolConfig cfg;
+  cfg.ack_interval_ns = 1'000'000;
+  GroupEngine e(kGroup, 1, first(view3()), cfg, 0);
+  Outbox out;
+  e.on_datagram(data_datagram(2, 1, message(10, 1)), 10, out);
+  REQUIRE(actions<action::SendP2P>(out).size() == 1);  // the first ACK to a parent goes at once
+  out.clear();
+  e.on_datagram(data_datagram(2, 2, message(10, 2)), 20, out);
+  REQUIRE(actions<action::SendP2P>(out).empty());  // held by the interval
+  out.clear();
+  // Past the interval, with no step taken: each refusal leaves the held ACK alone.
+  const hmcast::TimeNs later = 2'000'000;
+  const auto big = std::make_shared<std::vector<std::byte>>(cfg.max_small_message + 1);
+  CHECK(e.broadcast(big, later, out).error == hmcast::small::BroadcastError::too_large);
+  CHECK(out.empty());
+  // 32 MiB in blocks of 16 bytes: more blocks than any receiver accepts.
+  CHECK(e.broadcast_large(32ULL << 20, 16, later, out).error == hmcast::large::LargeError::over_limit);
+  CHECK(out.empty());
+  // Its timer sends it, covering both messages.
+  REQUIRE(e.next_wakeup() <= later);
+  e.on_timer(later, out);
+  const auto acks = actions<action::SendP2P>(out);
+  REQUIRE(acks.size() == 1);
+  const auto ack = wire::decode(acks[0].bytes);
+  REQUIRE(ack.ok());
+  CHECK(std::get<wire::Ack>(ack.packet.body).entries.at(0) == wire::AckEntry{2, 2, 2, 0});
+}
+
 TEST_CASE("engine: routine ACKs may go as datagrams, an answer to the parent's query over the link", "[engine]") {
   GroupEngine e(kGroup, 1, first(view3()), ProtocolConfig{}, 0);
   Outbox out;

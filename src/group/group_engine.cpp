@@ -64,6 +64,7 @@ large::LargeResult GroupEngine::broadcast_large(std::uint64_t size, std::uint64_
   if (removed_) return {large::LargeError::not_member, 0};
   if (paused_) return {large::LargeError::queue_full, 0};
   auto r = pipeline_.broadcast(size, out, block_size);
+  if (r.error != large::LargeError::none) return r;  // refused: as broadcast()'s, nothing goes out
   large_activity_ = now;
   settle(now, out);
   return r;
