@@ -25,7 +25,10 @@
 //     included (an Announce of 2^32-1 blocks; a Batch whose items now and then name
 //     another sender or view), reaches the engine)
 //   4 time passes (u8 amount, scaled) and timers fire
-//   5 broadcast a message (u8 size * 17 bytes; more than max_small_message refuses)
+//   5 broadcast a message (u8 size * 17 bytes; more than max_small_message refuses;
+//     bits 6-7 of c both set: a large message instead, (u16 + 1) KiB times 2^who
+//     (up to 8 GiB, past every limit) in blocks of u8 KiB, 0 the configured size; a
+//     refusal of either kind emits nothing)
 //   6 the transport reports the link to `who` failed (bits 6-7 of c both set: its
 //     queue of input ran empty instead, on_drained)
 //   7 jump to the engine's next wakeup and fire timers
@@ -89,6 +92,7 @@ struct Checker {
   ProtocolConfig cfg;
   Seq broadcasts = 0;
   Seq completed = 0;
+  Seq large_seq = 0;  // the last large broadcast's
   std::map<MemberId, Seq> delivered;
   ViewId view = 0;
   bool removed = false;
@@ -347,6 +351,18 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         engine.on_timer(now, out);
         break;
       case 5: {
+        if ((c >> 6) == 3) {
+          const std::uint64_t large_size = (std::uint64_t{in.u16()} + 1) << (10U + ((c >> 3) & 7U));
+          const std::uint64_t large_block = std::uint64_t{in.u8()} << 10;
+          const auto r = engine.broadcast_large(large_size, large_block, now, out);
+          if (r.error == large::LargeError::none) {
+            if (r.seq <= check.large_seq) fail("large broadcast seqs do not increase");
+            check.large_seq = r.seq;
+          } else if (!out.empty()) {
+            fail("a refused large broadcast had side effects");
+          }
+          break;
+        }
         const std::size_t n = std::size_t{in.u8()} * 17U;
         auto msg = std::make_shared<std::vector<std::byte>>(n, static_cast<std::byte>(c));
         const auto r = engine.broadcast(msg, now, out);
