@@ -220,6 +220,9 @@ def worst_cell(rows, a, b, procs_list, sizes):
 STREAM_SIZES = [64, 2048, 65536]
 STREAM_PROCS = 8
 STREAM_SCALE = 4  # 20,000 small messages (800 of 64 KiB), as ../shared/notes/mpi-baseline.md
+# Alternated rounds of each stream, their medians compared: a 64 B stream's span is
+# 20-80 ms, and one run of each side read 2.6x to 9.6x within an hour on one host.
+STREAM_ROUNDS = 3
 
 
 def stream_runs(rounds, transport="socket", mpirun=None, sizes=None, impls=("hmcast", "mpi")):
@@ -836,9 +839,9 @@ def main():
             summary["%s_worst_cell" % key] = "%d procs, %s" % (w[1], fmt_size(w[2]))
     for procs, name in ((2, "2p_2k"), (8, "8p_2k")):
         summary["shm_%s_hmcast_caller_us" % name] = median_of(caller, "hmcast_shm_caller", procs, 2048, "all_p50_us")
-    stream = stream_runs(1 if args.quick else 2)
+    stream = stream_runs(STREAM_ROUNDS)
     stream_summary(summary, stream, "stream", ("hmcast", "mpi"), "mpi", STREAM_SIZES)
-    shm_stream = stream_runs(1 if args.quick else 2, "shm", MPIRUN_VADER, SHM_STREAM_SIZES, ("hmcast_shm", "mpi_vader"))
+    shm_stream = stream_runs(STREAM_ROUNDS, "shm", MPIRUN_VADER, SHM_STREAM_SIZES, ("hmcast_shm", "mpi_vader"))
     stream_summary(summary, shm_stream, "shm_stream", ("hmcast_shm", "mpi_vader"), "mpi_vader", SHM_STREAM_SIZES)
     keyed = key_env(args.out)
     with open(keyed["HMCAST_KEY_FILE"]) as f:
