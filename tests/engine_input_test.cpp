@@ -112,6 +112,27 @@ std::vector<A> actions(const Outbox& out) {
 
 std::vector<action::Deliver> delivers(const Outbox& out) { return actions<action::Deliver>(out); }
 
+// The entries of the ACK frame `bytes` (it must decode as one).
+std::vector<wire::AckEntry> ack_entries(std::span<const std::byte> bytes) {
+  const auto ack = wire::decode(bytes);
+  REQUIRE(ack.ok());
+  REQUIRE(std::holds_alternative<wire::Ack>(ack.packet.body));
+  return std::get<wire::Ack>(ack.packet.body).entries;
+}
+
+// Member 1 of view3(), its ACKs held for an interval (cfg.ack_interval_ns), takes
+// sender 2's message 1 at 10 ns (its ACK, the first to a parent, goes at once) and
+// message 2 at 20 ns (delivered, its ACK held). `out` is left empty.
+void hold_an_ack(GroupEngine& e, Outbox& out) {
+  e.on_datagram(data_datagram(2, 1, message(10, 1)), 10, out);
+  REQUIRE(actions<action::SendP2P>(out).size() == 1);
+  out.clear();
+  e.on_datagram(data_datagram(2, 2, message(10, 2)), 20, out);
+  REQUIRE(delivers(out).size() == 1);
+  REQUIRE(actions<action::SendP2P>(out).empty());
+  out.clear();
+}
+
 // The members that ACK to `self` in `sender`'s tree.
 std::vector<MemberId> children_of(const View& v, MemberId sender, MemberId self, std::uint32_t radix) {
   const hmcast::ack_tree::Tree tree(v.size(), *v.rank_of(sender), radix);
@@ -173,14 +194,8 @@ TEST_CASE("engine: an ACK held back by the ACK interval goes when the input queu
   cfg.ack_interval_ns = 1'000'000;
   GroupEngine e(kGroup, 1, first(view3()), cfg, 0);
   Outbox out;
-  e.on_datagram(data_datagram(2, 1, message(10, 1)), 10, out);
-  REQUIRE(actions<action::SendP2P>(out).size() == 1);  // the first ACK to a parent goes at once
-  out.clear();
   // The next message within the interval: its ACK waits to merge with later input ...
-  e.on_datagram(data_datagram(2, 2, message(10, 2)), 20, out);
-  CHECK(delivers(out).size() == 1);
-  CHECK(actions<action::SendP2P>(out).empty());
-  out.clear();
+  hold_an_ack(e, out);
   e.on_datagram(data_datagram(2, 3, message(10, 3)), 30, out);
   CHECK(actions<action::SendP2P>(out).empty());
   out.clear();
@@ -189,9 +204,7 @@ TEST_CASE("engine: an ACK held back by the ACK interval goes when the input queu
   const auto acks = actions<action::SendP2P>(out);
   REQUIRE(acks.size() == 1);
   CHECK(acks[0].to == 2);
-  const auto ack = wire::decode(acks[0].bytes);
-  REQUIRE(ack.ok());
-  const auto& entries = std::get<wire::Ack>(ack.packet.body).entries;
+  const auto entries = ack_entries(acks[0].bytes);
   REQUIRE(entries.size() == 1);
   CHECK(entries[0] == wire::AckEntry{2, 3, 3, 0});
   // Nothing is due any more: draining again sends nothing.
@@ -207,12 +220,7 @@ TEST_CASE("engine: a refused broadcast, small or large, emits nothing, though an
   cfg.ack_interval_ns = 1'000'000;
   GroupEngine e(kGroup, 1, first(view3()), cfg, 0);
   Outbox out;
-  e.on_datagram(data_datagram(2, 1, message(10, 1)), 10, out);
-  REQUIRE(actions<action::SendP2P>(out).size() == 1);  // the first ACK to a parent goes at once
-  out.clear();
-  e.on_datagram(data_datagram(2, 2, message(10, 2)), 20, out);
-  REQUIRE(actions<action::SendP2P>(out).empty());  // held by the interval
-  out.clear();
+  hold_an_ack(e, out);
   // Past the interval, with no step taken: each refusal leaves the held ACK alone.
   const hmcast::TimeNs later = 2'000'000;
   const auto big = std::make_shared<std::vector<std::byte>>(cfg.max_small_message + 1);
@@ -226,9 +234,7 @@ TEST_CASE("engine: a refused broadcast, small or large, emits nothing, though an
   e.on_timer(later, out);
   const auto acks = actions<action::SendP2P>(out);
   REQUIRE(acks.size() == 1);
-  const auto ack = wire::decode(acks[0].bytes);
-  REQUIRE(ack.ok());
-  CHECK(std::get<wire::Ack>(ack.packet.body).entries.at(0) == wire::AckEntry{2, 2, 2, 0});
+  CHECK(ack_entries(acks[0].bytes).at(0) == wire::AckEntry{2, 2, 2, 0});
 }
 
 TEST_CASE("engine: routine ACKs may go as datagrams, an answer to the parent's query over the link", "[engine]") {
@@ -261,9 +267,7 @@ TEST_CASE("engine: routine ACKs may go as datagrams, an answer to the parent's q
   // The parent missed it and asks: the answer must not be lost the same way.
   const auto answer = answer_to_query(1, 5'000'000);
   CHECK_FALSE(answer.datagram);
-  const auto ack = wire::decode(answer.bytes);
-  REQUIRE(ack.ok());
-  CHECK(std::get<wire::Ack>(ack.packet.body).entries.at(0) == wire::AckEntry{2, 1, 1, 0});
+  CHECK(ack_entries(answer.bytes).at(0) == wire::AckEntry{2, 1, 1, 0});
   // One missed ACK may only have been late: routine ACKs stay datagrams ...
   CHECK(ack_of_message(2, 10'000'000).datagram);
   // ... and questions that crossed a link answer are no sign of anything: asked twice
@@ -834,9 +838,7 @@ TEST_CASE("engine: a received Batch delivers each item; items that name another 
   // One ACK for the batch, covering both.
   const auto acks = actions<action::SendP2P>(out);
   REQUIRE(acks.size() == 1);
-  const auto ack = wire::decode(acks[0].bytes);
-  REQUIRE(ack.ok());
-  CHECK(std::get<wire::Ack>(ack.packet.body).entries.at(0).have == 2);
+  CHECK(ack_entries(acks[0].bytes).at(0).have == 2);
   // The same batch again: duplicates, counted, nothing delivered.
   out.clear();
   e.on_datagram(b, 20, out);
